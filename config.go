@@ -1,0 +1,448 @@
+package goneli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/obsidiandynamics/libstdgo/scribe"
+)
+
+// Default values of the optional Config fields, applied by Config.SetDefaults.
+const (
+	// DefaultPollDuration is the default value of Config.PollDuration.
+	DefaultPollDuration = 1 * time.Millisecond
+
+	// DefaultMinPollInterval is the default value of Config.MinPollInterval.
+	DefaultMinPollInterval = 100 * time.Millisecond
+
+	// DefaultHeartbeatTimeout is the default value of Config.HeartbeatTimeout.
+	DefaultHeartbeatTimeout = 5 * time.Second
+
+	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
+	// names none.
+	DefaultBootstrapServers = "localhost:9092"
+
+	// MinHeartbeatTimeout is the smallest HeartbeatTimeout Validate accepts. The group session
+	// timeout is derived as twice the HeartbeatTimeout, and librdkafka cannot hold a group session
+	// shorter than about a second without spurious rebalances.
+	MinHeartbeatTimeout = 500 * time.Millisecond
+)
+
+// KafkaConfigMap holds librdkafka configuration properties, shared by the consumer and the
+// producer that a Neli creates. See librdkafka's CONFIGURATION.md for the keys.
+type KafkaConfigMap map[string]interface{}
+
+// Config holds the settings of a Neli instance. Optional fields left at their zero value are filled
+// in by SetDefaults, which New calls.
+type Config struct {
+	// KafkaConfig is passed to the Kafka clients. Default: bootstrap.servers=localhost:9092.
+	// Settings that carry the safety argument (group.id, offset handling, rebalance plumbing) are
+	// owned by goneli and rejected here; group timing may be overridden only within safe bounds.
+	// See the README for the full list of derived settings.
+	KafkaConfig KafkaConfigMap
+
+	// LeaderTopic is the topic whose partition 0 confers leadership. Default: LeaderGroupID
+	// followed by ".neli". It is created with one partition when it does not exist and the broker
+	// allows it.
+	LeaderTopic string
+
+	// LeaderGroupID is the consumer group shared by all contenders. Default: the sanitised file
+	// name of the running program.
+	LeaderGroupID string
+
+	// KafkaConsumerProvider creates the consumer. Default: StandardKafkaConsumerProvider().
+	KafkaConsumerProvider KafkaConsumerProvider
+
+	// KafkaProducerProvider creates the heartbeat producer, which only an instance that has been
+	// assigned partition 0 opens. Default: StandardKafkaProducerProvider().
+	KafkaProducerProvider KafkaProducerProvider
+
+	// KafkaAdminProvider creates the short-lived admin client that checks for, and if necessary
+	// creates, the leader topic in New. Default: StandardKafkaAdminProvider().
+	KafkaAdminProvider KafkaAdminProvider
+
+	// Scribe receives goneli's log output and librdkafka's. Default:
+	// scribe.New(scribe.StandardBinding()), which writes through the standard log package.
+	Scribe scribe.Scribe
+
+	// Name identifies this instance in logs, in its heartbeats and (as goneli-<Name>) in the Kafka
+	// client.id. Default: <hostname>_<pid>_<unix seconds>.
+	Name string
+
+	// PollDuration is how long one Pulse may wait in the consumer's poll for an event.
+	// Default: DefaultPollDuration (1 ms).
+	PollDuration *time.Duration
+
+	// MinPollInterval is the shortest time between two polls of the consumer, and the interval at
+	// which the leader produces heartbeats. Default: DefaultMinPollInterval (100 ms).
+	MinPollInterval *time.Duration
+
+	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
+	// of the newest own heartbeat that came back and whose offset the group coordinator accepted.
+	// The group session timeout and heartbeat interval are derived from it. Default:
+	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout.
+	HeartbeatTimeout *time.Duration
+}
+
+// Duration returns a pointer to d, for the optional duration fields of Config.
+func Duration(d time.Duration) *time.Duration {
+	return &d
+}
+
+var unsafeNameChars = regexp.MustCompile(`[^a-zA-Z0-9._\-]`)
+
+// Sanitise replaces every character of name outside [a-zA-Z0-9._-] with an underscore, giving a
+// string that Kafka accepts as a topic name or group ID.
+func Sanitise(name string) string {
+	return unsafeNameChars.ReplaceAllString(name, "_")
+}
+
+// SetDefaults fills the unset optional fields with their defaults.
+func (c *Config) SetDefaults() {
+	if c.KafkaConfig == nil {
+		c.KafkaConfig = KafkaConfigMap{}
+	}
+	if _, ok := c.KafkaConfig["bootstrap.servers"]; !ok {
+		c.KafkaConfig["bootstrap.servers"] = DefaultBootstrapServers
+	}
+	if c.LeaderGroupID == "" {
+		c.LeaderGroupID = Sanitise(filepath.Base(os.Args[0]))
+	}
+	if c.LeaderTopic == "" {
+		c.LeaderTopic = c.LeaderGroupID + ".neli"
+	}
+	if c.KafkaConsumerProvider == nil {
+		c.KafkaConsumerProvider = StandardKafkaConsumerProvider()
+	}
+	if c.KafkaProducerProvider == nil {
+		c.KafkaProducerProvider = StandardKafkaProducerProvider()
+	}
+	if c.KafkaAdminProvider == nil {
+		c.KafkaAdminProvider = StandardKafkaAdminProvider()
+	}
+	if c.Scribe == nil {
+		c.Scribe = scribe.New(scribe.StandardBinding())
+	}
+	if c.Name == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "localhost"
+		}
+		c.Name = fmt.Sprintf("%s_%d_%d", host, os.Getpid(), time.Now().Unix())
+	}
+	if c.PollDuration == nil {
+		c.PollDuration = Duration(DefaultPollDuration)
+	}
+	if c.MinPollInterval == nil {
+		c.MinPollInterval = Duration(DefaultMinPollInterval)
+	}
+	if c.HeartbeatTimeout == nil {
+		c.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
+	}
+}
+
+// ConfigError reports one invalid setting: a Config field, or a key of KafkaConfig written as
+// KafkaConfig["key"].
+type ConfigError struct {
+	Field  string
+	Value  interface{}
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Value == nil {
+		return fmt.Sprintf("goneli: invalid %s: %s", e.Field, e.Reason)
+	}
+	return fmt.Sprintf("goneli: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
+}
+
+// ownedKafkaKeys are managed by goneli because the lease argument depends on them.
+var ownedKafkaKeys = map[string]string{
+	"group.id":                        "set Config.LeaderGroupID instead",
+	"enable.auto.commit":              "goneli commits the leader's heartbeat offsets itself to verify its group generation",
+	"enable.auto.offset.store":        "goneli stores only the offsets of its own verified heartbeats",
+	"auto.commit.interval.ms":         "derived from Config.MinPollInterval",
+	"enable.partition.eof":            "goneli does not handle partition EOF events",
+	"go.application.rebalance.enable": "goneli handles rebalances in its own callback",
+	"go.events.channel.enable":        "goneli polls the consumer from Pulse",
+	"go.logs.channel.enable":          "goneli forwards librdkafka logs to Config.Scribe",
+	"go.logs.channel":                 "goneli forwards librdkafka logs to Config.Scribe",
+}
+
+var topicName = regexp.MustCompile(`^[a-zA-Z0-9._\-]{1,249}$`)
+
+// Validate checks every field and the KafkaConfig keys that goneli derives or owns, and returns all
+// problems found, each as a *ConfigError (combined with errors.Join).
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field string, value interface{}, format string, args ...interface{}) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)})
+	}
+
+	if c.KafkaConfig == nil {
+		bad("KafkaConfig", nil, "must be set (SetDefaults supplies bootstrap.servers=%s)", DefaultBootstrapServers)
+	}
+	for key, why := range ownedKafkaKeys {
+		if v, ok := c.KafkaConfig[key]; ok {
+			bad(fmt.Sprintf("KafkaConfig[%q]", key), v, "must not be set: %s", why)
+		}
+	}
+	if c.LeaderGroupID == "" {
+		bad("LeaderGroupID", nil, "must not be empty")
+	}
+	switch {
+	case c.LeaderTopic == "":
+		bad("LeaderTopic", nil, "must not be empty")
+	case c.LeaderTopic == "." || c.LeaderTopic == ".." || !topicName.MatchString(c.LeaderTopic):
+		bad("LeaderTopic", c.LeaderTopic, "must be 1 to 249 characters of [a-zA-Z0-9._-] and not '.' or '..'")
+	}
+	if c.KafkaConsumerProvider == nil {
+		bad("KafkaConsumerProvider", nil, "must be set")
+	}
+	if c.KafkaProducerProvider == nil {
+		bad("KafkaProducerProvider", nil, "must be set")
+	}
+	if c.KafkaAdminProvider == nil {
+		bad("KafkaAdminProvider", nil, "must be set")
+	}
+	if c.Scribe == nil {
+		bad("Scribe", nil, "must be set")
+	}
+	if c.Name == "" {
+		bad("Name", nil, "must not be empty")
+	}
+	switch {
+	case c.PollDuration == nil:
+		bad("PollDuration", nil, "must be set")
+	case *c.PollDuration < 0:
+		bad("PollDuration", *c.PollDuration, "must not be negative")
+	}
+	switch {
+	case c.MinPollInterval == nil:
+		bad("MinPollInterval", nil, "must be set")
+	case *c.MinPollInterval < time.Millisecond:
+		bad("MinPollInterval", *c.MinPollInterval, "must be at least 1ms")
+	}
+	switch {
+	case c.HeartbeatTimeout == nil:
+		bad("HeartbeatTimeout", nil, "must be set")
+	case *c.HeartbeatTimeout < MinHeartbeatTimeout:
+		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at least %v", MinHeartbeatTimeout)
+	case c.MinPollInterval != nil && *c.HeartbeatTimeout < 3**c.MinPollInterval:
+		bad("HeartbeatTimeout", *c.HeartbeatTimeout,
+			"must be at least 3 x MinPollInterval (%v) so that several heartbeats fit in one lease", *c.MinPollInterval)
+	}
+	if len(errs) == 0 {
+		if _, err := c.groupTiming(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// String renders the configuration with secrets (any KafkaConfig key containing "password",
+// "secret" or "key") masked.
+func (c Config) String() string {
+	masked := KafkaConfigMap{}
+	for k, v := range c.KafkaConfig {
+		lk := strings.ToLower(k)
+		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") ||
+			(strings.Contains(lk, "key") && !strings.HasSuffix(lk, ".location")) {
+			v = "***"
+		}
+		masked[k] = v
+	}
+	return fmt.Sprintf("Config[KafkaConfig=%v, LeaderTopic=%s, LeaderGroupID=%s, Name=%s, "+
+		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s]",
+		masked, c.LeaderTopic, c.LeaderGroupID, c.Name,
+		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout))
+}
+
+func durationString(d *time.Duration) string {
+	if d == nil {
+		return "<nil>"
+	}
+	return d.String()
+}
+
+// groupTiming is the group timing that the lease argument rests on: a leader whose heartbeats
+// stop coming back fences itself HeartbeatTimeout after the last good one, while the coordinator
+// cannot expel it sooner than one session timeout after the group heartbeat that preceded that
+// heartbeat's commit, which is at most one heartbeat interval earlier.
+type groupTiming struct {
+	session      time.Duration // session.timeout.ms
+	interval     time.Duration // heartbeat.interval.ms
+	maxPoll      time.Duration // max.poll.interval.ms, also the classic protocol's rebalance timeout
+	commit       time.Duration // auto.commit.interval.ms
+	classic      bool          // false under group.protocol=consumer (KIP-848)
+	userSession  bool
+	userInterval bool
+}
+
+func (c Config) groupTiming() (groupTiming, error) {
+	ht := *c.HeartbeatTimeout
+	t := groupTiming{classic: true}
+	if p, ok := c.KafkaConfig["group.protocol"]; ok && strings.EqualFold(fmt.Sprint(p), "consumer") {
+		// KIP-848 moves the session timeout and heartbeat interval to the broker; librdkafka rejects
+		// them on the client.
+		t.classic = false
+	}
+	t.interval = clampDuration(ht/10, 100*time.Millisecond, 3*time.Second)
+	t.session = 2 * ht
+	t.commit = clampDuration(*c.MinPollInterval/4, 10*time.Millisecond, time.Second)
+
+	if t.classic {
+		if v, ok, err := c.kafkaMillis("heartbeat.interval.ms"); err != nil {
+			return t, err
+		} else if ok {
+			t.interval, t.userInterval = v, true
+		}
+		if v, ok, err := c.kafkaMillis("session.timeout.ms"); err != nil {
+			return t, err
+		} else if ok {
+			t.session, t.userSession = v, true
+		}
+		if floor := ht + 2*t.interval; t.session < floor {
+			key, value := "session.timeout.ms", t.session
+			if t.userInterval && !t.userSession {
+				key, value = "heartbeat.interval.ms", t.interval
+			}
+			return t, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: value.Milliseconds(),
+				Reason: fmt.Sprintf("unsafe with HeartbeatTimeout=%v: session.timeout.ms (%d) must be at least "+
+					"HeartbeatTimeout + 2 x heartbeat.interval.ms (%d), so that a leader cut off from Kafka "+
+					"fences itself before the coordinator can expel it",
+					ht, t.session.Milliseconds(), floor.Milliseconds())}
+		}
+	}
+	t.maxPoll = t.session
+	if !t.classic && t.maxPoll < 2*ht {
+		t.maxPoll = 2 * ht
+	}
+	if v, ok, err := c.kafkaMillis("max.poll.interval.ms"); err != nil {
+		return t, err
+	} else if ok {
+		if v < t.maxPoll {
+			return t, &ConfigError{Field: `KafkaConfig["max.poll.interval.ms"]`, Value: v.Milliseconds(),
+				Reason: fmt.Sprintf("must be at least %d (the session timeout): it is also the rebalance timeout, "+
+					"after which a leader that has not released partition 0 is expelled", t.maxPoll.Milliseconds())}
+		}
+		t.maxPoll = v
+	}
+	return t, nil
+}
+
+func clampDuration(d, lo, hi time.Duration) time.Duration {
+	return max(lo, min(d, hi))
+}
+
+// kafkaMillis reads a millisecond-valued KafkaConfig entry given as an integer or a string.
+func (c Config) kafkaMillis(key string) (time.Duration, bool, error) {
+	raw, ok := c.KafkaConfig[key]
+	if !ok {
+		return 0, false, nil
+	}
+	var ms int64
+	switch v := raw.(type) {
+	case int:
+		ms = int64(v)
+	case int32:
+		ms = int64(v)
+	case int64:
+		ms = v
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be a whole number of milliseconds"}
+		}
+		ms = n
+	default:
+		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be an int or a string of digits (milliseconds)"}
+	}
+	if ms <= 0 {
+		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be positive"}
+	}
+	return time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// clientConfigs builds the consumer, producer and admin configurations. User settings are copied
+// first; the derived settings fill in what the user left unset; owned settings always win.
+func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.ConfigMap) {
+	base := kafka.ConfigMap{}
+	for k, v := range c.KafkaConfig {
+		base[k] = v
+	}
+	setDefault(base, "client.id", "goneli-"+Sanitise(c.Name))
+	setDefault(base, "enable.metrics.push", false)
+	// librdkafka backs off reconnects up to 10 s by default, which would add seconds to recovery
+	// after a network cut; leadership decisions are only as fast as the reconnect.
+	setDefault(base, "reconnect.backoff.max.ms", 1000)
+
+	consumer = cloneConfig(base)
+	consumer["group.id"] = c.LeaderGroupID
+	consumer["enable.auto.commit"] = true
+	consumer["enable.auto.offset.store"] = false
+	consumer["auto.commit.interval.ms"] = int(t.commit.Milliseconds())
+	consumer["enable.partition.eof"] = false
+	setDefault(consumer, "auto.offset.reset", "latest")
+	if t.classic {
+		consumer["session.timeout.ms"] = int(t.session.Milliseconds())
+		consumer["heartbeat.interval.ms"] = int(t.interval.Milliseconds())
+		// Sticky cooperative assignment keeps partition 0 where it is when followers come and go, so
+		// membership churn does not interrupt the leader.
+		setDefault(consumer, "partition.assignment.strategy", "cooperative-sticky")
+	}
+	consumer["max.poll.interval.ms"] = int(t.maxPoll.Milliseconds())
+	setDefault(consumer, "fetch.wait.max.ms", 100)
+	setDefault(consumer, "fetch.error.backoff.ms", 100)
+
+	producer = cloneConfig(base)
+	for _, k := range consumerOnlyKeys {
+		delete(producer, k)
+	}
+	setDefault(producer, "acks", "all")
+	setDefault(producer, "linger.ms", 0)
+	// A heartbeat is worthless once its lease would have lapsed; retrying it later only adds noise.
+	producer["message.timeout.ms"] = int(c.HeartbeatTimeout.Milliseconds())
+	setDefault(producer, "enable.idempotence", false)
+	// confluent-kafka-go sizes both channels for a million entries by default, some 24 MB of
+	// buffers for a producer that sends ten small records a second.
+	producer["go.events.channel.size"] = 1000
+	producer["go.produce.channel.size"] = 0
+
+	admin = cloneConfig(producer)
+	for _, k := range producerOnlyKeys {
+		delete(admin, k)
+	}
+	return consumer, producer, admin
+}
+
+var consumerOnlyKeys = []string{"session.timeout.ms", "heartbeat.interval.ms", "max.poll.interval.ms",
+	"partition.assignment.strategy", "auto.offset.reset", "fetch.wait.max.ms", "fetch.error.backoff.ms",
+	"group.protocol", "group.remote.assignor", "group.instance.id", "isolation.level", "fetch.min.bytes",
+	"fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages", "queued.max.messages.kbytes",
+	"check.crcs", "allow.auto.create.topics", "group.protocol.type", "coordinator.query.interval.ms"}
+
+var producerOnlyKeys = []string{"go.events.channel.size", "go.produce.channel.size", "acks", "linger.ms", "message.timeout.ms", "enable.idempotence",
+	"batch.size", "batch.num.messages", "compression.type", "compression.codec", "retries", "queue.buffering.max.ms",
+	"queue.buffering.max.messages", "queue.buffering.max.kbytes", "request.required.acks", "delivery.timeout.ms"}
+
+func setDefault(m kafka.ConfigMap, key string, value kafka.ConfigValue) {
+	if _, ok := m[key]; !ok {
+		m[key] = value
+	}
+}
+
+func cloneConfig(m kafka.ConfigMap) kafka.ConfigMap {
+	out := make(kafka.ConfigMap, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

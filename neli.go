@@ -1,0 +1,752 @@
+package goneli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/obsidiandynamics/libstdgo/concurrent"
+	"github.com/obsidiandynamics/libstdgo/scribe"
+)
+
+// State is the lifecycle stage of a Neli instance.
+type State int32
+
+const (
+	// Live means the instance is contending for, or holding, leadership.
+	Live State = iota
+
+	// Closing means Close has begun: the instance no longer leads and is releasing its clients.
+	Closing
+
+	// Closed means every client is closed and every goroutine has ended.
+	Closed
+)
+
+// String names the state.
+func (s State) String() string {
+	switch s {
+	case Live:
+		return "Live"
+	case Closing:
+		return "Closing"
+	case Closed:
+		return "Closed"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ErrNonLivePulse is returned by Pulse, PulseCtx and Background once Close has begun.
+var ErrNonLivePulse = errors.New("goneli: cannot pulse in non-live state")
+
+// Neli contends for leadership of one group on behalf of one process. It is safe for concurrent
+// use.
+type Neli interface {
+	// IsLeader reports whether this instance holds a valid lease now. It reads an atomic and a
+	// monotonic clock, so it is cheap, never blocks, and turns false the moment the lease lapses
+	// even if nobody is pulsing.
+	IsLeader() bool
+
+	// Pulse does the due Kafka work (polling, heartbeats, lease checks) and reports leadership. A
+	// leader returns at once; a non-leader keeps pulsing until it becomes leader or timeout
+	// passes, and then returns (false, nil). Errors are fatal: the instance cannot continue.
+	Pulse(timeout time.Duration) (bool, error)
+
+	// PulseCtx is Pulse bounded by ctx. When ctx's deadline passes it returns (false, nil), as
+	// Pulse does on timeout; when ctx is cancelled it returns (false, ctx.Err()).
+	PulseCtx(ctx context.Context) (bool, error)
+
+	// Deadline is the throttle that keeps the consumer from being polled more often than
+	// Config.MinPollInterval.
+	Deadline() concurrent.Deadline
+
+	// Close gives up leadership (IsLeader turns false and the barrier receives LeaderRevoked if
+	// a tenure was acquired), then leaves the group so that a successor is elected at once, and
+	// releases every client and goroutine. It is idempotent: later calls wait for the first to
+	// finish and return its result.
+	Close() error
+
+	// Await blocks until the instance is Closed.
+	Await()
+
+	// State reports the lifecycle stage.
+	State() State
+
+	// Background starts a goroutine that pulses continually and runs task whenever this
+	// instance leads. See Pulser.
+	Background(task LeaderTask) (Pulser, error)
+}
+
+// TopicError reports that the leader topic is missing and could not be created.
+type TopicError struct {
+	Topic string
+	Err   error
+}
+
+func (e *TopicError) Error() string {
+	return fmt.Sprintf("goneli: leader topic %q does not exist and could not be created (%v); "+
+		"create it with one partition, for example: kafka-topics.sh --create --topic %s --partitions 1",
+		e.Topic, e.Err, e.Topic)
+}
+
+// Unwrap returns the cause.
+func (e *TopicError) Unwrap() error { return e.Err }
+
+// maxEventsPerCycle bounds the work one Pulse does when a backlog has built up in the consumer.
+const maxEventsPerCycle = 1000
+
+// leaderTopicConfig keeps the topic small: only the last few seconds of heartbeats matter.
+var leaderTopicConfig = map[string]string{
+	"cleanup.policy": "delete",
+	"retention.ms":   "600000",
+	"segment.ms":     "600000",
+}
+
+type neli struct {
+	config   Config
+	timing   groupTiming
+	barrier  Barrier
+	log      scribe.Scribe
+	topic    string
+	key      []byte
+	base     time.Time // origin of the monotonic clock that leases are measured on
+	consumer KafkaConsumer
+	prodConf *KafkaConfigMap
+
+	state        atomic.Int32
+	leaseEnd     atomic.Int64 // monotonic nanoseconds; 0 while not leading
+	barrierG     atomic.Int64 // goroutine running the barrier, 0 if none
+	pollDeadline concurrent.Deadline
+
+	closeOnce sync.Once
+	closing   chan struct{}
+	closed    chan struct{}
+	closeErr  error
+	workers   sync.WaitGroup // lease watchdog and log forwarder
+	logs      chan kafka.LogEvent
+	logsStop  chan struct{}
+	leaseCh   chan time.Duration
+
+	mu            sync.Mutex // guards the fields below; held while polling and while calling the barrier
+	producer      KafkaProducer
+	watchdogOn    bool
+	ten           tenure
+	pending       map[kafka.Offset]time.Duration // stored offset -> monotonic send time of the heartbeat before it
+	renewedSent   time.Duration                  // send time of the heartbeat behind the current lease
+	throttle      logThrottle
+	staleIgnored  atomic.Int64 // own heartbeats of an old tenure or out of order, ignored
+	lateRejected  atomic.Int64 // own heartbeats confirmed too late to extend the lease
+	commitRejects atomic.Int64 // commits the coordinator rejected
+}
+
+type tenure struct {
+	active        bool
+	id            uint64
+	seq           uint64
+	confirmedSeq  uint64
+	leading       bool
+	acquired      bool
+	since         int64
+	nextHeartbeat time.Duration
+}
+
+func (t *tenure) name() string {
+	return strconv.FormatUint(t.id, 16)
+}
+
+// New validates config, makes sure the leader topic exists, and joins the group. It does not wait
+// for leadership; call Pulse or Background for that. New is bounded in time: an unreachable
+// broker costs at most one HeartbeatTimeout spent looking for the topic, after which New succeeds
+// and Pulse keeps trying.
+func New(config Config, barrier ...Barrier) (Neli, error) {
+	if config.KafkaConfig != nil {
+		// SetDefaults adds to the map; the caller's map stays untouched.
+		clone := make(KafkaConfigMap, len(config.KafkaConfig))
+		for k, v := range config.KafkaConfig {
+			clone[k] = v
+		}
+		config.KafkaConfig = clone
+	}
+	config.SetDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	timing, _ := config.groupTiming()
+
+	n := &neli{
+		config:       config,
+		timing:       timing,
+		barrier:      NopBarrier(),
+		log:          config.Scribe,
+		topic:        config.LeaderTopic,
+		key:          []byte(config.Name),
+		base:         time.Now(),
+		pollDeadline: concurrent.NewDeadline(*config.MinPollInterval),
+		closing:      make(chan struct{}),
+		closed:       make(chan struct{}),
+		logs:         make(chan kafka.LogEvent, 64),
+		logsStop:     make(chan struct{}),
+		leaseCh:      make(chan time.Duration, 1),
+		pending:      map[kafka.Offset]time.Duration{},
+	}
+	if len(barrier) > 0 && barrier[0] != nil {
+		n.barrier = barrier[0]
+	}
+	n.throttle.every = 10 * time.Second
+
+	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
+	for _, cm := range []kafka.ConfigMap{consumerConf, producerConf} {
+		cm["go.logs.channel.enable"] = true
+		cm["go.logs.channel"] = n.logs
+	}
+	// The admin client cannot forward its logs; its failures come back as errors anyway.
+	adminConf["log_level"] = 0
+	n.prodConf = fromKafkaConfigMap(producerConf)
+	n.workers.Add(1)
+	go n.forwardLogs()
+
+	fail := func(err error) (Neli, error) {
+		close(n.logsStop)
+		n.workers.Wait()
+		return nil, err
+	}
+	if err := n.ensureTopic(fromKafkaConfigMap(adminConf)); err != nil {
+		return fail(err)
+	}
+	consumer, err := config.KafkaConsumerProvider(fromKafkaConfigMap(consumerConf))
+	if err != nil {
+		return fail(fmt.Errorf("goneli: cannot create Kafka consumer: %w", err))
+	}
+	if err := consumer.Subscribe(n.topic, n.onRebalance); err != nil {
+		_ = consumer.Close()
+		return fail(fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", n.topic, err))
+	}
+	n.consumer = consumer
+	n.log.I()("goneli %s: contending for leadership of group %s on topic %s (lease %v, session %v, group heartbeat %v)",
+		config.Name, config.LeaderGroupID, n.topic, *config.HeartbeatTimeout, timing.session, timing.interval)
+	return n, nil
+}
+
+// ensureTopic creates the leader topic if the broker says it is missing. If the broker cannot be
+// reached in time the check is skipped: the consumer reports a missing topic later, through Pulse's
+// logs.
+func (n *neli) ensureTopic(conf *KafkaConfigMap) error {
+	admin, err := n.config.KafkaAdminProvider(conf)
+	if err != nil {
+		return fmt.Errorf("goneli: cannot create Kafka admin client: %w", err)
+	}
+	defer admin.Close()
+	timeout := *n.config.HeartbeatTimeout
+	md, err := admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
+	if err != nil {
+		n.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", n.config.Name, n.topic, timeout, err)
+		return nil
+	}
+	tm, ok := md.Topics[n.topic]
+	if ok && tm.Error.Code() == kafka.ErrNoError {
+		if len(tm.Partitions) > 1 {
+			n.log.W()("goneli %s: leader topic %s has %d partitions; only partition 0 is used", n.config.Name, n.topic, len(tm.Partitions))
+		}
+		return nil
+	}
+	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
+		return &TopicError{Topic: n.topic, Err: tm.Error}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{{
+		Topic: n.topic, NumPartitions: 1, ReplicationFactor: -1, Config: leaderTopicConfig,
+	}}, kafka.SetAdminOperationTimeout(timeout))
+	if err == nil && len(res) == 1 {
+		err = res[0].Error
+		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {
+			n.log.I()("goneli %s: created leader topic %s", n.config.Name, n.topic)
+			return nil
+		}
+	}
+	return &TopicError{Topic: n.topic, Err: err}
+}
+
+func (n *neli) now() time.Duration {
+	return time.Since(n.base)
+}
+
+func (n *neli) IsLeader() bool {
+	end := n.leaseEnd.Load()
+	return end != 0 && int64(n.now()) < end
+}
+
+func (n *neli) State() State {
+	return State(n.state.Load())
+}
+
+func (n *neli) Deadline() concurrent.Deadline {
+	return n.pollDeadline
+}
+
+func (n *neli) Await() {
+	<-n.closed
+}
+
+func (n *neli) Pulse(timeout time.Duration) (bool, error) {
+	return n.pulse(nil, nil, timeout)
+}
+
+func (n *neli) PulseCtx(ctx context.Context) (bool, error) {
+	return n.pulse(ctx.Done(), ctx.Err, -1)
+}
+
+// pulse runs due cycles until this instance leads, the timeout (if not negative) passes, done is
+// closed, or the instance closes.
+func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Duration) (bool, error) {
+	start := time.Now()
+	var timer *time.Timer
+	for {
+		if n.State() != Live {
+			return false, ErrNonLivePulse
+		}
+		if err := n.pulseOnce(); err != nil {
+			return false, err
+		}
+		if n.IsLeader() {
+			return true, nil
+		}
+		wait := max(n.pollDeadline.Remaining(), time.Millisecond)
+		if timeout >= 0 {
+			left := timeout - time.Since(start)
+			if left <= 0 {
+				return false, nil
+			}
+			wait = min(wait, left)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-done:
+			timer.Stop()
+			if err := doneErr(); errors.Is(err, context.DeadlineExceeded) {
+				return false, nil
+			} else {
+				return false, err
+			}
+		case <-n.closing:
+			timer.Stop()
+			return false, ErrNonLivePulse
+		case <-timer.C:
+		}
+	}
+}
+
+func (n *neli) pulseOnce() (err error) {
+	n.pollDeadline.TryRun(func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.State() == Live {
+			err = n.cycle()
+		}
+	})
+	return err
+}
+
+// cycle polls the consumer dry (within bounds), sends a heartbeat if one is due and checks the
+// lease. Called with mu held.
+func (n *neli) cycle() error {
+	var fatal error
+	ev := n.consumer.Poll(int(n.config.PollDuration.Milliseconds()))
+	for i := 0; ev != nil; i++ {
+		if err := n.handle(ev); err != nil && fatal == nil {
+			fatal = err
+		}
+		if i+1 >= maxEventsPerCycle || n.State() != Live {
+			break
+		}
+		ev = n.consumer.Poll(0)
+	}
+	n.drainProducer()
+	if n.ten.active && n.State() == Live && n.now() >= n.ten.nextHeartbeat {
+		n.sendHeartbeat()
+	}
+	n.checkLease()
+	return fatal
+}
+
+func (n *neli) handle(ev kafka.Event) error {
+	switch e := ev.(type) {
+	case *kafka.Message:
+		n.onMessage(e)
+	case kafka.OffsetsCommitted:
+		n.onCommit(e)
+	case kafka.Error:
+		if e.IsFatal() {
+			n.fence("fatal consumer error: " + e.Error())
+			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
+		}
+		n.logKafkaError("consumer", e)
+	}
+	return nil
+}
+
+func (n *neli) onMessage(m *kafka.Message) {
+	if m.TopicPartition.Error != nil {
+		n.throttle.log(n.log.W(), "fetch:"+m.TopicPartition.Error.Error(), "goneli %s: fetch from %s failed: %v",
+			n.config.Name, n.topic, m.TopicPartition.Error)
+		return
+	}
+	if m.TopicPartition.Partition != 0 || m.TopicPartition.Topic == nil || *m.TopicPartition.Topic != n.topic {
+		return
+	}
+	var h heartbeat
+	if h.decode(m.Value) != nil || string(m.Key) != n.config.Name {
+		return
+	}
+	if !n.ten.active || h.tenure != n.ten.id || h.seq <= n.ten.confirmedSeq {
+		// A heartbeat of an earlier tenure, or a retry arriving after a newer one: it proves nothing
+		// about the present.
+		n.staleIgnored.Add(1)
+		return
+	}
+	n.ten.confirmedSeq = h.seq
+	next := m.TopicPartition.Offset + 1
+	if _, err := n.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &n.topic, Partition: 0, Offset: next}}); err != nil {
+		n.throttle.log(n.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", n.config.Name, err)
+		return
+	}
+	n.pending[next] = h.sentMono
+}
+
+// onCommit turns a commit the coordinator accepted into a lease renewal: the commit was sent after
+// the heartbeat came back, so the coordinator still counted this instance as the owner of partition
+// 0 in its current generation after that heartbeat's send time.
+func (n *neli) onCommit(e kafka.OffsetsCommitted) {
+	if e.Error != nil {
+		n.onCommitError(e.Error)
+		return
+	}
+	for _, tp := range e.Offsets {
+		if tp.Partition != 0 || tp.Topic == nil || *tp.Topic != n.topic {
+			continue
+		}
+		if tp.Error != nil {
+			n.onCommitError(tp.Error)
+			continue
+		}
+		sent, ok := n.pending[tp.Offset]
+		for off := range n.pending {
+			if off <= tp.Offset {
+				delete(n.pending, off)
+			}
+		}
+		if ok {
+			n.renew(sent)
+		}
+	}
+}
+
+func (n *neli) onCommitError(err error) {
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		n.throttle.log(n.log.W(), "commit", "goneli %s: heartbeat offset commit failed: %v", n.config.Name, err)
+		return
+	}
+	switch ke.Code() {
+	case kafka.ErrNoOffset:
+		return
+	case kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID,
+		kafka.ErrStaleMemberEpoch, kafka.ErrFencedMemberEpoch:
+		n.commitRejects.Add(1)
+		n.fence("group coordinator rejected the heartbeat commit: " + ke.Error())
+	default:
+		// Includes REBALANCE_IN_PROGRESS: under cooperative assignment partition 0 usually stays put,
+		// so the lease simply goes unrenewed until the rebalance settles.
+		n.throttle.log(n.log.D(), "commit:"+ke.Code().String(), "goneli %s: heartbeat offset commit not accepted: %v", n.config.Name, ke)
+	}
+}
+
+func (n *neli) renew(sent time.Duration) {
+	end := sent + *n.config.HeartbeatTimeout
+	if n.now() >= end {
+		n.lateRejected.Add(1)
+		return
+	}
+	if sent > n.renewedSent {
+		n.renewedSent = sent
+	}
+	end = n.renewedSent + *n.config.HeartbeatTimeout
+	if !n.ten.leading {
+		n.ten.leading = true
+		if !n.ten.acquired {
+			n.ten.acquired = true
+			n.ten.since = time.Now().UnixNano()
+		}
+		n.emit(LeaderAcquired{Tenure: n.ten.name()})
+		if !n.ten.leading || n.now() >= end {
+			// The barrier took longer than the lease; the next cycle's lease check fences.
+			return
+		}
+	}
+	n.leaseEnd.Store(int64(end))
+	if n.State() != Live {
+		// Close began meanwhile and cleared the lease; keep it cleared.
+		n.leaseEnd.Store(0)
+		return
+	}
+	n.armWatchdog(end)
+}
+
+func (n *neli) checkLease() {
+	if n.ten.leading && n.State() == Live && n.now() >= n.renewedSent+*n.config.HeartbeatTimeout {
+		n.fence(fmt.Sprintf("no own heartbeat confirmed within HeartbeatTimeout (%v)", *n.config.HeartbeatTimeout))
+	}
+}
+
+func (n *neli) fence(reason string) {
+	if !n.ten.leading {
+		return
+	}
+	n.ten.leading = false
+	n.leaseEnd.Store(0)
+	n.log.W()("goneli %s: fenced: %s", n.config.Name, reason)
+	n.emit(LeaderFenced{Tenure: n.ten.name(), Reason: reason, LeaseAge: n.now() - n.renewedSent})
+}
+
+// armWatchdog makes sure LeaderFenced is delivered when the lease lapses even if nobody pulses
+// (a long-running task, a stuck pulse loop). IsLeader does not depend on it.
+func (n *neli) armWatchdog(end time.Duration) {
+	if !n.watchdogOn {
+		n.watchdogOn = true
+		n.workers.Add(1)
+		go n.watchdog()
+	}
+	select {
+	case <-n.leaseCh:
+	default:
+	}
+	n.leaseCh <- end
+}
+
+func (n *neli) watchdog() {
+	defer n.workers.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-n.closing:
+			return
+		case end := <-n.leaseCh:
+			timer.Reset(max(end-n.now(), 0))
+		case <-timer.C:
+			n.mu.Lock()
+			n.checkLease()
+			n.mu.Unlock()
+		}
+	}
+}
+
+func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
+	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
+	switch e := ev.(type) {
+	case kafka.AssignedPartitions:
+		mine := n.partitionZero(e.Partitions)
+		if c != nil {
+			var err error
+			if cooperative {
+				err = c.IncrementalAssign(mine)
+			} else {
+				err = c.Assign(mine)
+			}
+			if err != nil {
+				n.throttle.log(n.log.E(), "assign", "goneli %s: cannot take assignment: %v", n.config.Name, err)
+				return err
+			}
+		}
+		if len(mine) > 0 && !n.ten.active {
+			n.beginTenure()
+		}
+	case kafka.RevokedPartitions:
+		mine := n.partitionZero(e.Partitions)
+		if len(mine) > 0 && n.ten.active {
+			n.endTenure(c != nil && c.AssignmentLost())
+		}
+		if c != nil {
+			if cooperative {
+				return c.IncrementalUnassign(mine)
+			}
+			return c.Unassign()
+		}
+	}
+	return nil
+}
+
+func (n *neli) partitionZero(tps []kafka.TopicPartition) []kafka.TopicPartition {
+	for _, tp := range tps {
+		if tp.Partition == 0 && tp.Topic != nil && *tp.Topic == n.topic {
+			return []kafka.TopicPartition{tp}
+		}
+	}
+	return []kafka.TopicPartition{}
+}
+
+func (n *neli) beginTenure() {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	n.ten = tenure{active: true, id: binary.BigEndian.Uint64(b[:])}
+	clear(n.pending)
+	n.renewedSent = 0
+	n.log.D()("goneli %s: assigned partition 0 (tenure %s)", n.config.Name, n.ten.name())
+}
+
+func (n *neli) endTenure(lost bool) {
+	if lost {
+		n.fence("partition 0 assignment lost")
+	}
+	n.ten.leading = false
+	n.leaseEnd.Store(0)
+	acquired := n.ten.acquired
+	n.ten.active = false
+	clear(n.pending)
+	if acquired {
+		n.emit(LeaderRevoked{Tenure: n.ten.name()})
+	}
+}
+
+func (n *neli) sendHeartbeat() {
+	if n.producer == nil {
+		p, err := n.config.KafkaProducerProvider(n.prodConf)
+		if err != nil {
+			n.throttle.log(n.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", n.config.Name, err)
+			return
+		}
+		n.producer = p
+	}
+	n.ten.seq++
+	now := n.now()
+	h := heartbeat{tenure: n.ten.id, seq: n.ten.seq, sentWall: time.Now().UnixNano(), sentMono: now}
+	if n.ten.acquired {
+		h.since = n.ten.since
+	}
+	err := n.producer.Produce(&kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &n.topic, Partition: 0},
+		Key:            n.key,
+		Value:          h.appendTo(make([]byte, 0, heartbeatSize)),
+	}, nil)
+	if err != nil {
+		n.throttle.log(n.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", n.config.Name, err)
+	}
+	n.ten.nextHeartbeat = now + *n.config.MinPollInterval
+}
+
+func (n *neli) drainProducer() {
+	if n.producer == nil {
+		return
+	}
+	for i := 0; i < maxEventsPerCycle; i++ {
+		select {
+		case ev := <-n.producer.Events():
+			switch e := ev.(type) {
+			case *kafka.Message:
+				if e.TopicPartition.Error != nil {
+					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
+				}
+			case kafka.Error:
+				n.logKafkaError("producer", e)
+			}
+		default:
+			return
+		}
+	}
+}
+
+func (n *neli) logKafkaError(client string, e kafka.Error) {
+	hint := ""
+	if e.Code() == kafka.ErrInvalidSessionTimeout {
+		hint = fmt.Sprintf(" (the derived session.timeout.ms=%d is outside the broker's group.min/max.session.timeout.ms; "+
+			"raise HeartbeatTimeout or lower the broker's group.min.session.timeout.ms)", n.timing.session.Milliseconds())
+	}
+	n.throttle.log(n.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", n.config.Name, client, e, hint)
+}
+
+// emit calls the barrier, remembering which goroutine runs it so that a Close from inside the
+// barrier can be recognised.
+func (n *neli) emit(e Event) {
+	n.log.I()("goneli %s: %v", n.config.Name, e)
+	n.barrierG.Store(goid())
+	defer n.barrierG.Store(0)
+	n.barrier(e)
+}
+
+func (n *neli) Close() error {
+	first := false
+	n.closeOnce.Do(func() {
+		first = true
+		n.state.Store(int32(Closing))
+		n.leaseEnd.Store(0)
+		close(n.closing)
+	})
+	if g := n.barrierG.Load(); g != 0 && g == goid() {
+		// Called by the barrier, perhaps while this goroutine holds mu inside a poll: finish the
+		// shutdown elsewhere once the barrier returns.
+		if first {
+			go n.shutdown()
+		}
+		return nil
+	}
+	if first {
+		n.shutdown()
+	} else {
+		<-n.closed
+	}
+	return n.closeErr
+}
+
+func (n *neli) shutdown() {
+	var errs []error
+	n.mu.Lock()
+	if n.ten.active {
+		n.endTenure(false)
+	}
+	if n.producer != nil {
+		n.producer.Close()
+	}
+	if err := n.consumer.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("goneli: closing Kafka consumer: %w", err))
+	}
+	n.mu.Unlock()
+	close(n.logsStop)
+	n.workers.Wait()
+	n.closeErr = errors.Join(errs...)
+	n.state.Store(int32(Closed))
+	n.log.I()("goneli %s: closed", n.config.Name)
+	close(n.closed)
+}
+
+func (n *neli) forwardLogs() {
+	defer n.workers.Done()
+	for {
+		select {
+		case <-n.logsStop:
+			return
+		case l := <-n.logs:
+			logger := n.log.D()
+			switch {
+			case l.Level <= 3:
+				logger = n.log.E()
+			case l.Level == 4:
+				logger = n.log.W()
+			case l.Level <= 6:
+				logger = n.log.I()
+			}
+			logger("goneli %s: librdkafka %s [%s] %s", n.config.Name, l.Name, l.Tag, l.Message)
+		}
+	}
+}

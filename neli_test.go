@@ -1,0 +1,417 @@
+package goneli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+func leaders(ns ...Neli) int {
+	count := 0
+	for _, n := range ns {
+		if n.IsLeader() {
+			count++
+		}
+	}
+	return count
+}
+
+func TestSingleLeaderAmongSeveral(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+
+	var active, overlaps, runs atomic.Int64
+	var ns []Neli
+	for i := range 3 {
+		n := newNeli(t, testConfig(b, group, fmt.Sprintf("n%d", i), log), r)
+		ns = append(ns, n)
+		p, err := n.Background(func() {
+			if active.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			runs.Add(1)
+			time.Sleep(time.Millisecond)
+			active.Add(-1)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(); _ = p.Await() })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	if _, err := b.WaitGroupStable(ctx, group, 3); err != nil {
+		t.Fatalf("group never held all three: %v", err)
+	}
+	r.await(t, "a leader", has[LeaderAcquired](""))
+	// Let the leader renew its lease many times over with all three members pulsing.
+	r0 := runs.Load()
+	for runs.Load() < r0+300 {
+		if got := leaders(ns...); got > 1 {
+			t.Fatalf("%d instances report IsLeader at once", got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if overlaps.Load() != 0 {
+		t.Fatalf("leader tasks overlapped %d times", overlaps.Load())
+	}
+	events := r.snapshot()
+	checkExclusive(t, events)
+	checkGrammar(t, events)
+	acquired := 0
+	for _, e := range events {
+		if _, ok := e.what.(LeaderAcquired); ok {
+			acquired++
+		}
+	}
+	if acquired != 1 {
+		t.Fatalf("want exactly one LeaderAcquired in a stable group, got %d: %s", acquired, describe(events))
+	}
+}
+
+func TestHandoffOnClose(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	a := newNeli(t, testConfig(b, group, "a", log), r)
+	pulse(t, a)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	c := newNeli(t, testConfig(b, group, "c", log), r)
+	pulse(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if a.IsLeader() {
+		t.Fatal("IsLeader true after Close")
+	}
+	if s := a.State(); s != Closed {
+		t.Fatalf("State after Close = %v", s)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := a.Pulse(time.Millisecond); !errors.Is(err, ErrNonLivePulse) {
+		t.Fatalf("Pulse after Close: got %v, want ErrNonLivePulse", err)
+	}
+	if _, err := a.Background(func() {}); !errors.Is(err, ErrNonLivePulse) {
+		t.Fatalf("Background after Close: got %v, want ErrNonLivePulse", err)
+	}
+	a.Await()
+
+	events := r.await(t, "c to lead", has[LeaderAcquired]("c"))
+	iRev, rev := first[LeaderRevoked](events, "a", 0)
+	iAcq, _ := first[LeaderAcquired](events, "c", 0)
+	if rev == nil || iRev > iAcq {
+		t.Fatalf("a must deliver LeaderRevoked before c acquires: %s", describe(events))
+	}
+	checkExclusive(t, events)
+	checkGrammar(t, events)
+}
+
+func TestFailoverWhenLeaderProcessIsKilled(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	child, childEvents := startChild(t, b, group, "child")
+	for ev := range childEvents {
+		if ev == "LeaderAcquired" {
+			break
+		}
+	}
+	f := newNeli(t, testConfig(b, group, "f", log), r)
+	pulse(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
+		t.Fatal(err)
+	}
+	if f.IsLeader() {
+		t.Fatal("follower leads while the child still holds the lease")
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r.await(t, "the follower to take over from the killed leader", has[LeaderAcquired]("f"))
+}
+
+func TestLeaderFencesWhenPulsingStops(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	a := newNeli(t, testConfig(b, group, "a", log), r)
+	// a pulses by hand, so the test can stop its loop without closing it.
+	for {
+		leader, err := a.Pulse(10 * time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leader {
+			break
+		}
+	}
+	c := newNeli(t, testConfig(b, group, "c", log), r)
+	pulse(t, c)
+
+	// a no longer pulses: its lease must lapse on its own, and the lease watchdog must tell the
+	// barrier, before c is elected.
+	events := r.await(t, "a to be fenced", has[LeaderFenced]("a"))
+	if a.IsLeader() {
+		t.Fatal("IsLeader still true after LeaderFenced")
+	}
+	events = r.await(t, "c to take over after a's poll interval ran out", has[LeaderAcquired]("c"))
+	checkExclusive(t, events)
+	checkGrammar(t, events)
+}
+
+func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
+	for _, mode := range []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse} {
+		t.Run(map[kafkatest.Fault]string{kafkatest.Blackhole: "blackhole", kafkatest.Refuse: "refuse"}[mode], func(t *testing.T) {
+			b := startBroker(t)
+			log, r, group := newTestLog(t), newRecorder(), groupName(t)
+			a := newNeli(t, testConfig(b, group, "a", log), r)
+			pulse(t, a)
+			r.await(t, "a to lead", has[LeaderAcquired]("a"))
+			c := newNeli(t, testConfig(b, group, "c", log), r)
+			pulse(t, c)
+			ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+			defer cancel()
+			if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
+				t.Fatal(err)
+			}
+
+			b.Net.Cut("goneli-a", mode)
+			events := r.await(t, "c to take over", has[LeaderAcquired]("c"))
+			iFence, _ := first[LeaderFenced](events, "a", 0)
+			iAcq, _ := first[LeaderAcquired](events, "c", 0)
+			if iFence < 0 || iFence > iAcq {
+				t.Fatalf("a must fence itself before c is elected: %s", describe(events))
+			}
+
+			// After the cut heals a finds out it was expelled, ends its tenure and follows.
+			b.Net.Heal("goneli-a")
+			events = r.await(t, "a to learn its tenure is over", has[LeaderRevoked]("a"))
+			if a.IsLeader() {
+				t.Fatal("a leads again after being expelled")
+			}
+			checkExclusive(t, events)
+			checkGrammar(t, events)
+		})
+	}
+}
+
+func TestShortCutFencesThenResumes(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	config := testConfig(b, group, "a", log)
+	// A long session keeps a's membership through the cut, so only the lease lapses.
+	config.KafkaConfig["session.timeout.ms"] = 20000
+	a := newNeli(t, config, r)
+	pulse(t, a)
+	events := r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	_, acquired := first[LeaderAcquired](events, "a", 0)
+
+	b.Net.Cut("goneli-a", kafkatest.Refuse)
+	r.await(t, "a to be fenced", has[LeaderFenced]("a"))
+	if a.IsLeader() {
+		t.Fatal("IsLeader true after LeaderFenced")
+	}
+	b.Net.Heal("goneli-a")
+	events = r.await(t, "a to resume", func(events []stamped) bool {
+		i, _ := first[LeaderFenced](events, "a", 0)
+		j, _ := first[LeaderAcquired](events, "a", i)
+		return j >= 0
+	})
+	i, _ := first[LeaderFenced](events, "a", 0)
+	_, resumed := first[LeaderAcquired](events, "a", i)
+	if resumed.what.(LeaderAcquired).Tenure != acquired.what.(LeaderAcquired).Tenure {
+		t.Fatalf("resumed in a new tenure: %s", describe(events))
+	}
+	checkGrammar(t, events)
+}
+
+// After a stall of the leader's produce requests, the heartbeats held up in it arrive late. They
+// are the leader's own, of its current tenure, but their send times are too old to renew the lease.
+func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	config := testConfig(b, group, "a", log)
+	config.KafkaConfig["session.timeout.ms"] = 20000
+	n := newNeli(t, config, r)
+	a := n.(*neli)
+	pulse(t, a)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+
+	// Only the leader produces, so every produce request is a heartbeat of a.
+	var stalling, rejecting atomic.Bool
+	release := make(chan struct{})
+	stalling.Store(true)
+	b.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		switch {
+		case stalling.Load():
+			b.SleepControl(func() { <-release })
+			return nil, nil, false
+		case rejecting.Load():
+			return rejectProduce(req.(*kmsg.ProduceRequest)), nil, true
+		}
+		return nil, nil, false
+	})
+	r.await(t, "a to be fenced by the stall", has[LeaderFenced]("a"))
+
+	rejecting.Store(true)
+	stalling.Store(false)
+	close(release)
+	limit := time.Now().Add(awaitLimit)
+	for a.lateRejected.Load() == 0 {
+		if time.Now().After(limit) {
+			t.Fatal("the stalled heartbeats never came back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if a.IsLeader() {
+		t.Fatal("stale heartbeats revived the lease")
+	}
+	if i, _ := first[LeaderFenced](r.snapshot(), "a", 0); func() bool { j, _ := first[LeaderAcquired](r.snapshot(), "a", i); return j >= 0 }() {
+		t.Fatalf("stale heartbeats revived leadership: %s", describe(r.snapshot()))
+	}
+
+	// Fresh heartbeats do resume it: the test above could have failed.
+	rejecting.Store(false)
+	r.await(t, "a to resume on fresh heartbeats", func(events []stamped) bool {
+		i, _ := first[LeaderFenced](events, "a", 0)
+		j, _ := first[LeaderAcquired](events, "a", i)
+		return j >= 0
+	})
+}
+
+func rejectProduce(req *kmsg.ProduceRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic = rt.Topic
+		st.TopicID = rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = kerr.NotEnoughReplicas.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+func TestCloseFromBarrier(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	var n Neli
+	ready := make(chan struct{})
+	config := testConfig(b, group, "a", log)
+	n, err := New(config, func(e Event) {
+		r.add("a", e)
+		<-ready
+		// Each of these must return without deadlocking.
+		_ = n.IsLeader()
+		_ = n.State()
+		if _, ok := e.(LeaderAcquired); ok {
+			if err := n.Close(); err != nil {
+				t.Errorf("Close from barrier: %v", err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	pulse(t, n)
+	n.Await()
+	events := r.snapshot()
+	if len(events) != 2 {
+		t.Fatalf("want LeaderAcquired then LeaderRevoked, got %s", describe(events))
+	}
+	checkGrammar(t, events)
+}
+
+func TestNewCreatesLeaderTopic(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	newNeli(t, testConfig(b, group, "a", log), r)
+	info := b.PartitionInfos(group + ".neli")
+	if len(info) != 1 {
+		t.Fatalf("leader topic has %d partitions, want 1", len(info))
+	}
+}
+
+func TestNewFailsWhenTopicCannotBeCreated(t *testing.T) {
+	b := startBroker(t)
+	log, group := newTestLog(t), groupName(t)
+	b.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.CreateTopics}, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	_, err := New(testConfig(b, group, "a", log))
+	var te *TopicError
+	if !errors.As(err, &te) || te.Topic != group+".neli" {
+		t.Fatalf("want *TopicError for %s.neli, got %v", group, err)
+	}
+	var ke kafka.Error
+	if !errors.As(err, &ke) || ke.Code() != kafka.ErrTopicAuthorizationFailed {
+		t.Fatalf("want the broker's TOPIC_AUTHORIZATION_FAILED underneath, got %v", err)
+	}
+}
+
+func TestUnreachableBrokerNeitherHangsNorLeads(t *testing.T) {
+	b := startBroker(t)
+	addr := b.Addr
+	b.Close() // nothing listens on addr now
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	config := testConfig(b, group, "a", log)
+	config.KafkaConfig["bootstrap.servers"] = addr
+	n, err := New(config, r.barrier("a"))
+	if err != nil {
+		t.Fatalf("New must succeed and keep trying: %v", err)
+	}
+	for range 5 {
+		leader, err := n.Pulse(50 * time.Millisecond)
+		if err != nil || leader {
+			t.Fatalf("Pulse = %v, %v; want false, nil", leader, err)
+		}
+	}
+	if err := n.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if len(r.snapshot()) != 0 {
+		t.Fatalf("no events expected: %s", describe(r.snapshot()))
+	}
+}
+
+func TestPulseCtx(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	n := newNeli(t, testConfig(b, group, "a", log), r)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if leader, err := n.PulseCtx(cancelled); leader || !errors.Is(err, context.Canceled) {
+		t.Fatalf("PulseCtx(cancelled) = %v, %v; want false, context.Canceled", leader, err)
+	}
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now())
+	defer cancel2()
+	if leader, err := n.PulseCtx(expired); leader || err != nil {
+		t.Fatalf("PulseCtx(expired) = %v, %v; want false, nil", leader, err)
+	}
+	ctx, cancel3 := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel3()
+	if leader, err := n.PulseCtx(ctx); !leader || err != nil {
+		t.Fatalf("PulseCtx = %v, %v; want it to wait for leadership", leader, err)
+	}
+}

@@ -1,0 +1,59 @@
+package goneli
+
+import (
+	"runtime"
+	"time"
+
+	"github.com/obsidiandynamics/libstdgo/scribe"
+)
+
+// logThrottle keeps a broker outage from flooding the logs: each kind of problem is logged at most
+// once per interval, with a count of what was held back. Not safe for concurrent use; the neli
+// mutex guards it.
+type logThrottle struct {
+	every time.Duration
+	seen  map[string]*throttled
+}
+
+type throttled struct {
+	last       time.Time
+	suppressed int
+}
+
+func (t *logThrottle) log(logger scribe.Logger, kind, format string, args ...interface{}) {
+	if t.seen == nil {
+		t.seen = map[string]*throttled{}
+	}
+	now := time.Now()
+	s := t.seen[kind]
+	if s == nil {
+		s = &throttled{}
+		t.seen[kind] = s
+	} else if now.Sub(s.last) < t.every {
+		s.suppressed++
+		return
+	}
+	if s.suppressed > 0 {
+		format += " (%d similar suppressed)"
+		args = append(args, s.suppressed)
+	}
+	s.last, s.suppressed = now, 0
+	logger(format, args...)
+}
+
+// goid returns the current goroutine's id, parsed from the first line of its stack trace
+// ("goroutine 42 [running]:"). It is used only to recognise a Close made from inside the barrier,
+// which would otherwise wait on itself.
+func goid() int64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	const prefix = len("goroutine ")
+	var id int64
+	for _, c := range buf[prefix:n] {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + int64(c-'0')
+	}
+	return id
+}
