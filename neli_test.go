@@ -271,8 +271,14 @@ func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
 	})
 	r.await(t, "a to be fenced by the stall", has[LeaderFenced]("a"))
 
+	// From here on new heartbeats are refused, so every stalled one was sent before cutoff. The
+	// stall is a fault of fixed length: it must outlast the lease so that the held heartbeats are
+	// all stale by the time they land.
 	rejecting.Store(true)
 	stalling.Store(false)
+	cutoff := time.Now()
+	time.Sleep(time.Until(cutoff.Add(testLease + 100*time.Millisecond)))
+	released := len(r.snapshot())
 	close(release)
 	limit := time.Now().Add(awaitLimit)
 	for a.lateRejected.Load() == 0 {
@@ -284,8 +290,8 @@ func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
 	if a.IsLeader() {
 		t.Fatal("stale heartbeats revived the lease")
 	}
-	if i, _ := first[LeaderFenced](r.snapshot(), "a", 0); func() bool { j, _ := first[LeaderAcquired](r.snapshot(), "a", i); return j >= 0 }() {
-		t.Fatalf("stale heartbeats revived leadership: %s", describe(r.snapshot()))
+	if i, e := first[LeaderAcquired](r.snapshot(), "a", released); i >= 0 {
+		t.Fatalf("stale heartbeats revived leadership at %s: %s", e.at.Format("15:04:05.000"), describe(r.snapshot()))
 	}
 
 	// Fresh heartbeats do resume it: the test above could have failed.
