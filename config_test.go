@@ -1,0 +1,207 @@
+package goneli
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	c := Config{KafkaConfig: KafkaConfigMap{}, LeaderGroupID: "g", Name: "n"}
+	c.SetDefaults()
+	return c
+}
+
+func TestSetDefaults(t *testing.T) {
+	var c Config
+	c.SetDefaults()
+	if c.KafkaConfig["bootstrap.servers"] != DefaultBootstrapServers {
+		t.Errorf("bootstrap.servers = %v", c.KafkaConfig["bootstrap.servers"])
+	}
+	if c.LeaderGroupID == "" || c.LeaderTopic != c.LeaderGroupID+".neli" {
+		t.Errorf("LeaderGroupID %q, LeaderTopic %q", c.LeaderGroupID, c.LeaderTopic)
+	}
+	if *c.PollDuration != DefaultPollDuration || *c.MinPollInterval != DefaultMinPollInterval || *c.HeartbeatTimeout != DefaultHeartbeatTimeout {
+		t.Errorf("durations %v %v %v", *c.PollDuration, *c.MinPollInterval, *c.HeartbeatTimeout)
+	}
+	if c.Name == "" || c.Scribe == nil || c.KafkaConsumerProvider == nil || c.KafkaProducerProvider == nil || c.KafkaAdminProvider == nil {
+		t.Error("a default is missing")
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		field  string
+		reason string
+	}{
+		{"nil KafkaConfig", func(c *Config) { c.KafkaConfig = nil }, "KafkaConfig", "must be set"},
+		{"group.id", func(c *Config) { c.KafkaConfig["group.id"] = "x" }, `KafkaConfig["group.id"]`, "LeaderGroupID"},
+		{"enable.auto.commit", func(c *Config) { c.KafkaConfig["enable.auto.commit"] = false }, `KafkaConfig["enable.auto.commit"]`, "must not be set"},
+		{"enable.auto.offset.store", func(c *Config) { c.KafkaConfig["enable.auto.offset.store"] = true }, `KafkaConfig["enable.auto.offset.store"]`, "must not be set"},
+		{"auto.commit.interval.ms", func(c *Config) { c.KafkaConfig["auto.commit.interval.ms"] = 5 }, `KafkaConfig["auto.commit.interval.ms"]`, "MinPollInterval"},
+		{"enable.partition.eof", func(c *Config) { c.KafkaConfig["enable.partition.eof"] = true }, `KafkaConfig["enable.partition.eof"]`, "must not be set"},
+		{"rebalance channel", func(c *Config) { c.KafkaConfig["go.application.rebalance.enable"] = true }, `KafkaConfig["go.application.rebalance.enable"]`, "must not be set"},
+		{"events channel", func(c *Config) { c.KafkaConfig["go.events.channel.enable"] = true }, `KafkaConfig["go.events.channel.enable"]`, "must not be set"},
+		{"logs channel", func(c *Config) { c.KafkaConfig["go.logs.channel.enable"] = true }, `KafkaConfig["go.logs.channel.enable"]`, "must not be set"},
+		{"empty group", func(c *Config) { c.LeaderGroupID = "" }, "LeaderGroupID", "must not be empty"},
+		{"empty topic", func(c *Config) { c.LeaderTopic = "" }, "LeaderTopic", "must not be empty"},
+		{"bad topic", func(c *Config) { c.LeaderTopic = "a/b" }, "LeaderTopic", "[a-zA-Z0-9._-]"},
+		{"dot topic", func(c *Config) { c.LeaderTopic = ".." }, "LeaderTopic", "not '.' or '..'"},
+		{"long topic", func(c *Config) { c.LeaderTopic = strings.Repeat("t", 250) }, "LeaderTopic", "1 to 249"},
+		{"consumer provider", func(c *Config) { c.KafkaConsumerProvider = nil }, "KafkaConsumerProvider", "must be set"},
+		{"producer provider", func(c *Config) { c.KafkaProducerProvider = nil }, "KafkaProducerProvider", "must be set"},
+		{"admin provider", func(c *Config) { c.KafkaAdminProvider = nil }, "KafkaAdminProvider", "must be set"},
+		{"scribe", func(c *Config) { c.Scribe = nil }, "Scribe", "must be set"},
+		{"name", func(c *Config) { c.Name = "" }, "Name", "must not be empty"},
+		{"nil poll duration", func(c *Config) { c.PollDuration = nil }, "PollDuration", "must be set"},
+		{"negative poll duration", func(c *Config) { c.PollDuration = Duration(-1) }, "PollDuration", "must not be negative"},
+		{"nil min poll", func(c *Config) { c.MinPollInterval = nil }, "MinPollInterval", "must be set"},
+		{"tiny min poll", func(c *Config) { c.MinPollInterval = Duration(time.Microsecond) }, "MinPollInterval", "at least 1ms"},
+		{"nil heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = nil }, "HeartbeatTimeout", "must be set"},
+		{"short heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = Duration(100 * time.Millisecond) }, "HeartbeatTimeout", "at least 500ms"},
+		{"lease vs poll", func(c *Config) { c.MinPollInterval = Duration(2 * time.Second) }, "HeartbeatTimeout", "3 x MinPollInterval"},
+		{"unsafe session", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 5500 }, `KafkaConfig["session.timeout.ms"]`, "at least HeartbeatTimeout + 2 x heartbeat.interval.ms (6000)"},
+		{"unsafe interval", func(c *Config) { c.KafkaConfig["heartbeat.interval.ms"] = "3000" }, `KafkaConfig["heartbeat.interval.ms"]`, "(11000)"},
+		{"session not a number", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = "soon" }, `KafkaConfig["session.timeout.ms"]`, "whole number"},
+		{"session wrong type", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 1.5 }, `KafkaConfig["session.timeout.ms"]`, "int or a string"},
+		{"session not positive", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 0 }, `KafkaConfig["session.timeout.ms"]`, "positive"},
+		{"max poll below session", func(c *Config) { c.KafkaConfig["max.poll.interval.ms"] = 9000 }, `KafkaConfig["max.poll.interval.ms"]`, "at least 10000"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mutate(&c)
+			err := c.Validate()
+			var ce *ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("want a *ConfigError, got %v", err)
+			}
+			if ce.Field != tc.field {
+				t.Errorf("field = %s, want %s (error: %v)", ce.Field, tc.field, err)
+			}
+			if !strings.Contains(err.Error(), tc.reason) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error %q should name %s and say %q", err, tc.field, tc.reason)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := validConfig()
+	c.Name, c.LeaderGroupID = "", ""
+	err := c.Validate()
+	for _, field := range []string{"Name", "LeaderGroupID"} {
+		if !strings.Contains(err.Error(), "invalid "+field) {
+			t.Errorf("%q does not report %s", err, field)
+		}
+	}
+}
+
+func TestSafeOverridesAreAccepted(t *testing.T) {
+	c := validConfig()
+	c.KafkaConfig["session.timeout.ms"] = "30000"
+	c.KafkaConfig["heartbeat.interval.ms"] = 1000
+	c.KafkaConfig["max.poll.interval.ms"] = int64(60000)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	timing, _ := c.groupTiming()
+	consumer, producer, admin := c.clientConfigs(timing)
+	for key, want := range map[string]interface{}{"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000, "group.id": "g"} {
+		if consumer[key] != want {
+			t.Errorf("consumer %s = %v, want %v", key, consumer[key], want)
+		}
+	}
+	for _, key := range []string{"session.timeout.ms", "group.id", "enable.auto.commit"} {
+		if _, ok := producer[key]; ok {
+			t.Errorf("producer config carries consumer setting %s", key)
+		}
+	}
+	if _, ok := admin["acks"]; ok {
+		t.Error("admin config carries producer setting acks")
+	}
+}
+
+func TestDerivedGroupTiming(t *testing.T) {
+	for _, tc := range []struct {
+		lease, session, interval time.Duration
+	}{
+		{5 * time.Second, 10 * time.Second, 500 * time.Millisecond},
+		{time.Second, 2 * time.Second, 100 * time.Millisecond},
+		{500 * time.Millisecond, time.Second, 100 * time.Millisecond},
+		{60 * time.Second, 120 * time.Second, 3 * time.Second},
+	} {
+		c := validConfig()
+		c.HeartbeatTimeout = Duration(tc.lease)
+		if err := c.Validate(); err != nil {
+			t.Fatalf("lease %v: %v", tc.lease, err)
+		}
+		timing, _ := c.groupTiming()
+		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != tc.session {
+			t.Errorf("lease %v: session %v interval %v maxPoll %v; want %v %v %v",
+				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, tc.session)
+		}
+		if timing.session < tc.lease+2*timing.interval {
+			t.Errorf("lease %v: derived timing breaks its own safety margin", tc.lease)
+		}
+	}
+}
+
+func TestConsumerProtocolSkipsClientGroupTiming(t *testing.T) {
+	c := validConfig()
+	c.KafkaConfig["group.protocol"] = "consumer"
+	timing, err := c.groupTiming()
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumer, _, _ := c.clientConfigs(timing)
+	for _, key := range []string{"session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy"} {
+		if _, ok := consumer[key]; ok {
+			t.Errorf("%s set under group.protocol=consumer, which librdkafka rejects", key)
+		}
+	}
+}
+
+func TestConfigStringMasksSecrets(t *testing.T) {
+	c := validConfig()
+	c.KafkaConfig["sasl.password"] = "hunter2"
+	c.KafkaConfig["ssl.key.location"] = "/etc/key.pem"
+	s := c.String()
+	if strings.Contains(s, "hunter2") {
+		t.Errorf("String leaks the password: %s", s)
+	}
+	if !strings.Contains(s, "/etc/key.pem") || !strings.Contains(s, "HeartbeatTimeout=5s") {
+		t.Errorf("String lost information: %s", s)
+	}
+}
+
+func TestSanitise(t *testing.T) {
+	if got := Sanitise("my app/v2:α"); got != "my_app_v2__" {
+		t.Errorf("Sanitise = %q", got)
+	}
+}
+
+func TestNewRejectsInvalidConfig(t *testing.T) {
+	_, err := New(Config{HeartbeatTimeout: Duration(time.Millisecond)})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "HeartbeatTimeout" {
+		t.Fatalf("want HeartbeatTimeout ConfigError, got %v", err)
+	}
+}
+
+func TestNewLeavesCallerConfigMapAlone(t *testing.T) {
+	km := KafkaConfigMap{}
+	_, err := New(Config{KafkaConfig: km, HeartbeatTimeout: Duration(time.Millisecond)})
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if len(km) != 0 {
+		t.Fatalf("New modified the caller's map: %v", km)
+	}
+}
