@@ -89,6 +89,15 @@ type Config struct {
 	// The group session timeout and heartbeat interval are derived from it. Default:
 	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout.
 	HeartbeatTimeout *time.Duration
+
+	// ObserveLeader makes this instance follow who leads, whether or not it is the leader, at the
+	// cost of a second consumer that reads partition 0 (see Curator.Leader). Default: false.
+	ObserveLeader bool
+
+	// OnLeaderChange, if set, is called with the new LeaderInfo whenever the observed leader
+	// changes, and implies ObserveLeader. It runs on the pulsing goroutine, like the barrier, and
+	// must not block for long. Default: nil.
+	OnLeaderChange func(LeaderInfo)
 }
 
 // Duration returns a pointer to d, for the optional duration fields of Config.

@@ -40,11 +40,17 @@ type LeaderAcquired struct {
 	// Tenure identifies the assignment of partition 0 that this leadership belongs to; it stays the
 	// same when a fenced leader resumes.
 	Tenure string
+	// Token is the tenure's fencing token: it is larger than the token of every earlier tenure of
+	// the group, whoever held it, and stays the same when a fenced leader resumes. See
+	// Curator.Token.
+	Token int64
+	// Since is when the tenure first acquired leadership, on this host's wall clock.
+	Since time.Time
 }
 
 // String describes the event.
 func (e LeaderAcquired) String() string {
-	return fmt.Sprintf("LeaderAcquired[Tenure=%s]", e.Tenure)
+	return fmt.Sprintf("LeaderAcquired[Tenure=%s, Token=%d]", e.Tenure, e.Token)
 }
 
 // LeaderRevoked is delivered when this instance's tenure ends in an orderly way: partition 0 was
@@ -53,6 +59,7 @@ func (e LeaderAcquired) String() string {
 // to the session timeout unless raised), so a leader may finish in-flight work first.
 type LeaderRevoked struct {
 	Tenure string
+	Token  int64
 }
 
 // String describes the event.
@@ -68,6 +75,7 @@ func (e LeaderRevoked) String() string {
 // same tenure comes back.
 type LeaderFenced struct {
 	Tenure string
+	Token  int64
 	// Reason says why, for logs.
 	Reason string
 	// LeaseAge is how long ago the newest heartbeat that renewed the lease was sent.

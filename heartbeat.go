@@ -16,7 +16,7 @@ import (
 //	19  8  send time, Unix nanoseconds (wall clock, for observers and logs)
 //	27  8  send time on the sender's monotonic clock, nanoseconds since its instance started
 //	35  8  tenure start, Unix nanoseconds (0 until the tenure first acquired)
-//	43  8  reserved (0)
+//	43  8  fencing token, the partition-0 offset of the tenure's first confirmed heartbeat (0 until then)
 //
 // The monotonic send time means nothing to other processes; the sender uses it to date its own
 // heartbeats when they come back, so that wall-clock steps cannot stretch a lease.
@@ -26,6 +26,7 @@ type heartbeat struct {
 	sentWall int64
 	sentMono time.Duration
 	since    int64
+	token    int64
 }
 
 const (
@@ -42,7 +43,7 @@ func (h *heartbeat) appendTo(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(h.sentWall))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.sentMono))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.since))
-	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(h.token))
 	return b
 }
 
@@ -57,5 +58,6 @@ func (h *heartbeat) decode(b []byte) error {
 	h.sentWall = int64(binary.BigEndian.Uint64(b[19:]))
 	h.sentMono = time.Duration(binary.BigEndian.Uint64(b[27:]))
 	h.since = int64(binary.BigEndian.Uint64(b[35:]))
+	h.token = int64(binary.BigEndian.Uint64(b[43:]))
 	return nil
 }

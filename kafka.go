@@ -7,9 +7,12 @@ import (
 )
 
 // KafkaConsumer is the part of *kafka.Consumer that goneli uses. Poll replaces goneli v0.5.0's
-// ReadMessage because the coordinator's answers to offset commits arrive as Poll events.
+// ReadMessage because the coordinator's answers to offset commits arrive as Poll events;
+// Unsubscribe serves Curator.Yield, and Assign the group-less leader observer.
 type KafkaConsumer interface {
 	Subscribe(topic string, rebalanceCb kafka.RebalanceCb) error
+	Unsubscribe() error
+	Assign(partitions []kafka.TopicPartition) error
 	Poll(timeoutMs int) kafka.Event
 	StoreOffsets(offsets []kafka.TopicPartition) ([]kafka.TopicPartition, error)
 	Close() error

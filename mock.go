@@ -42,10 +42,12 @@ func (c MockConfig) String() string {
 }
 
 // MockNeli is a Neli that talks to no broker: the test decides when it leads. Events reach the
-// barrier synchronously from the goroutine that calls AcquireLeader, RevokeLeader, FenceLeader or
-// Close, in the same order the real Neli guarantees.
+// barrier synchronously from the goroutine that calls AcquireLeader, RevokeLeader, FenceLeader,
+// Yield or Close, with no lock held, so the barrier may call any method of the mock; transitions
+// made from one goroutine arrive in the order the real Neli guarantees. Tokens count tenures from 1. Yield revokes
+// and makes AcquireLeader a no-op until the yield is over.
 type MockNeli interface {
-	Neli
+	Curator
 
 	// PulseError makes the next Pulse return err, as a fatal Kafka error would.
 	PulseError(err error)
@@ -72,10 +74,13 @@ type mockNeli struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	mu       sync.Mutex // serialises transitions and barrier calls
-	tenure   int
-	inTenure bool
-	pulseErr error
+	mu         sync.Mutex // serialises transitions and barrier calls
+	tenure     int
+	inTenure   bool
+	pulseErr   error
+	since      time.Time
+	yieldUntil time.Time
+	stats      Stats
 }
 
 // NewMock creates a MockNeli. If no barrier is given, events are discarded.
@@ -109,44 +114,118 @@ func (m *mockNeli) signal() {
 
 func (m *mockNeli) AcquireLeader() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.State() != Live || m.leader.Load() {
+	if m.State() != Live || m.leader.Load() || time.Now().Before(m.yieldUntil) {
+		m.mu.Unlock()
 		return
 	}
 	if !m.inTenure {
 		m.inTenure = true
 		m.tenure++
+		m.since = time.Now()
 	}
-	m.barrier(LeaderAcquired{Tenure: m.tenureName()})
-	m.leader.Store(true)
-	m.signal()
+	m.stats.Acquired++
+	e := LeaderAcquired{Tenure: m.tenureName(), Token: int64(m.tenure), Since: m.since}
+	m.mu.Unlock()
+
+	// As with the real thing, IsLeader turns true only once the barrier has returned.
+	m.barrier(e)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.State() == Live && m.inTenure {
+		m.leader.Store(true)
+		m.signal()
+	}
 }
 
 func (m *mockNeli) FenceLeader() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if !m.leader.Load() {
+		m.mu.Unlock()
 		return
 	}
 	m.leader.Store(false)
 	m.signal()
-	m.barrier(LeaderFenced{Tenure: m.tenureName(), Reason: "FenceLeader called on the mock"})
+	m.stats.Fenced++
+	e := LeaderFenced{Tenure: m.tenureName(), Token: int64(m.tenure), Reason: "FenceLeader called on the mock"}
+	m.mu.Unlock()
+	m.barrier(e)
 }
 
 func (m *mockNeli) RevokeLeader() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.revoke()
+	e := m.revoke()
+	m.mu.Unlock()
+	m.deliver(e)
 }
 
-func (m *mockNeli) revoke() {
+// revoke ends the tenure and returns the event to deliver once mu is released. Called with mu held.
+func (m *mockNeli) revoke() Event {
 	if !m.inTenure {
-		return
+		return nil
 	}
 	m.inTenure = false
 	m.leader.Store(false)
 	m.signal()
-	m.barrier(LeaderRevoked{Tenure: m.tenureName()})
+	m.stats.Revoked++
+	return LeaderRevoked{Tenure: m.tenureName(), Token: int64(m.tenure)}
+}
+
+func (m *mockNeli) deliver(e Event) {
+	if e != nil {
+		m.barrier(e)
+	}
+}
+
+func (m *mockNeli) Token() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.leader.Load() {
+		return 0
+	}
+	return int64(m.tenure)
+}
+
+// Leader knows only this mock itself: a mock observes no one else.
+func (m *mockNeli) Leader() (LeaderInfo, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.leader.Load() {
+		return LeaderInfo{}, false
+	}
+	return LeaderInfo{Name: "mock", Tenure: m.tenureName(), Token: int64(m.tenure), Since: m.since, LastHeartbeat: time.Now()}, true
+}
+
+func (m *mockNeli) Yield(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("goneli: Yield needs a positive duration, got %v", d)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.State() != Live {
+		return ErrNonLivePulse
+	}
+	if until := time.Now().Add(d); until.After(m.yieldUntil) {
+		m.yieldUntil = until
+	}
+	e := m.revoke()
+	m.mu.Unlock()
+	m.deliver(e)
+	m.mu.Lock()
+	return nil
+}
+
+func (m *mockNeli) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.stats
+	s.State, s.Leader, s.Leading, s.Assigned = m.State(), m.leader.Load(), m.leader.Load(), m.inTenure
+	if m.inTenure {
+		s.Tenure, s.Token, s.Since = m.tenureName(), int64(m.tenure), m.since
+	}
+	if r := time.Until(m.yieldUntil); r > 0 {
+		s.YieldRemaining = r
+	}
+	return s
 }
 
 func (m *mockNeli) PulseError(err error) {
@@ -203,7 +282,11 @@ func (m *mockNeli) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		m.state.Store(int32(Closing))
-		m.revoke()
+		e := m.revoke()
+		m.signal()
+		m.mu.Unlock()
+		m.deliver(e)
+		m.mu.Lock()
 		m.state.Store(int32(Closed))
 		m.signal()
 		m.mu.Unlock()

@@ -150,3 +150,49 @@ func ExampleNewMock() {
 	// leader: false
 	// goneli.LeaderRevoked
 }
+
+func TestMockBarrierMayCallBack(t *testing.T) {
+	var m MockNeli
+	var tokens []int64
+	m, _ = NewMock(MockConfig{}, func(e Event) {
+		tokens = append(tokens, m.Token())
+		_, _ = m.Leader()
+		_ = m.Stats()
+		if _, ok := e.(LeaderFenced); ok {
+			_ = m.Close()
+		}
+	})
+	m.AcquireLeader()
+	m.FenceLeader()
+	m.Await()
+	if m.State() != Closed {
+		t.Fatalf("state %v", m.State())
+	}
+	// Acquired sees no lease yet; Fenced sees it gone.
+	if len(tokens) != 3 || tokens[0] != 0 || tokens[1] != 0 {
+		t.Fatalf("tokens seen by the barrier: %v", tokens)
+	}
+}
+
+func TestMockYield(t *testing.T) {
+	r := newRecorder()
+	m, _ := NewMock(MockConfig{}, r.barrier("m"))
+	defer m.Close()
+	m.AcquireLeader()
+	if m.Token() != 1 {
+		t.Fatalf("token %d", m.Token())
+	}
+	if err := m.Yield(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	m.AcquireLeader()
+	if m.IsLeader() {
+		t.Fatal("AcquireLeader must not take effect during a yield")
+	}
+	if err := m.Yield(0); err == nil {
+		t.Fatal("Yield(0) must fail")
+	}
+	if s := m.Stats(); s.YieldRemaining <= 0 || s.Acquired != 1 || s.Revoked != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}

@@ -1,0 +1,229 @@
+package goneli
+
+import (
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Curator is a Neli with what goneli v0.5.0 lacked: a fencing token, the identity of whoever leads,
+// yielding, and statistics. Every Neli returned by New is a Curator; NewCurator returns one
+// without a type assertion. Neli itself is unchanged, so that code implementing it still compiles.
+type Curator interface {
+	Neli
+
+	// Token returns the fencing token of the current tenure while this instance leads, and 0
+	// otherwise. Tokens strictly increase from tenure to tenure across the whole group, whoever
+	// holds them: stamp writes to a downstream store with the token and have the store refuse any
+	// token lower than the highest it has seen, and a deposed leader that still believes it leads
+	// (after a long pause, say) cannot overwrite its successor's work. The token is the offset in
+	// partition 0 of the tenure's first confirmed heartbeat.
+	Token() int64
+
+	// Leader returns the last known leader and whether one is known. An instance always knows
+	// when it leads itself; to learn of others it needs Config.ObserveLeader (or OnLeaderChange).
+	// A leader whose heartbeats have not been seen for HeartbeatTimeout is no longer known.
+	Leader() (LeaderInfo, bool)
+
+	// Yield gives up leadership on purpose and keeps this instance out of the running for d: it
+	// stops leading at once (LeaderRevoked follows if it led), leaves the group so that a
+	// successor is elected within a group heartbeat interval, and rejoins once d has passed. Use
+	// it for rolling deploys, or when an instance knows it is unhealthy. A Yield during a yield
+	// extends it.
+	Yield(d time.Duration) error
+
+	// Stats returns counters and timings for metrics and health checks. It never blocks, even
+	// while the barrier does.
+	Stats() Stats
+}
+
+// NewCurator is New, returning the Curator interface.
+func NewCurator(config Config, barrier ...Barrier) (Curator, error) {
+	n, err := New(config, barrier...)
+	if err != nil {
+		return nil, err
+	}
+	return n.(Curator), nil
+}
+
+// LeaderInfo describes a leader as its heartbeats show it.
+type LeaderInfo struct {
+	// Name is the leader's Config.Name; empty when no leader is known.
+	Name string
+	// Tenure and Token are those of the leader's LeaderAcquired event.
+	Tenure string
+	Token  int64
+	// Since is when the tenure acquired leadership, by the leader's wall clock.
+	Since time.Time
+	// LastHeartbeat is the send time of the newest heartbeat seen, by the leader's wall clock.
+	LastHeartbeat time.Time
+}
+
+// String describes the leader.
+func (l LeaderInfo) String() string {
+	if l.Name == "" {
+		return "LeaderInfo[none]"
+	}
+	return fmt.Sprintf("LeaderInfo[Name=%s, Tenure=%s, Token=%d, Since=%s]", l.Name, l.Tenure, l.Token, l.Since.Format(time.RFC3339Nano))
+}
+
+// Stats is a snapshot of a Curator's state and counters. Durations are zero when they do not apply.
+type Stats struct {
+	State State
+	// Leader is IsLeader(): the lease is valid now.
+	Leader bool
+	// Leading is what the protocol believes: LeaderAcquired was delivered and neither LeaderFenced
+	// nor LeaderRevoked since. It differs from Leader only while a lapsed lease waits to be
+	// fenced, which takes milliseconds unless the instance is stuck (see LeaseOverdue).
+	Leading bool
+	// Assigned is true while this instance owns partition 0 (a tenure is active).
+	Assigned bool
+	Tenure   string
+	Token    int64
+	Since    time.Time
+	// LeaseRemaining is how long the current lease has left.
+	LeaseRemaining time.Duration
+	// LeaseOverdue is how long ago the lease ran out while the instance still believed it led.
+	LeaseOverdue time.Duration
+	// HeartbeatRTT is the time from sending the newest confirmed heartbeat to reading it back.
+	HeartbeatRTT time.Duration
+	// RenewalLag is the time from sending the heartbeat behind the newest renewal to the
+	// coordinator's acceptance of its offset: the lease is always at least this much shorter than
+	// HeartbeatTimeout.
+	RenewalLag time.Duration
+	// YieldRemaining is how long this instance stays out of the group after Yield.
+	YieldRemaining time.Duration
+
+	Acquired, Fenced, Revoked uint64 // leadership transitions delivered, by kind
+	HeartbeatsSent            uint64 // heartbeats handed to the producer
+	HeartbeatsConfirmed       uint64 // own heartbeats of the current tenure read back
+	StaleHeartbeats           uint64 // own heartbeats ignored: earlier tenure or out of order
+	LateHeartbeats            uint64 // own heartbeats confirmed too late to renew the lease
+	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
+}
+
+// counters hold what Stats reports in atomics, so that Stats never waits for the mutex that a
+// blocked barrier may be holding.
+type counters struct {
+	leading, assigned         atomic.Bool
+	tenure                    atomic.Uint64
+	token, since, renewedEnd  atomic.Int64
+	rtt, renewalLag           atomic.Int64
+	acquired, fenced, revoked atomic.Uint64
+	sent, confirmed           atomic.Uint64
+}
+
+func (n *neli) Stats() Stats {
+	now := n.now()
+	s := Stats{
+		State:               n.State(),
+		Leader:              n.IsLeader(),
+		Leading:             n.stats.leading.Load(),
+		Assigned:            n.stats.assigned.Load(),
+		HeartbeatRTT:        time.Duration(n.stats.rtt.Load()),
+		RenewalLag:          time.Duration(n.stats.renewalLag.Load()),
+		Acquired:            n.stats.acquired.Load(),
+		Fenced:              n.stats.fenced.Load(),
+		Revoked:             n.stats.revoked.Load(),
+		HeartbeatsSent:      n.stats.sent.Load(),
+		HeartbeatsConfirmed: n.stats.confirmed.Load(),
+		StaleHeartbeats:     uint64(n.staleIgnored.Load()),
+		LateHeartbeats:      uint64(n.lateRejected.Load()),
+		CommitRejections:    uint64(n.commitRejects.Load()),
+	}
+	if s.Assigned {
+		s.Tenure = strconv.FormatUint(n.stats.tenure.Load(), 16)
+	}
+	if s.Leading {
+		s.Token = n.stats.token.Load()
+		s.Since = time.Unix(0, n.stats.since.Load())
+		if end := time.Duration(n.stats.renewedEnd.Load()); end > now {
+			s.LeaseRemaining = end - now
+		} else {
+			s.LeaseOverdue = now - end
+		}
+	}
+	if !s.Leader {
+		s.LeaseRemaining = 0
+	}
+	if y := time.Duration(n.yieldUntil.Load()); y > now {
+		s.YieldRemaining = y - now
+	}
+	return s
+}
+
+func (n *neli) Token() int64 {
+	if !n.IsLeader() {
+		return 0
+	}
+	return n.stats.token.Load()
+}
+
+func (n *neli) Leader() (LeaderInfo, bool) {
+	if n.IsLeader() {
+		return LeaderInfo{
+			Name:          n.config.Name,
+			Tenure:        strconv.FormatUint(n.stats.tenure.Load(), 16),
+			Token:         n.stats.token.Load(),
+			Since:         time.Unix(0, n.stats.since.Load()),
+			LastHeartbeat: time.Now(),
+		}, true
+	}
+	if n.observer != nil {
+		return n.observer.current()
+	}
+	return LeaderInfo{}, false
+}
+
+func (n *neli) Yield(d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("goneli: Yield needs a positive duration, got %v", d)
+	}
+	if n.State() != Live {
+		return ErrNonLivePulse
+	}
+	until := int64(n.now() + d)
+	for {
+		old := n.yieldUntil.Load()
+		if old >= until || n.yieldUntil.CompareAndSwap(old, until) {
+			break
+		}
+	}
+	n.leaseEnd.Store(0)
+	if g := n.barrierG.Load(); g != 0 && g == goid() {
+		// Inside a callback this goroutine may be polling with the mutex held; the next cycle
+		// leaves the group.
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.State() == Live {
+		n.applyYield()
+	}
+	return nil
+}
+
+// applyYield leaves the group while a yield is in force and rejoins after it. Called with mu held.
+func (n *neli) applyYield() {
+	yielding := n.yieldUntil.Load() > int64(n.now())
+	switch {
+	case yielding && !n.unsubscribed:
+		if n.ten.active {
+			n.endTenure(false)
+		}
+		if err := n.consumer.Unsubscribe(); err != nil {
+			n.throttle.log(n.log.W(), "unsubscribe", "goneli %s: cannot leave the group to yield: %v", n.config.Name, err)
+			return
+		}
+		n.unsubscribed = true
+		n.log.I()("goneli %s: yielding for %v", n.config.Name, time.Duration(n.yieldUntil.Load())-n.now())
+	case !yielding && n.unsubscribed:
+		if err := n.consumer.Subscribe(n.topic, n.onRebalance); err != nil {
+			n.throttle.log(n.log.W(), "subscribe", "goneli %s: cannot rejoin the group after yielding: %v", n.config.Name, err)
+			return
+		}
+		n.unsubscribed = false
+		n.log.I()("goneli %s: yield over, contending again", n.config.Name)
+	}
+}
