@@ -84,6 +84,8 @@ type Stats struct {
 	Since    time.Time
 	// LeaseRemaining is how long the current lease has left.
 	LeaseRemaining time.Duration
+	// LeaseAge is how long ago the heartbeat behind the current lease was sent.
+	LeaseAge time.Duration
 	// LeaseOverdue is how long ago the lease ran out while the instance still believed it led.
 	LeaseOverdue time.Duration
 	// HeartbeatRTT is the time from sending the newest confirmed heartbeat to reading it back.
@@ -138,7 +140,9 @@ func (n *neli) Stats() Stats {
 	if s.Leading {
 		s.Token = n.stats.token.Load()
 		s.Since = time.Unix(0, n.stats.since.Load())
-		if end := time.Duration(n.stats.renewedEnd.Load()); end > now {
+		end := time.Duration(n.stats.renewedEnd.Load())
+		s.LeaseAge = now - (end - *n.config.HeartbeatTimeout)
+		if end > now {
 			s.LeaseRemaining = end - now
 		} else {
 			s.LeaseOverdue = now - end

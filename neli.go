@@ -129,10 +129,15 @@ type neli struct {
 	closing   chan struct{}
 	closed    chan struct{}
 	closeErr  error
-	workers   sync.WaitGroup // lease watchdog and log forwarder
-	logs      chan kafka.LogEvent
-	logsStop  chan struct{}
-	leaseCh   chan time.Duration
+	// clientsClosed is closed once every Kafka client has finished closing, which can be after
+	// Close returns (see ErrCloseTimeout).
+	clientsClosed chan struct{}
+	workers       sync.WaitGroup // lease watchdog
+	forwarder     sync.WaitGroup // log forwarder, which outlives Close while a client finishes closing
+	closers       sync.WaitGroup // Kafka client closes, which may outlive Close (see closeConsumer)
+	logs          chan kafka.LogEvent
+	logsStop      chan struct{}
+	leaseCh       chan time.Duration
 
 	mu            sync.Mutex // guards the fields below; held while polling and while calling the barrier
 	producer      KafkaProducer
@@ -195,20 +200,21 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 	timing, _ := config.groupTiming()
 
 	n := &neli{
-		config:       config,
-		timing:       timing,
-		barrier:      NopBarrier(),
-		log:          config.Scribe,
-		topic:        config.LeaderTopic,
-		key:          []byte(config.Name),
-		base:         time.Now(),
-		pollDeadline: concurrent.NewDeadline(*config.MinPollInterval),
-		closing:      make(chan struct{}),
-		closed:       make(chan struct{}),
-		logs:         make(chan kafka.LogEvent, 64),
-		logsStop:     make(chan struct{}),
-		leaseCh:      make(chan time.Duration, 1),
-		pending:      map[kafka.Offset]confirmed{},
+		config:        config,
+		timing:        timing,
+		barrier:       NopBarrier(),
+		log:           config.Scribe,
+		topic:         config.LeaderTopic,
+		key:           []byte(config.Name),
+		base:          time.Now(),
+		pollDeadline:  concurrent.NewDeadline(*config.MinPollInterval),
+		closing:       make(chan struct{}),
+		closed:        make(chan struct{}),
+		clientsClosed: make(chan struct{}),
+		logs:          make(chan kafka.LogEvent, 64),
+		logsStop:      make(chan struct{}),
+		leaseCh:       make(chan time.Duration, 1),
+		pending:       map[kafka.Offset]confirmed{},
 	}
 	if len(barrier) > 0 && barrier[0] != nil {
 		n.barrier = barrier[0]
@@ -223,15 +229,15 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 	// The admin client cannot forward its logs; its failures come back as errors anyway.
 	adminConf["log_level"] = 0
 	n.prodConf = fromKafkaConfigMap(producerConf)
-	n.workers.Add(1)
+	n.forwarder.Add(1)
 	go func() {
-		defer n.workers.Done()
+		defer n.forwarder.Done()
 		forwardLogs(n.log, config.Name, n.logs, n.logsStop)
 	}()
 
 	fail := func(err error) (Neli, error) {
 		close(n.logsStop)
-		n.workers.Wait()
+		n.forwarder.Wait()
 		return nil, err
 	}
 	if err := n.ensureTopic(fromKafkaConfigMap(adminConf)); err != nil {
@@ -612,6 +618,11 @@ func (n *neli) watchdog() {
 }
 
 func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
+	if n.State() != Live {
+		// Close has ended the tenure already, and a consumer finishing its close in the background
+		// must not touch state that the mutex no longer guards.
+		return nil
+	}
 	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
@@ -790,21 +801,57 @@ func (n *neli) shutdown() {
 	if n.producer != nil {
 		n.producer.Close()
 	}
-	if err := n.consumer.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("goneli: closing Kafka consumer: %w", err))
+	if err := n.closeConsumer(n.consumer, "Kafka consumer"); err != nil {
+		errs = append(errs, err)
 	}
 	if n.observer != nil {
-		if err := n.observer.close(); err != nil {
-			errs = append(errs, fmt.Errorf("goneli: closing leader observer: %w", err))
+		if err := n.closeConsumer(n.observer.consumer, "leader observer"); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	n.mu.Unlock()
-	close(n.logsStop)
 	n.workers.Wait()
+	// librdkafka may still log from a consumer that is finishing its close in the background;
+	// its logs keep flowing until it is done.
+	go func() {
+		n.closers.Wait()
+		close(n.logsStop)
+		n.forwarder.Wait()
+		close(n.clientsClosed)
+	}()
 	n.closeErr = errors.Join(errs...)
 	n.state.Store(int32(Closed))
 	n.log.I()("goneli %s: closed", n.config.Name)
 	close(n.closed)
+}
+
+// ErrCloseTimeout is wrapped by the error Close returns when a Kafka consumer did not finish
+// closing within the session timeout. That happens when the group coordinator cannot be reached
+// (librdkafka waits for it indefinitely); the consumer then finishes closing in the background,
+// and the group expels the instance after its session timeout, as it would after a crash.
+var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
+
+// closeConsumer closes c, waiting at most one session timeout. Called with mu held, since the
+// consumer's close may call onRebalance.
+func (n *neli) closeConsumer(c KafkaConsumer, what string) error {
+	result := make(chan error, 1)
+	n.closers.Add(1)
+	go func() {
+		defer n.closers.Done()
+		result <- c.Close()
+	}()
+	timer := time.NewTimer(n.timing.session)
+	defer timer.Stop()
+	select {
+	case err := <-result:
+		if err != nil {
+			return fmt.Errorf("goneli: closing %s: %w", what, err)
+		}
+		return nil
+	case <-timer.C:
+		n.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", n.config.Name, what, n.timing.session)
+		return fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, what, n.timing.session)
+	}
 }
 
 // forwardLogs passes librdkafka's log lines to scribe until stop is closed.

@@ -320,6 +320,41 @@ func rejectProduce(req *kmsg.ProduceRequest) kmsg.Response {
 	return resp
 }
 
+// librdkafka's consumer close waits for an unreachable coordinator indefinitely; Close must not.
+func TestCloseIsBoundedWhileCutOff(t *testing.T) {
+	for _, mode := range []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse} {
+		t.Run(map[kafkatest.Fault]string{kafkatest.Blackhole: "blackhole", kafkatest.Refuse: "refuse"}[mode], func(t *testing.T) {
+			b := startBroker(t)
+			log, r, group := newTestLog(t), newRecorder(), groupName(t)
+			a := newNeli(t, testConfig(b, group, "a", log), r)
+			p := pulse(t, a)
+			r.await(t, "a to lead", has[LeaderAcquired]("a"))
+			b.Net.Cut("goneli-a", mode)
+			r.await(t, "a to be fenced", has[LeaderFenced]("a"))
+			p.Close()
+			_ = p.Await()
+
+			closed := make(chan error, 1)
+			go func() { closed <- a.Close() }()
+			select {
+			case err := <-closed:
+				if err != nil && !errors.Is(err, ErrCloseTimeout) {
+					t.Fatalf("Close: %v", err)
+				}
+			case <-time.After(awaitLimit):
+				t.Fatal("Close hung while the broker was unreachable")
+			}
+			if a.State() != Closed || a.IsLeader() {
+				t.Fatalf("after Close: %v, leader %v", a.State(), a.IsLeader())
+			}
+			checkGrammar(t, r.snapshot())
+			// Once the network heals, whatever went on closing in the background finishes.
+			b.Net.Heal("goneli-a")
+			awaitClientsClosed(t, a)
+		})
+	}
+}
+
 func TestCloseFromBarrier(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)

@@ -215,8 +215,21 @@ func newNeli(t *testing.T, config Config, r *recorder) Neli {
 	if err != nil {
 		t.Fatalf("New(%s): %v", config.Name, err)
 	}
-	t.Cleanup(func() { _ = n.Close() })
+	t.Cleanup(func() {
+		_ = n.Close()
+		awaitClientsClosed(t, n)
+	})
 	return n
+}
+
+// awaitClientsClosed waits for Kafka clients that went on closing after Close returned.
+func awaitClientsClosed(t *testing.T, n Neli) {
+	t.Helper()
+	select {
+	case <-n.(*neli).clientsClosed:
+	case <-time.After(awaitLimit):
+		t.Errorf("%s: Kafka clients still closing %v after Close", n.(*neli).config.Name, awaitLimit)
+	}
 }
 
 // pulse runs a Background pulser whose task stands in for a millisecond of leader work.
