@@ -678,8 +678,13 @@ func (n *neli) beginTenure() {
 }
 
 func (n *neli) endTenure(lost bool) {
-	if lost {
+	switch {
+	case lost:
 		n.fence("partition 0 assignment lost")
+	case n.ten.leading && n.now() >= n.renewedSent+*n.config.HeartbeatTimeout:
+		// The lease ran out before anything here noticed (the pulsing goroutine was busy in a poll
+		// that ended with this revocation): the events must still say so.
+		n.fence(fmt.Sprintf("no own heartbeat confirmed within HeartbeatTimeout (%v)", *n.config.HeartbeatTimeout))
 	}
 	n.ten.leading = false
 	n.stats.leading.Store(false)

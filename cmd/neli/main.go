@@ -1,0 +1,272 @@
+// Command neli is goneli from the shell: a demo of leader election on an embedded broker, a
+// supervisor that runs a command only while its instance leads, and a standalone embedded broker
+// for local development.
+//
+//	neli demo   [--members 3] [--duration 30s] [--kafka ADDR]
+//	neli run    [flags] [--grace 10s] -- CMD [ARGS...]
+//	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
+//
+// Every subcommand takes --help.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/member"
+	"github.com/obsidiandynamics/libstdgo/scribe"
+	scribelogrus "github.com/obsidiandynamics/libstdgo/scribe/logrus"
+	"github.com/sirupsen/logrus"
+)
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit statuses shared by the subcommands. A supervised command's own status passes through
+// neli run unchanged, so these only describe neli's own failures.
+const (
+	exitOK    = 0
+	exitFail  = 1 // something went wrong at run time (broker unreachable, overlap found, ...)
+	exitUsage = 2 // bad command line
+)
+
+type subcommand struct {
+	name    string
+	summary string
+	// run returns the exit status, or an error that ends the command with a one-line message.
+	run func(args []string, stdout, stderr io.Writer) (int, error)
+}
+
+func subcommands() []subcommand {
+	return []subcommand{
+		{"demo", "run several contenders on an embedded broker and disrupt their leaders", runDemo},
+		{"run", "run a command only while this instance is the leader", runRun},
+		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
+	}
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		usage(stdout)
+		return exitOK
+	case "member":
+		// Hidden: the contender process that neli demo starts by re-executing this binary.
+		return member.Main(args[1:])
+	}
+	for _, sc := range subcommands() {
+		if sc.name != args[0] {
+			continue
+		}
+		status, err := sc.run(args[1:], stdout, stderr)
+		switch {
+		case errors.Is(err, errHelp):
+			return exitOK
+		case err != nil:
+			return fail(stderr, sc.name, err)
+		}
+		return status
+	}
+	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, broker (neli --help)\n", args[0])
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "neli: leader election over Apache Kafka (goneli)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage: neli COMMAND [flags]")
+	fmt.Fprintln(w)
+	for _, sc := range subcommands() {
+		fmt.Fprintf(w, "  %-7s %s\n", sc.name, sc.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'neli COMMAND --help' for the flags of a command.")
+}
+
+// usageError is a bad command line. Its message is printed on one line, followed by a pointer to
+// the subcommand's --help.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func badUsage(format string, args ...interface{}) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// fail prints err on one line and returns the matching exit status.
+func fail(stderr io.Writer, cmd string, err error) int {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "neli %s: %s (see 'neli %s --help')\n", cmd, msg, cmd)
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "neli %s: %s\n", cmd, msg)
+	return exitFail
+}
+
+// newFlagSet returns a flag set that reports errors through parse instead of printing them, so
+// that a mistake costs the user one line rather than the whole usage text.
+func newFlagSet(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("neli "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: neli %s %s\n\n%s\n\nFlags (-flag and --flag are the same):\n", name, synopsis, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args. For --help it prints the usage on stdout and returns errHelp.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return errHelp
+	}
+	if err != nil {
+		return badUsage("%v", err)
+	}
+	return nil
+}
+
+var errHelp = errors.New("help requested")
+
+// common holds the flags shared by the subcommands that contend for leadership.
+type common struct {
+	kafka            string
+	group            string
+	topic            string
+	name             string
+	heartbeatTimeout time.Duration
+	logLevel         string
+	logFormat        string
+}
+
+func (c *common) register(fs *flag.FlagSet, defaultGroup, defaultLevel string, defaultLease time.Duration) {
+	fs.StringVar(&c.kafka, "kafka", c.kafka, "Kafka bootstrap servers, host:port[,host:port...]")
+	fs.StringVar(&c.group, "group", defaultGroup, "leader group ID shared by all contenders")
+	fs.StringVar(&c.topic, "topic", "", "leader topic (default <group>.neli)")
+	fs.StringVar(&c.name, "name", "", "this instance's name (default <hostname>_<pid>_<time>)")
+	fs.DurationVar(&c.heartbeatTimeout, "heartbeat-timeout", defaultLease,
+		"the lease; the group session timeout is twice this and must be allowed by the broker's group.min.session.timeout.ms")
+	fs.StringVar(&c.logLevel, "log-level", defaultLevel, "log level: trace, debug, info, warn, error or off")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+}
+
+func (c *common) validate() error {
+	if c.group == "" {
+		return badUsage("--group must not be empty")
+	}
+	if c.heartbeatTimeout < goneli.MinHeartbeatTimeout {
+		return badUsage("--heartbeat-timeout %v is too short: the minimum is %v", c.heartbeatTimeout, goneli.MinHeartbeatTimeout)
+	}
+	if _, err := logrusLevel(c.logLevel); err != nil {
+		return err
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return badUsage("--log-format %q: use text or json", c.logFormat)
+	}
+	return nil
+}
+
+func logrusLevel(name string) (logrus.Level, error) {
+	switch strings.ToLower(name) {
+	case "trace":
+		return logrus.TraceLevel, nil
+	case "debug":
+		return logrus.DebugLevel, nil
+	case "info":
+		return logrus.InfoLevel, nil
+	case "warn", "warning":
+		return logrus.WarnLevel, nil
+	case "error":
+		return logrus.ErrorLevel, nil
+	case "off", "none":
+		return logrus.PanicLevel, nil
+	}
+	return 0, badUsage("--log-level %q: use trace, debug, info, warn, error or off", name)
+}
+
+// logger builds the logrus logger for neli's own messages and a scribe that routes goneli's (and
+// librdkafka's) messages into it.
+func (c *common) logger(w io.Writer) (*logrus.Logger, scribe.Scribe) {
+	l := logrus.New()
+	l.SetOutput(w)
+	level, _ := logrusLevel(c.logLevel)
+	l.SetLevel(level)
+	if c.logFormat == "json" {
+		l.SetFormatter(&logrus.JSONFormatter{})
+	} else {
+		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "15:04:05.000"})
+	}
+	return l, scribe.New(scribelogrus.Bind(l))
+}
+
+// config builds the goneli configuration from the common flags.
+func (c *common) config(s scribe.Scribe) goneli.Config {
+	return goneli.Config{
+		KafkaConfig:      goneli.KafkaConfigMap{"bootstrap.servers": c.kafka},
+		LeaderGroupID:    c.group,
+		LeaderTopic:      c.topic,
+		Name:             c.name,
+		HeartbeatTimeout: goneli.Duration(c.heartbeatTimeout),
+		Scribe:           s,
+	}
+}
+
+// reachTimeout bounds the check that the broker is there at all.
+const reachTimeout = 5 * time.Second
+
+// checkReachable fails fast when none of the bootstrap servers accepts a TCP connection. goneli
+// itself would keep retrying for ever, which is right for a service but leaves someone who
+// mistyped --kafka staring at a silent terminal.
+func checkReachable(servers string) error {
+	var errs []string
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		s = s[strings.LastIndex(s, "/")+1:] // tolerate PLAINTEXT://host:port
+		if s == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return badUsage("--kafka %q: want host:port[,host:port...]", servers)
+		}
+		conn, err := net.DialTimeout("tcp", s, reachTimeout)
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		errs = append(errs, err.Error())
+	}
+	if len(errs) == 0 {
+		return badUsage("--kafka is empty: want host:port[,host:port...]")
+	}
+	return fmt.Errorf("cannot reach Kafka at %s (%s); start one (for example 'neli broker' or 'docker compose up -d') or fix --kafka",
+		servers, strings.Join(errs, "; "))
+}
+
+// flagSet reports whether the flag called name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			found = true
+		}
+	})
+	return found
+}

@@ -1,0 +1,43 @@
+// Command logrus sends goneli's logs, and librdkafka's, which goneli forwards, through logrus by
+// way of libstdgo's scribe binding.
+package main
+
+import (
+	"flag"
+	"time"
+
+	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/examples/internal/local"
+	"github.com/obsidiandynamics/libstdgo/scribe"
+	scribelogrus "github.com/obsidiandynamics/libstdgo/scribe/logrus"
+	"github.com/sirupsen/logrus"
+)
+
+func main() {
+	level := flag.String("level", "debug", "logrus level: trace, debug, info, warn or error")
+	env, done := local.Start()
+	defer done()
+
+	log := logrus.New()
+	log.SetFormatter(&logrus.JSONFormatter{})
+	lvl, err := logrus.ParseLevel(*level)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The binding asks logrus which levels are enabled, so this one setting filters goneli's
+	// output too.
+	log.SetLevel(lvl)
+
+	config := goneli.Config{
+		KafkaConfig:   goneli.KafkaConfigMap{"bootstrap.servers": env.Servers},
+		LeaderGroupID: "example-logrus",
+		Scribe:        scribe.New(scribelogrus.Bind(log)),
+	}
+	err = local.Lead(env.Ctx, config, func() {
+		log.WithField("role", "leader").Info("doing one unit of work")
+		time.Sleep(500 * time.Millisecond)
+	})
+	if err != nil {
+		log.Error(err)
+	}
+}
