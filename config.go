@@ -347,6 +347,24 @@ func (c Config) groupTiming() (groupTiming, error) {
 	return t, nil
 }
 
+// prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,
+// validates it and derives the group timing.
+func (c Config) prepare() (Config, groupTiming, error) {
+	if c.KafkaConfig != nil {
+		clone := make(KafkaConfigMap, len(c.KafkaConfig))
+		for k, v := range c.KafkaConfig {
+			clone[k] = v
+		}
+		c.KafkaConfig = clone
+	}
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return c, groupTiming{}, err
+	}
+	t, err := c.groupTiming()
+	return c, t, err
+}
+
 func clampDuration(d, lo, hi time.Duration) time.Duration {
 	return max(lo, min(d, hi))
 }

@@ -84,11 +84,7 @@ func TestFencingTokenIncreasesAcrossHandoffs(t *testing.T) {
 	pulse(t, a)
 	c := newNeli(t, testConfig(b, group, "c", log), r)
 	pulse(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, 3); err != nil {
-		t.Fatal(err)
-	}
+	awaitStable(t, b, group, 3)
 
 	// Crash handoff.
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
@@ -116,9 +112,7 @@ func TestFencingTokenIncreasesAcrossHandoffs(t *testing.T) {
 
 	d := newNeli(t, testConfig(b, group, "d", log), r)
 	pulse(t, d)
-	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
-		t.Fatal(err)
-	}
+	awaitStable(t, b, group, 2)
 	b.Net.Cut("goneli-"+otherName, kafkatest.Refuse)
 	events = r.await(t, "d to take over from the cut leader", has[LeaderAcquired]("d"))
 	_, fourth := first[LeaderAcquired](events, "d", 0)
@@ -197,11 +191,7 @@ func TestYieldHandsOverAndRejoins(t *testing.T) {
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	c := newNeli(t, testConfig(b, group, "c", log), r)
 	pulse(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
-		t.Fatal(err)
-	}
+	awaitStable(t, b, group, 2)
 
 	if err := a.Yield(3 * time.Second); err != nil {
 		t.Fatal(err)
@@ -218,12 +208,8 @@ func TestYieldHandsOverAndRejoins(t *testing.T) {
 	if iRev < 0 || iRev > iAcq {
 		t.Fatalf("a must be revoked before c acquires: %s", describe(events))
 	}
-	if _, err := b.WaitGroupStable(ctx, group, 1); err != nil {
-		t.Fatalf("a did not leave the group: %v", err)
-	}
-	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
-		t.Fatalf("a did not rejoin after its yield: %v", err)
-	}
+	awaitStable(t, b, group, 1)
+	awaitStable(t, b, group, 2)
 	checkExclusive(t, r.snapshot())
 	checkGrammar(t, r.snapshot())
 }

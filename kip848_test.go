@@ -1,7 +1,6 @@
 package goneli
 
 import (
-	"context"
 	"testing"
 
 	"github.com/goneli/goneli/internal/kafkatest"
@@ -35,11 +34,7 @@ func TestConsumerProtocolHandoffs(t *testing.T) {
 	pulse(t, c)
 	d := newNeli(t, kip848Config(b, group, "d", log), r)
 	pulse(t, d)
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, 3); err != nil {
-		t.Fatal(err)
-	}
+	awaitStable(t, b, group, 3)
 
 	// Graceful: a closes.
 	if err := a.Close(); err != nil {

@@ -185,19 +185,10 @@ func (t *tenure) name() string {
 // broker costs at most one HeartbeatTimeout spent looking for the topic, after which New succeeds
 // and Pulse keeps trying.
 func New(config Config, barrier ...Barrier) (Neli, error) {
-	if config.KafkaConfig != nil {
-		// SetDefaults adds to the map; the caller's map stays untouched.
-		clone := make(KafkaConfigMap, len(config.KafkaConfig))
-		for k, v := range config.KafkaConfig {
-			clone[k] = v
-		}
-		config.KafkaConfig = clone
-	}
-	config.SetDefaults()
-	if err := config.Validate(); err != nil {
+	config, timing, err := config.prepare()
+	if err != nil {
 		return nil, err
 	}
-	timing, _ := config.groupTiming()
 
 	n := &neli{
 		config:        config,

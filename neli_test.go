@@ -48,11 +48,7 @@ func TestSingleLeaderAmongSeveral(t *testing.T) {
 		}
 		t.Cleanup(func() { p.Close(); _ = p.Await() })
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, 3); err != nil {
-		t.Fatalf("group never held all three: %v", err)
-	}
+	awaitStable(t, b, group, 3)
 	r.await(t, "a leader", has[LeaderAcquired](""))
 	// Let the leader renew its lease many times over with all three members pulsing.
 	r0 := runs.Load()
@@ -87,11 +83,7 @@ func TestHandoffOnClose(t *testing.T) {
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	c := newNeli(t, testConfig(b, group, "c", log), r)
 	pulse(t, c)
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
-		t.Fatal(err)
-	}
+	awaitStable(t, b, group, 2)
 
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -134,11 +126,7 @@ func TestFailoverWhenLeaderProcessIsKilled(t *testing.T) {
 	}
 	f := newNeli(t, testConfig(b, group, "f", log), r)
 	pulse(t, f)
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
-		t.Fatal(err)
-	}
+	awaitStable(t, b, group, 2)
 	if f.IsLeader() {
 		t.Fatal("follower leads while the child still holds the lease")
 	}
@@ -186,11 +174,7 @@ func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 			r.await(t, "a to lead", has[LeaderAcquired]("a"))
 			c := newNeli(t, testConfig(b, group, "c", log), r)
 			pulse(t, c)
-			ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-			defer cancel()
-			if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
-				t.Fatal(err)
-			}
+			awaitStable(t, b, group, 2)
 
 			b.Net.Cut("goneli-a", mode)
 			events := r.await(t, "c to take over", has[LeaderAcquired]("c"))

@@ -126,21 +126,13 @@ func (o *observer) close() error {
 // Watch's goroutine. Watch returns ctx.Err() when ctx ends, or an error if config is invalid or
 // the consumer cannot be created.
 func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error {
-	if config.KafkaConfig != nil {
-		clone := make(KafkaConfigMap, len(config.KafkaConfig))
-		for k, v := range config.KafkaConfig {
-			clone[k] = v
-		}
-		config.KafkaConfig = clone
-	}
-	config.SetDefaults()
-	if err := config.Validate(); err != nil {
-		return err
-	}
 	if onChange == nil {
 		return fmt.Errorf("goneli: Watch needs an onChange function")
 	}
-	timing, _ := config.groupTiming()
+	config, timing, err := config.prepare()
+	if err != nil {
+		return err
+	}
 	consumerConf, _, _ := config.clientConfigs(timing)
 	oc := observerConfig(consumerConf)
 	logs, stop := make(chan kafka.LogEvent, 64), make(chan struct{})

@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -42,6 +43,16 @@ func startBroker(t *testing.T) *kafkatest.Broker {
 	}
 	t.Cleanup(b.Close)
 	return b
+}
+
+// awaitStable waits until the group is stable with n members.
+func awaitStable(t *testing.T, b *kafkatest.Broker, group string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	if _, err := b.WaitGroupStable(ctx, group, n); err != nil {
+		t.Fatalf("group %s never became stable with %d members: %v", group, n, err)
+	}
 }
 
 func groupName(t *testing.T) string {

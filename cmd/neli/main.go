@@ -1,9 +1,10 @@
 // Command neli is goneli from the shell: a demo of leader election on an embedded broker, a
-// supervisor that runs a command only while its instance leads, and a standalone embedded broker
-// for local development.
+// supervisor that runs a command only while its instance leads, a watcher that prints who leads a
+// group without joining it, and a standalone embedded broker for local development.
 //
 //	neli demo   [--members 3] [--duration 30s] [--kafka ADDR]
-//	neli run    [flags] [--grace 10s] -- CMD [ARGS...]
+//	neli run    [flags] [--grace 10s] [--metrics-addr HOST:PORT] -- CMD [ARGS...]
+//	neli watch  [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
 //
 // Every subcommand takes --help.
@@ -49,6 +50,7 @@ func subcommands() []subcommand {
 	return []subcommand{
 		{"demo", "run several contenders on an embedded broker and disrupt their leaders", runDemo},
 		{"run", "run a command only while this instance is the leader", runRun},
+		{"watch", "print each change of leader of a group, without joining it", runWatch},
 		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
 	}
 }
@@ -79,7 +81,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		return status
 	}
-	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, broker (neli --help)\n", args[0])
+	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, broker (neli --help)\n", args[0])
 	return exitUsage
 }
 

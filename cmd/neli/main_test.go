@@ -73,6 +73,12 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"demo", "--duration", "abc"}, exitUsage, "-duration"},
 		{[]string{"demo", "--duration", "1s"}, exitUsage, "--duration"},
 		{[]string{"demo", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka"},
+		{[]string{"run", "--metrics-addr", "9464", "--", "true"}, exitUsage, "--metrics-addr"},
+		{[]string{"run", "--yield-for", "-1s", "--", "true"}, exitUsage, "--yield-for"},
+		{[]string{"watch", "--format", "xml"}, exitUsage, "--format"},
+		{[]string{"watch", "now"}, exitUsage, `unexpected argument "now"`},
+		{[]string{"watch", "--heartbeat-timeout", "1ms"}, exitUsage, "--heartbeat-timeout"},
+		{[]string{"watch", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
 		{[]string{"broker", "--listen", "10.1.2.3:9092"}, exitUsage, "--listen"},
 		{[]string{"broker", "--listen", "127.0.0.1:port"}, exitUsage, "--listen"},
 	}
@@ -100,14 +106,21 @@ func TestBadCommandLines(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, sub := range []string{"demo", "run", "broker"} {
+	for _, sub := range []string{"demo", "run", "watch", "broker"} {
 		status, stdout, stderr := runNeli(t, sub, "--help")
 		if status != exitOK || !strings.Contains(stdout, "Usage: neli "+sub) || !strings.Contains(stdout, "-log-level") && sub != "broker" {
 			t.Errorf("neli %s --help: status %d, stdout %q, stderr %q", sub, status, stdout, stderr)
 		}
 	}
+	// The run help is where the environment and signals of CMD are documented.
+	_, stdout, _ := runNeli(t, "run", "--help")
+	for _, want := range []string{"NELI_TOKEN", "SIGUSR1", "-yield-for", "-metrics-addr", "/healthz"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("neli run --help does not mention %s", want)
+		}
+	}
 	status, stdout, _ := runNeli(t, "--help")
-	if status != exitOK || !strings.Contains(stdout, "demo") || strings.Contains(stdout, "member") {
+	if status != exitOK || !strings.Contains(stdout, "demo") || !strings.Contains(stdout, "watch") || strings.Contains(stdout, "member") {
 		t.Errorf("neli --help: status %d, stdout %q", status, stdout)
 	}
 }
@@ -133,10 +146,11 @@ func runNeli(t *testing.T, args ...string) (int, string, string) {
 }
 
 // leaderScript is the command under neli run. It logs its start, a tick every 50 ms and its stop
-// to $LOG with O_APPEND writes, and says "start NAME" on stdout so that the test can wait for it.
+// to $LOG with O_APPEND writes, and says "start NAME TOKEN" on stdout so that the test can wait for
+// it.
 const leaderScript = `echo "start $NELI_NAME" >> "$LOG"
 trap 'echo "stop $NELI_NAME" >> "$LOG"; exit 0' TERM
-echo "start $NELI_NAME"
+echo "start $NELI_NAME $NELI_TOKEN"
 while :; do echo "tick $NELI_NAME" >> "$LOG"; sleep 0.05; done`
 
 // TestRunNeverRunsTwoCopies runs the leader's command under several neli run processes against
@@ -360,19 +374,32 @@ type runProc struct {
 	done   chan int
 }
 
+// testGroup is the leader group of the neli processes that a test starts.
+func testGroup(t *testing.T) string {
+	return "cli-" + strings.ToLower(t.Name())
+}
+
 // startRun starts neli run against addr with a short lease; its stdout lines go to lines.
 func startRun(t *testing.T, addr string, lines chan<- procLine, env []string, args ...string) *runProc {
 	t.Helper()
-	all := append([]string{"run", "--kafka", addr, "--group", "cli-" + strings.ToLower(t.Name()),
+	all := append([]string{"run", "--kafka", addr, "--group", testGroup(t),
 		"--heartbeat-timeout", "1s", "--log-level", "debug"}, args...)
-	cmd := exec.Command(neliBin, all...)
-	cmd.Env = append(os.Environ(), env...)
-	p := &runProc{name: all[len(all)-1], cmd: cmd, stderr: &syncBuffer{}, done: make(chan int, 1)}
+	name := all[len(all)-1]
 	for i, a := range all {
 		if a == "--name" {
-			p.name = all[i+1]
+			name = all[i+1]
 		}
 	}
+	return startProc(t, name, lines, env, all...)
+}
+
+// startProc starts neli with args and sends its stdout lines, labelled with name, to lines. The
+// process is killed when the test ends if it is still running.
+func startProc(t *testing.T, name string, lines chan<- procLine, env []string, args ...string) *runProc {
+	t.Helper()
+	cmd := exec.Command(neliBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p := &runProc{name: name, cmd: cmd, stderr: &syncBuffer{}, done: make(chan int, 1)}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -405,7 +432,7 @@ func startRun(t *testing.T, addr string, lines chan<- procLine, env []string, ar
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("stderr of neli run %s:\n%s", p.name, p.stderr.String())
+			t.Logf("stderr of neli %s %s:\n%s", p.cmd.Args[1], p.name, p.stderr.String())
 		}
 	})
 	return p

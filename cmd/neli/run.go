@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,20 +18,37 @@ import (
 	"time"
 
 	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 )
 
 const runAbout = `Runs CMD only while this instance is the leader of --group, like 'etcdctl lock' or
-'consul lock'. On becoming leader it starts CMD with NELI_NAME and NELI_TENURE in its
-environment. When leadership is revoked (another instance takes over in an orderly way),
-CMD gets SIGTERM, then SIGKILL after --grace, and the successor waits until CMD is gone.
+'consul lock'. On becoming leader it starts CMD with NELI_NAME, NELI_GROUP, NELI_TENURE and
+NELI_TOKEN in its environment. When leadership is revoked (another instance takes over in
+an orderly way), CMD gets SIGTERM, then SIGKILL after --grace, and the successor waits
+until CMD is gone.
 When leadership is fenced (the lease ran out: Kafka unreachable, this process stalled),
 the successor may be elected within about one --heartbeat-timeout, so CMD gets SIGTERM at
 once and SIGKILL after min(--grace, --heartbeat-timeout/2). Signals go to CMD's whole
 process group. If neli itself is killed, CMD gets SIGKILL from the kernel.
 
+NELI_TOKEN is the tenure's fencing token: it is larger than the token of every earlier
+leader of the group, so a store that CMD writes to can refuse writes stamped with a token
+lower than the highest it has seen, and a deposed leader that still runs (after a pause,
+say) cannot overwrite its successor's work.
+
 If CMD exits by itself, neli releases leadership and exits with CMD's status. SIGINT or
 SIGTERM to neli stops CMD first, then releases leadership.
+
+SIGUSR1 moves leadership away on purpose, for a rolling deploy or an unhealthy host: neli
+stops CMD as on revoke, leaves the group so that another instance is elected within a
+group heartbeat interval, stays out of the running for --yield-for, then contends again.
+A follower that gets SIGUSR1 just stays out for --yield-for.
+
+--metrics-addr serves Prometheus metrics (goneli_leader, goneli_fencing_token, lease age,
+transitions, ...) on /metrics and a health check on /healthz, which answers 503 when neli
+believes it leads but its lease has lapsed.
 
 With --on-acquired and --on-revoked, neli runs those shell commands on each transition
 instead of supervising CMD (the revoked hook also runs when leadership is fenced, with
@@ -41,7 +63,10 @@ type runOptions struct {
 	grace      time.Duration
 	onAcquired string
 	onRevoked  string
-	command    []string
+	// metricsAddr is where /metrics and /healthz are served; empty means nowhere.
+	metricsAddr string
+	yieldFor    time.Duration
+	command     []string
 }
 
 func parseRun(args []string, stdout io.Writer) (runOptions, error) {
@@ -52,6 +77,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "how long CMD may take to exit after SIGTERM before it gets SIGKILL")
 	fs.StringVar(&o.onAcquired, "on-acquired", "", "shell command to run on becoming leader (instead of -- CMD)")
 	fs.StringVar(&o.onRevoked, "on-revoked", "", "shell command to run on losing leadership (instead of -- CMD)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (default: none)")
+	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
 
 	flags, command, dashes := args, []string(nil), false
 	for i, a := range args {
@@ -71,6 +98,18 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	}
 	if o.grace < 0 {
 		return o, badUsage("--grace %v must not be negative", o.grace)
+	}
+	switch {
+	case o.yieldFor < 0:
+		return o, badUsage("--yield-for %v must not be negative", o.yieldFor)
+	case o.yieldFor == 0:
+		// Long enough for a successor to be elected and settle before this instance contends again.
+		o.yieldFor = 2 * o.heartbeatTimeout
+	}
+	if o.metricsAddr != "" {
+		if _, port, err := net.SplitHostPort(o.metricsAddr); err != nil || port == "" {
+			return o, badUsage("--metrics-addr %q: want HOST:PORT, for example 127.0.0.1:9464 or :9464", o.metricsAddr)
+		}
 	}
 	hooks := o.onAcquired != "" || o.onRevoked != ""
 	switch {
@@ -96,6 +135,19 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 		return 0, err
 	}
 	log, scr := o.logger(stderr)
+	// The metrics port is taken before anything joins the group, so that a clash costs one line
+	// and not a leadership change.
+	var metricsLn net.Listener
+	if o.metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			var oe *net.OpError
+			if errors.As(err, &oe) {
+				err = oe.Err
+			}
+			return 0, fmt.Errorf("--metrics-addr %s: cannot listen: %v", o.metricsAddr, err)
+		}
+		defer metricsLn.Close()
+	}
 	if err := checkReachable(o.kafka); err != nil {
 		return 0, err
 	}
@@ -114,13 +166,23 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 		exited:     make(chan int, 1),
 	}
 	// From here on a signal must stop the command before neli goes, so it is caught before the
-	// command can be started.
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	// command can be started. The buffer leaves room for a SIGTERM that arrives while a yield is
+	// stopping the command: signal.Notify drops what does not fit.
+	sig := make(chan os.Signal, 4)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sig)
-	n, err := goneli.New(config, sup.barrier())
+	n, err := goneli.NewCurator(config, sup.barrier())
 	if err != nil {
 		return 0, err
+	}
+	if metricsLn != nil {
+		stopMetrics, err := serveMetrics(metricsLn, n, config, log)
+		if err != nil {
+			_ = n.Close()
+			return 0, err
+		}
+		// Deferred so that /healthz and /metrics keep answering while leadership is released.
+		defer stopMetrics()
 	}
 	p, err := n.Background(func() {
 		// The pulser calls this back-to-back while leading; the pause keeps that from spinning
@@ -135,20 +197,32 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 	go func() { pulserDone <- p.Await() }()
 
 	status := exitOK
-	select {
-	case s := <-sig:
-		log.Infof("neli run %s: %v: stopping the command, then releasing leadership", config.Name, s)
-		sup.shutdown()
-	case status = <-sup.exited:
-		log.Infof("neli run %s: command exited with status %d; releasing leadership", config.Name, status)
-		sup.shutdown()
-	case err := <-pulserDone:
-		sup.shutdown()
-		_ = n.Close()
-		if err == nil {
-			err = errors.New("pulser stopped")
+	for {
+		select {
+		case s := <-sig:
+			if s == syscall.SIGUSR1 {
+				// Yield delivers LeaderRevoked to the barrier when leading, which stops the command
+				// before the group is left; it returns once that is done.
+				log.Infof("neli run %s: %v: yielding leadership for %v", config.Name, s, o.yieldFor)
+				if err := n.Yield(o.yieldFor); err != nil {
+					log.Warnf("neli run %s: cannot yield: %v", config.Name, err)
+				}
+				continue
+			}
+			log.Infof("neli run %s: %v: stopping the command, then releasing leadership", config.Name, s)
+			sup.shutdown()
+		case status = <-sup.exited:
+			log.Infof("neli run %s: command exited with status %d; releasing leadership", config.Name, status)
+			sup.shutdown()
+		case err := <-pulserDone:
+			sup.shutdown()
+			_ = n.Close()
+			if err == nil {
+				err = errors.New("pulser stopped")
+			}
+			return 0, err
 		}
-		return 0, err
+		break // only SIGUSR1 keeps neli waiting
 	}
 	if err := n.Close(); err != nil {
 		log.Warnf("neli run %s: %v", config.Name, err)
@@ -158,29 +232,58 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 }
 
 // env is what a command or hook finds in its environment, on top of neli's own, for event e.
-// It is the one place where facts about the tenure reach the command; the fencing token
-// (NELI_TOKEN) belongs here once the events carry it.
+// It is the one place where facts about the tenure reach the command.
 func (s *supervisor) env(e goneli.Event) []string {
-	event, tenure := describe(e)
+	event, tenure, token := describe(e)
 	return []string{
 		"NELI_NAME=" + s.name,
 		"NELI_GROUP=" + s.group,
 		"NELI_EVENT=" + event,
 		"NELI_TENURE=" + tenure,
+		"NELI_TOKEN=" + strconv.FormatInt(token, 10),
 	}
 }
 
-// describe names the kind of e, as NELI_EVENT shows it, and its tenure.
-func describe(e goneli.Event) (event, tenure string) {
+// describe names the kind of e, as NELI_EVENT shows it, its tenure and its fencing token.
+func describe(e goneli.Event) (event, tenure string, token int64) {
 	switch e := e.(type) {
 	case goneli.LeaderAcquired:
-		return "acquired", e.Tenure
+		return "acquired", e.Tenure, e.Token
 	case goneli.LeaderFenced:
-		return "fenced", e.Tenure
+		return "fenced", e.Tenure, e.Token
 	case goneli.LeaderRevoked:
-		return "revoked", e.Tenure
+		return "revoked", e.Tenure, e.Token
 	}
-	return "unknown", ""
+	return "unknown", "", 0
+}
+
+// metricsShutdown bounds how long scrapes in progress may delay neli's exit.
+const metricsShutdown = time.Second
+
+// serveMetrics serves the curator's /metrics and /healthz on ln until the returned function is
+// called.
+func serveMetrics(ln net.Listener, c goneli.Curator, config goneli.Config, log *logrus.Logger) (func(), error) {
+	h, err := metrics.Handler(c, prometheus.Labels{"group": config.LeaderGroupID, "name": config.Name})
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Errorf("neli run %s: metrics server on %s: %v", config.Name, ln.Addr(), err)
+		}
+	}()
+	log.Infof("neli run %s: serving http://%s/metrics and /healthz", config.Name, ln.Addr())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), metricsShutdown)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+		<-done
+	}, nil
 }
 
 // supervisor starts and stops the leader's command from the barrier. The barrier is never called
@@ -346,7 +449,7 @@ func (s *supervisor) hook(script string, e goneli.Event) {
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
-	event, _ := describe(e)
+	event, _, _ := describe(e)
 	if script == "" || (closing && event == "acquired") {
 		return
 	}

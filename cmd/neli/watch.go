@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/goneli/goneli"
+)
+
+const watchAbout = `Prints each change of leader of --group as it happens, one line each on stdout: the time
+it was seen, the leader's name, its fencing token (the NELI_TOKEN its 'neli run' gives CMD)
+and since when it has led. "no leader" means the last leader's heartbeats have not been
+seen for --heartbeat-timeout; give the lease the contenders use. On start it shows the
+sender of the newest heartbeat at once; if that leader has already gone, a "no leader"
+line follows one --heartbeat-timeout later.
+
+It only reads the heartbeats on partition 0 of the leader topic and never joins the
+group, so watching cannot become leader or cause a rebalance. SIGINT or SIGTERM stops it
+with status 0.
+
+  text: 2026-11-21T16:30:01.123Z leader a token 42 since 2026-11-21T16:29:58.950Z
+        2026-11-21T16:30:09.004Z no leader (a's heartbeats stopped; its token was 42)
+  json: {"time":"...","event":"leader","leader":"a","tenure":"3","token":42,"since":"..."}
+        {"time":"...","event":"no-leader","last_leader":"a","last_token":42}`
+
+// watchTime is how watch prints instants: to the millisecond, with the zone, so that lines from
+// several hosts can be compared.
+const watchTime = "2006-01-02T15:04:05.000Z07:00"
+
+type watchOptions struct {
+	common
+	format string
+}
+
+func parseWatch(args []string, stdout io.Writer) (watchOptions, error) {
+	var o watchOptions
+	o.kafka = "localhost:9092"
+	fs := newFlagSet("watch", "[--kafka ADDR] [--group G] [--topic T] [--heartbeat-timeout D] [--format text|json]", watchAbout)
+	// Quieter than run by default: stdout is the point of watch, and the logs share the terminal.
+	o.register(fs, "neli", "warn", goneli.DefaultHeartbeatTimeout)
+	fs.StringVar(&o.format, "format", "text", "output format: text or json (one object per line)")
+	fs.Lookup("name").Usage = "this watcher's name, seen by the broker as client.id goneli-<name>-observer (default <hostname>_<pid>_<time>)"
+	fs.Lookup("heartbeat-timeout").Usage = "the contenders' lease: a leader unseen for this long is reported gone"
+	if err := parse(fs, args, stdout); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, badUsage("unexpected argument %q", fs.Arg(0))
+	}
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	if o.format != "text" && o.format != "json" {
+		return o, badUsage("--format %q: use text or json", o.format)
+	}
+	return o, nil
+}
+
+func runWatch(args []string, stdout, stderr io.Writer) (int, error) {
+	o, err := parseWatch(args, stdout)
+	if err != nil {
+		return 0, err
+	}
+	log, scr := o.logger(stderr)
+	if err := checkReachable(o.kafka); err != nil {
+		return 0, err
+	}
+	config := o.config(scr)
+	config.SetDefaults()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	p := &watchPrinter{w: stdout, json: o.format == "json", now: time.Now}
+	log.Infof("neli watch: following the leader of group %s on topic %s", config.LeaderGroupID, config.LeaderTopic)
+	// Watch returns only with an error: context.Canceled is the signal's doing, and the end of a
+	// successful watch.
+	if err := goneli.Watch(ctx, config, p.print); !errors.Is(err, context.Canceled) {
+		return 0, err
+	}
+	log.Infof("neli watch: stopped")
+	return exitOK, nil
+}
+
+// watchPrinter turns leader changes into lines. It is called only from Watch's goroutine.
+type watchPrinter struct {
+	w    io.Writer
+	json bool
+	now  func() time.Time
+	last goneli.LeaderInfo // the leader before a "no leader", which carries no name of its own
+}
+
+// watchRecord is one line of --format json. Fields that do not apply to the event are left out.
+type watchRecord struct {
+	Time       string `json:"time"`
+	Event      string `json:"event"` // "leader" or "no-leader"
+	Leader     string `json:"leader,omitempty"`
+	Tenure     string `json:"tenure,omitempty"`
+	Token      int64  `json:"token,omitempty"`
+	Since      string `json:"since,omitempty"`
+	LastLeader string `json:"last_leader,omitempty"`
+	LastToken  int64  `json:"last_token,omitempty"`
+}
+
+func (p *watchPrinter) print(info goneli.LeaderInfo) {
+	now := p.now().Format(watchTime)
+	var r watchRecord
+	if info.Name == "" {
+		r = watchRecord{Time: now, Event: "no-leader", LastLeader: p.last.Name, LastToken: p.last.Token}
+	} else {
+		r = watchRecord{Time: now, Event: "leader", Leader: info.Name, Tenure: info.Tenure, Token: info.Token,
+			Since: info.Since.Format(watchTime)}
+		p.last = info
+	}
+	if p.json {
+		line, _ := json.Marshal(r) // cannot fail: strings and integers only
+		fmt.Fprintf(p.w, "%s\n", line)
+		return
+	}
+	switch {
+	case r.Event == "leader":
+		fmt.Fprintf(p.w, "%s leader %s token %d since %s\n", r.Time, r.Leader, r.Token, r.Since)
+	case r.LastLeader != "":
+		fmt.Fprintf(p.w, "%s no leader (%s's heartbeats stopped; its token was %d)\n", r.Time, r.LastLeader, r.LastToken)
+	default:
+		fmt.Fprintf(p.w, "%s no leader\n", r.Time)
+	}
+}
