@@ -234,3 +234,28 @@ func TestStatsOfLeader(t *testing.T) {
 		t.Fatalf("stats after Close: %+v", s)
 	}
 }
+
+// A watcher that starts after the last leader has gone must not announce it from its stale
+// heartbeat: the first leader it reports is the next one.
+func TestWatchIgnoresStaleLastHeartbeat(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	a := newNeli(t, testConfig(b, group, "a", log), r)
+	pulse(t, a)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Let a's last heartbeat age past a lease: this is the condition under test, not a wait for
+	// an event.
+	time.Sleep(testLease + 100*time.Millisecond)
+	w := watch(t, b, group, log)
+	c := newNeli(t, testConfig(b, group, "c", log), r)
+	pulse(t, c)
+	w.await(t, "c", named("c"))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen[0].Name != "c" {
+		t.Fatalf("the watcher reported %v before c", w.seen[:len(w.seen)-1])
+	}
+}

@@ -101,6 +101,14 @@ func (o *observer) onMessage(m *kafka.Message) {
 		o.mu.Unlock()
 		return
 	}
+	if time.Since(info.LastHeartbeat) > *o.config.HeartbeatTimeout {
+		// Already older than a lease when read (the newest record of a topic whose leader has gone,
+		// say): it names no current leader. This compares two hosts' wall clocks, which is good
+		// enough for reporting and is never used for leadership itself.
+		o.maxToken = h.token
+		o.mu.Unlock()
+		return
+	}
 	changed := !o.known || info.Token != o.last.Token
 	o.last, o.known, o.maxToken = info, true, h.token
 	o.lastSeen = time.Since(o.start)
