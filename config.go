@@ -81,7 +81,9 @@ type Config struct {
 	PollDuration *time.Duration
 
 	// MinPollInterval is the shortest time between two polls of the consumer, and the interval at
-	// which the leader produces heartbeats. Default: DefaultMinPollInterval (100 ms).
+	// which the leader produces heartbeats. A renewal takes two polls (one to read the heartbeat
+	// back, one to see its commit accepted), so short leases want short intervals. Default:
+	// DefaultMinPollInterval (100 ms), or HeartbeatTimeout/20 if that is shorter.
 	MinPollInterval *time.Duration
 
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
@@ -149,11 +151,11 @@ func (c *Config) SetDefaults() {
 	if c.PollDuration == nil {
 		c.PollDuration = Duration(DefaultPollDuration)
 	}
-	if c.MinPollInterval == nil {
-		c.MinPollInterval = Duration(DefaultMinPollInterval)
-	}
 	if c.HeartbeatTimeout == nil {
 		c.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
+	}
+	if c.MinPollInterval == nil {
+		c.MinPollInterval = Duration(min(DefaultMinPollInterval, max(*c.HeartbeatTimeout/20, time.Millisecond)))
 	}
 }
 

@@ -33,6 +33,14 @@ func TestSetDefaults(t *testing.T) {
 	}
 }
 
+func TestMinPollIntervalFollowsShortLeases(t *testing.T) {
+	c := Config{HeartbeatTimeout: Duration(time.Second)}
+	c.SetDefaults()
+	if *c.MinPollInterval != 50*time.Millisecond {
+		t.Fatalf("MinPollInterval for a 1s lease = %v, want 50ms", *c.MinPollInterval)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	cases := []struct {
 		name   string

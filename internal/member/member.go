@@ -75,7 +75,7 @@ func Main(args []string) int {
 	fs.StringVar(&o.Topic, "topic", "", "leader topic (default: <group>.neli)")
 	fs.StringVar(&o.Name, "name", "", "instance name (default: goneli's)")
 	fs.DurationVar(&o.HeartbeatTimeout, "heartbeat-timeout", goneli.DefaultHeartbeatTimeout, "lease length")
-	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", goneli.DefaultMinPollInterval, "poll and heartbeat interval")
+	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", 0, "poll and heartbeat interval (0: goneli's default for the lease)")
 	fs.DurationVar(&o.Task, "task", time.Millisecond, "simulated work per leader task run")
 	fs.Var(&kafkaKV, "X", "extra librdkafka setting key=value (repeatable)")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "goneli log level on stderr")
@@ -122,8 +122,10 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		LeaderTopic:      o.Topic,
 		Name:             o.Name,
 		HeartbeatTimeout: goneli.Duration(o.HeartbeatTimeout),
-		MinPollInterval:  goneli.Duration(o.MinPollInterval),
 		Scribe:           stderrScribe(o.LogLevel),
+	}
+	if o.MinPollInterval > 0 {
+		config.MinPollInterval = goneli.Duration(o.MinPollInterval)
 	}
 	acts := &spans{w: w}
 	n, err := goneli.New(config, func(e goneli.Event) {
