@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// env is what every scenario shares: the broker, the way to start members, and the counters.
+type env struct {
+	opts    options
+	addr    string
+	broker  *kafkatest.Broker // nil with --kafka
+	counter *requestCounter   // nil with --kafka: only the embedded broker can be observed
+	client  *kgo.Client       // for group and offset queries to an external broker
+	exe     string
+	runID   string
+}
+
+func newEnv(o options) (*env, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	e := &env{opts: o, exe: exe, runID: strconv.FormatInt(time.Now().Unix()%1_000_000, 36)}
+	if o.kafka != "" {
+		e.addr = o.kafka
+		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(o.kafka, ",")...))
+		if err != nil {
+			return nil, err
+		}
+		e.client = cl
+		return e, nil
+	}
+	b, err := kafkatest.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded broker: %w", err)
+	}
+	e.broker, e.addr = b, b.Addr
+	e.counter = &requestCounter{}
+	// An observer of every request: it never handles one, so the broker goes on as usual.
+	b.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.counter.observe(req)
+		return nil, nil, false
+	})
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.client != nil {
+		e.client.Close()
+	}
+	if e.broker != nil {
+		e.broker.Close()
+	}
+}
+
+// waitStable waits until the group is stable with n members, so that a trial does not begin in
+// the middle of a rebalance caused by the previous one. The broker offers no event for this, so it
+// is polled.
+func (e *env) waitStable(group string, n int, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	if e.broker != nil {
+		g, err := e.broker.WaitGroupStable(ctx, group, n)
+		if err != nil {
+			return fmt.Errorf("group %s not stable with %d members within %v: %w; last seen: %s", group, n, limit, err, describeGroup(g))
+		}
+		return nil
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{group}
+		resp, err := req.RequestWith(ctx, e.client)
+		if err == nil && len(resp.Groups) == 1 && resp.Groups[0].State == "Stable" && len(resp.Groups[0].Members) == n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("group %s not stable with %d members within %v", group, n, limit)
+		case <-tick.C:
+		}
+	}
+}
+
+func describeGroup(g *kfake.GroupInfo) string {
+	if g == nil {
+		return "no such group"
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "state %s, generation %d, %d members:", g.State, g.Epoch, len(g.Members))
+	for _, m := range g.Members {
+		fmt.Fprintf(&sb, " %s%v", m.ClientID, m.Assignment)
+	}
+	return sb.String()
+}
+
+// highWatermark is the end offset of partition 0 of topic: the number of heartbeats ever sent.
+func (e *env) highWatermark(topic string) (int64, error) {
+	if e.broker != nil {
+		// Asking kfake directly keeps the query out of the request counts.
+		pi := e.broker.PartitionInfo(topic, 0)
+		if pi == nil {
+			return 0, fmt.Errorf("no partition 0 of %s", topic)
+		}
+		return pi.HighWatermark, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrListOffsetsRequest()
+	req.ReplicaID = -1
+	t := kmsg.NewListOffsetsRequestTopic()
+	t.Topic = topic
+	p := kmsg.NewListOffsetsRequestTopicPartition()
+	p.Partition, p.Timestamp = 0, -1
+	t.Partitions = append(t.Partitions, p)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, e.client)
+	if err != nil {
+		return 0, err
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Partition == 0 {
+				if rp.ErrorCode != 0 {
+					return 0, fmt.Errorf("ListOffsets %s: error code %d", topic, rp.ErrorCode)
+				}
+				return rp.Offset, nil
+			}
+		}
+	}
+	return 0, errors.New("ListOffsets: no partition 0 in the response")
+}
+
+// requestCounter counts the requests the embedded broker receives, by API key, and the record
+// bytes of Produce requests.
+type requestCounter struct {
+	byKey        [128]atomic.Int64
+	produceBytes atomic.Int64
+}
+
+func (c *requestCounter) observe(req kmsg.Request) {
+	if k := req.Key(); k >= 0 && int(k) < len(c.byKey) {
+		c.byKey[k].Add(1)
+	}
+	if p, ok := req.(*kmsg.ProduceRequest); ok {
+		for _, t := range p.Topics {
+			for _, part := range t.Partitions {
+				c.produceBytes.Add(int64(len(part.Records)))
+			}
+		}
+	}
+}
+
+// counts is a snapshot of a requestCounter.
+type counts struct {
+	byKey        map[int16]int64
+	produceBytes int64
+}
+
+func (c *requestCounter) snapshot() counts {
+	s := counts{byKey: map[int16]int64{}, produceBytes: c.produceBytes.Load()}
+	for k := range c.byKey {
+		if v := c.byKey[k].Load(); v != 0 {
+			s.byKey[int16(k)] = v
+		}
+	}
+	return s
+}
+
+// procSample is what /proc says about one process at one moment.
+type procSample struct {
+	cpuTicks int64 // utime + stime, in USER_HZ ticks
+	rssKB    int64
+	threads  int64
+}
+
+// userHZ is the unit of /proc/<pid>/stat's times; Linux fixes it at 100 for user space.
+const userHZ = 100
+
+func sampleProc(pid int) (procSample, error) {
+	var s procSample
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	// The command name may contain spaces and parentheses; the fields after it do not.
+	rest := string(stat)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	fields := strings.Fields(rest) // fields[0] is the state, field 3 of the file
+	if len(fields) < 13 {
+		return s, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return s, err
+	}
+	s.cpuTicks = utime + stime
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		key, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(val)
+		if len(f) == 0 {
+			continue
+		}
+		switch key {
+		case "VmRSS":
+			s.rssKB, _ = strconv.ParseInt(f[0], 10, 64)
+		case "Threads":
+			s.threads, _ = strconv.ParseInt(f[0], 10, 64)
+		}
+	}
+	return s, nil
+}
+
+// loadAverage reads the one-minute load average, to show how busy the machine was.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}

@@ -1,0 +1,374 @@
+// Command bench measures goneli: time to the first leader, graceful handoff, crash failover,
+// fencing of a leader cut off from Kafka, leadership overlap, and the cost per instance, with every
+// contender in its own process. It prints a table (Markdown) and writes the figures as JSON.
+//
+//	go run ./bench                       # the full run, about 15 minutes, embedded broker
+//	go run ./bench --short               # a smoke run of well under a minute
+//	go run ./bench --kafka host:9092     # against a real cluster (no fencing trials)
+//	go run ./bench --render bench.json --svg failover.svg
+//
+// The process exits non-zero if any two members ever acted as leader at the same instant.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/goneli/goneli"
+)
+
+type options struct {
+	kafka       string
+	out         string
+	svg         string
+	render      string
+	short       bool
+	trials      int
+	fenceTrials int
+	contenders  []int
+	firstReps   int
+	costWindow  time.Duration
+	groupSize   int
+	leases      []time.Duration
+	task        time.Duration
+	costTask    time.Duration
+	memberLog   string
+	memberLogs  string
+	settle      time.Duration
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var contenders, leases string
+	fs.StringVar(&o.kafka, "kafka", "", "bootstrap servers of a Kafka cluster (default: an embedded kfake broker)")
+	fs.StringVar(&o.out, "out", "bench.json", "write the figures as JSON here (\"\" for none)")
+	fs.StringVar(&o.svg, "svg", "", "also render the failover timelines as SVG here")
+	fs.StringVar(&o.render, "render", "", "only render --svg from this JSON report, then exit")
+	fs.BoolVar(&o.short, "short", false, "smoke run: few trials, HeartbeatTimeout 1s only, small groups")
+	fs.IntVar(&o.trials, "trials", 20, "trials per handoff and failover series (0 skips them)")
+	fs.IntVar(&o.fenceTrials, "fence-trials", 10, "trials per fencing series (0 skips them)")
+	fs.StringVar(&contenders, "contenders", "1,3,10,50", "group sizes for time to first leader and cost (\"\" for none)")
+	fs.IntVar(&o.firstReps, "first-reps", 3, "repetitions of time to first leader for up to 10 contenders (larger groups run once)")
+	fs.DurationVar(&o.costWindow, "cost-window", 30*time.Second, "measurement window of the cost figures")
+	fs.IntVar(&o.groupSize, "group-size", 3, "contenders in each failover and fencing trial")
+	fs.StringVar(&leases, "heartbeat-timeouts", "5s,1s", "HeartbeatTimeout settings to measure failover with")
+	fs.DurationVar(&o.task, "task", time.Millisecond, "simulated leader work per run in the failover trials (their time resolution)")
+	fs.DurationVar(&o.settle, "settle", 2*time.Second, "how long a group must have been steady before a trial's fault")
+	fs.StringVar(&o.memberLogs, "member-logs", "", "also write each member's stderr to <dir>/<member>.log")
+	fs.StringVar(&o.memberLog, "member-log-level", "warn", "members' log level on stderr (shown when a scenario fails)")
+	fs.DurationVar(&o.costTask, "cost-task", 10*time.Millisecond, "simulated leader work per run while measuring cost")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.short {
+		// Only what was not given explicitly shrinks.
+		short := map[string]func(){
+			"trials":             func() { o.trials = 2 },
+			"fence-trials":       func() { o.fenceTrials = 1 },
+			"contenders":         func() { contenders = "1,3" },
+			"first-reps":         func() { o.firstReps = 1 },
+			"cost-window":        func() { o.costWindow = 3 * time.Second },
+			"heartbeat-timeouts": func() { leases = "1s" },
+			"settle":             func() { o.settle = 500 * time.Millisecond },
+		}
+		for name, apply := range short {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
+	for _, s := range strings.Split(contenders, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("--contenders: bad group size %q", s)
+		}
+		o.contenders = append(o.contenders, n)
+	}
+	for _, s := range strings.Split(leases, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil || d < goneli.MinHeartbeatTimeout {
+			return o, fmt.Errorf("--heartbeat-timeouts: bad HeartbeatTimeout %q (at least %v)", s, goneli.MinHeartbeatTimeout)
+		}
+		o.leases = append(o.leases, d)
+	}
+	if o.groupSize < 2 {
+		return o, errors.New("--group-size must be at least 2: a failover needs a successor")
+	}
+	return o, nil
+}
+
+func main() {
+	runMemberIfAsked()
+	o, err := parseOptions(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.render != "" {
+		if err := renderFile(o.render, o.svg); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	rep, err := run(o, os.Args[1:], os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	if rep.Overlap.Count > 0 {
+		os.Exit(3)
+	}
+}
+
+// run measures everything o asks for, prints progress and the table to out, and writes the
+// report files. It returns an error if a scenario failed; overlap is reported in the Report.
+func run(o options, args []string, out io.Writer) (*Report, error) {
+	rep := &Report{
+		Started:    time.Now().UTC(),
+		Command:    strings.TrimSpace("go run ./bench " + strings.Join(args, " ")),
+		Short:      o.short,
+		Broker:     "embedded (kfake)",
+		CPUs:       runtime.NumCPU(),
+		GoVersion:  runtime.Version(),
+		LoadStart:  loadAverage(),
+		TrialsPer:  o.trials,
+		GroupSize:  o.groupSize,
+		TaskMs:     ms(o.task),
+		CostTaskMs: ms(o.costTask),
+		SettleMs:   ms(o.settle),
+	}
+	if o.kafka != "" {
+		rep.Broker = o.kafka
+	}
+	e, err := newEnv(o)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	r := &runner{e: e, out: out, rep: rep}
+	var errs []error
+	for _, n := range o.contenders {
+		fl := FirstLeader{Contenders: n}
+		reps := o.firstReps
+		if n > 10 {
+			reps = 1
+		}
+		for i := 1; i <= reps; i++ {
+			window := time.Duration(0)
+			if i == 1 {
+				window = o.costWindow
+			}
+			cost, err := r.firstLeader(n, i, window, &fl)
+			if err != nil {
+				errs = append(errs, err)
+				r.printf("error: %v", err)
+				break
+			}
+			if cost != nil {
+				rep.Cost = append(rep.Cost, *cost)
+			}
+		}
+		fl.LaunchToAcquired = summarise(fl.LaunchToAcquiredMs)
+		fl.StartedToAcquired = summarise(fl.StartedToAcquiredMs)
+		fl.LaunchToAllStarted = summarise(fl.LaunchToAllStartedMs)
+		rep.FirstLeader = append(rep.FirstLeader, fl)
+	}
+	for _, lease := range o.leases {
+		steps := []func() error{
+			func() error { return r.failover(false, lease, o.trials) },
+			func() error { return r.failover(true, lease, o.trials) },
+			func() error { return r.fence(lease, o.fenceTrials) },
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				errs = append(errs, err)
+				r.printf("error: %v", err)
+			}
+		}
+	}
+	rep.Finished = time.Now().UTC()
+	rep.LoadEnd = loadAverage()
+	printTable(out, rep)
+	if o.out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.out, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("writing %s: %w", o.out, err))
+		}
+	}
+	if o.svg != "" {
+		if err := os.WriteFile(o.svg, renderSVG(rep), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("writing %s: %w", o.svg, err))
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+func renderFile(in, out string) error {
+	if out == "" {
+		return errors.New("--render needs --svg")
+	}
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	return os.WriteFile(out, renderSVG(&rep), 0o644)
+}
+
+// printTable renders the report as Markdown tables, ready for the README.
+func printTable(w io.Writer, rep *Report) {
+	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format+"\n", args...) }
+	p("")
+	p("goneli benchmark, %s, %s, broker: %s, %d CPUs, load average %.2f before and %.2f after; %s",
+		rep.Started.Format("2006-01-02 15:04 MST"), rep.GoVersion, rep.Broker, rep.CPUs, rep.LoadStart, rep.LoadEnd,
+		rep.Finished.Sub(rep.Started).Round(time.Second))
+	p("")
+	p("| Time to first leader (default settings) | contenders | runs | median | max |")
+	p("|---|---|---|---|---|")
+	for _, fl := range rep.FirstLeader {
+		if fl.LaunchToAcquired.N == 0 {
+			continue
+		}
+		p("| processes launched -> first `acquired` | %d | %d | %s | %s |", fl.Contenders, fl.LaunchToAcquired.N,
+			msStr(fl.LaunchToAcquired.Median), msStr(fl.LaunchToAcquired.Max))
+		p("| leader's `started` -> its `acquired` | %d | %d | %s | %s |", fl.Contenders, fl.StartedToAcquired.N,
+			msStr(fl.StartedToAcquired.Median), msStr(fl.StartedToAcquired.Max))
+		p("| processes launched -> all `started` | %d | %d | %s | %s |", fl.Contenders, fl.LaunchToAllStarted.N,
+			msStr(fl.LaunchToAllStarted.Median), msStr(fl.LaunchToAllStarted.Max))
+	}
+	p("")
+	p("| Failover and fencing (%d contenders) | HeartbeatTimeout | trials | median | p90 | max | bounded by |", rep.GroupSize)
+	p("|---|---|---|---|---|---|---|")
+	for _, s := range rep.Series {
+		lease := time.Duration(s.HeartbeatTimeoutMs) * time.Millisecond
+		p("| %s | %v | %d | %s | %s | %s | %s |", seriesTitle(s.Name), lease, s.N,
+			msStr(s.Median), msStr(s.P90), msStr(s.Max), seriesBound(s.Name, lease))
+	}
+	if len(rep.Cost) > 0 {
+		p("")
+		p("| Cost per instance (HeartbeatTimeout 5s) | instances | leader | idle follower | all members | broker + harness |")
+		p("|---|---|---|---|---|---|")
+		for _, c := range rep.Cost {
+			p("| CPU s per minute | %d | %.2f | %.2f | %.2f | %.2f |", c.Instances, c.LeaderCPUSPerMin,
+				c.FollowerCPUSPerMin, c.AllCPUSPerMin, c.HarnessCPUSPerMin)
+		}
+		for _, c := range rep.Cost {
+			p("| RSS MB / threads | %d | %.0f / %d | %s | | |", c.Instances, c.LeaderRSSMB, c.LeaderThreads,
+				followerMem(c))
+		}
+		p("")
+		p("| Traffic | instances | heartbeats/s | heartbeat bytes/s | broker requests/s | busiest requests per s |")
+		p("|---|---|---|---|---|---|")
+		for _, c := range rep.Cost {
+			p("| %s | %d | %.1f | %.0f | %.0f | %s |", "group of", c.Instances, c.HeartbeatsPerS, c.ProduceBytesPerS,
+				c.RequestsPerS, topRequests(c.RequestsPerSByKey, 4))
+		}
+	}
+	p("")
+	if len(rep.UncutFences) > 0 {
+		by := map[string]int{}
+		var order []string
+		for _, u := range rep.UncutFences {
+			if by[u.Scenario] == 0 {
+				order = append(order, u.Scenario)
+			}
+			by[u.Scenario]++
+		}
+		var parts []string
+		for _, sc := range order {
+			parts = append(parts, fmt.Sprintf("%s %d", sc, by[sc]))
+		}
+		p("Leaders fenced with no fault applied: %d (%s); see fences_without_cut in the JSON.", len(rep.UncutFences), strings.Join(parts, ", "))
+	}
+	if len(rep.Unprovoked) > 0 {
+		p("Leadership changed with no fault applied %d times (the trial was repeated); see unprovoked_leadership_changes in the JSON.", len(rep.Unprovoked))
+	}
+	if rep.Overlap.Count == 0 {
+		p("Leadership overlap: none (%d act spans checked across all trials).", rep.Overlap.SpansChecked)
+	} else {
+		p("!!! LEADERSHIP OVERLAP: %d overlapping pairs of act spans, %.3f ms in total (%d spans checked) !!!",
+			rep.Overlap.Count, rep.Overlap.TotalMs, rep.Overlap.SpansChecked)
+	}
+}
+
+func followerMem(c Cost) string {
+	if c.Instances < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f / %d", c.FollowerRSSMB, c.FollowerThreads)
+}
+
+func msStr(v float64) string {
+	if v >= 10_000 {
+		return fmt.Sprintf("%.1f s", v/1000)
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+func seriesTitle(name string) string {
+	switch name {
+	case seriesHandoff:
+		return "graceful handoff: leader SIGTERM (Close) -> successor acts"
+	case seriesHandoffLeft:
+		return "graceful: leader SIGTERM -> its Close returns"
+	case seriesFailover:
+		return "crash failover: leader SIGKILL -> successor acts"
+	case seriesCrashGap:
+		return "crash: leader's last act -> successor acts"
+	case seriesFenceFenced:
+		return "network cut: cut -> leader fenced"
+	case seriesFenceLastAct:
+		return "network cut: cut -> leader's last act"
+	case seriesFenceNext:
+		return "network cut: cut -> successor acts"
+	case seriesFenceGap:
+		return "network cut: leaderless gap (last act -> successor acts)"
+	}
+	return name
+}
+
+// seriesBound names what the figure is bounded by, with the derived values for this lease.
+func seriesBound(name string, lease time.Duration) string {
+	iv, sess := groupInterval(lease), sessionTimeout(lease)
+	switch name {
+	case seriesHandoff:
+		return fmt.Sprintf("group heartbeat interval (%v) + first own heartbeat round trip", iv)
+	case seriesHandoffLeft:
+		return "LeaveGroup round trip, client shutdown"
+	case seriesFailover, seriesCrashGap:
+		return fmt.Sprintf("session timeout (%v) + rebalance", sess)
+	case seriesFenceFenced, seriesFenceLastAct:
+		return fmt.Sprintf("lease (%v) after the last confirmed heartbeat", lease)
+	case seriesFenceNext, seriesFenceGap:
+		return fmt.Sprintf("session timeout (%v) after the last group heartbeat", sess)
+	}
+	return ""
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/goneli/goneli/internal/member"
+)
+
+// Report is everything one run measured; it is written as JSON with --out.
+type Report struct {
+	Started     time.Time     `json:"started"`
+	Finished    time.Time     `json:"finished"`
+	Command     string        `json:"command"`
+	Short       bool          `json:"short"`
+	Broker      string        `json:"broker"` // "embedded (kfake)" or the --kafka address
+	CPUs        int           `json:"cpus"`
+	GoVersion   string        `json:"go_version"`
+	LoadStart   float64       `json:"load_avg_start"` // one-minute load average before the run
+	LoadEnd     float64       `json:"load_avg_end"`
+	TrialsPer   int           `json:"trials_per_series"`
+	GroupSize   int           `json:"group_size"` // members contending in the failover and fencing trials
+	TaskMs      float64       `json:"task_ms"`    // simulated leader work per run in those trials
+	CostTaskMs  float64       `json:"cost_task_ms"`
+	SettleMs    float64       `json:"settle_ms"` // a trial's group was steady at least this long before the fault
+	FirstLeader []FirstLeader `json:"first_leader"`
+	Series      []Series      `json:"series"`
+	Cost        []Cost        `json:"cost"`
+	Overlap     Overlap       `json:"overlap"`
+	// Unprovoked lists leadership changes that happened while no fault was applied.
+	Unprovoked []Unprovoked `json:"unprovoked_leadership_changes"`
+	// UncutFences lists every time a leader fenced itself without being cut off by the harness.
+	UncutFences []UncutFence `json:"fences_without_cut"`
+	Timelines   []Timeline   `json:"timelines"`
+}
+
+// FirstLeader is how long N freshly started contenders took to elect a leader.
+type FirstLeader struct {
+	Contenders int `json:"contenders"`
+	// Samples of each figure, in milliseconds, one per repetition.
+	LaunchToAcquiredMs   []float64 `json:"launch_to_acquired_ms"`    // processes launched -> first `acquired` line
+	StartedToAcquiredMs  []float64 `json:"started_to_acquired_ms"`   // the leader's `started` -> its `acquired`
+	LaunchToAllStartedMs []float64 `json:"launch_to_all_started_ms"` // processes launched -> every `started` line
+	LaunchToAcquired     Stat      `json:"launch_to_acquired"`
+	StartedToAcquired    Stat      `json:"started_to_acquired"`
+	LaunchToAllStarted   Stat      `json:"launch_to_all_started"`
+}
+
+// Series is one figure measured over repeated trials.
+type Series struct {
+	Name               string    `json:"name"`        // see the series* constants
+	Description        string    `json:"description"` // what is measured, from when to when
+	HeartbeatTimeoutMs int64     `json:"heartbeat_timeout_ms"`
+	SamplesMs          []float64 `json:"samples_ms"`
+	Stat
+}
+
+// Names of the series.
+const (
+	seriesHandoff      = "graceful-handoff"
+	seriesHandoffLeft  = "graceful-leader-closed"
+	seriesFailover     = "crash-failover"
+	seriesFenceFenced  = "cut-to-fenced"
+	seriesFenceLastAct = "cut-to-last-act"
+	seriesFenceNext    = "cut-to-successor-act"
+	seriesFenceGap     = "leaderless-gap-after-cut"
+	seriesCrashGap     = "leaderless-gap-after-crash"
+)
+
+// Stat summarises samples in milliseconds.
+type Stat struct {
+	N      int     `json:"n"`
+	Min    float64 `json:"min_ms"`
+	Median float64 `json:"median_ms"`
+	P90    float64 `json:"p90_ms"`
+	Max    float64 `json:"max_ms"`
+}
+
+func summarise(samples []float64) Stat {
+	if len(samples) == 0 {
+		return Stat{}
+	}
+	s := append([]float64(nil), samples...)
+	sort.Float64s(s)
+	return Stat{N: len(s), Min: s[0], Median: rank(s, 0.5), P90: rank(s, 0.9), Max: s[len(s)-1]}
+}
+
+// rank is the nearest-rank percentile of sorted samples.
+func rank(sorted []float64, p float64) float64 {
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// Cost is the steady-state cost of a group of N instances, measured over a window in which
+// leadership did not change.
+type Cost struct {
+	Instances           int     `json:"instances"`
+	WindowS             float64 `json:"window_s"`
+	LeaderCPUSPerMin    float64 `json:"leader_cpu_s_per_min"`
+	FollowerCPUSPerMin  float64 `json:"follower_cpu_s_per_min"` // median over followers
+	AllCPUSPerMin       float64 `json:"all_members_cpu_s_per_min"`
+	HarnessCPUSPerMin   float64 `json:"harness_cpu_s_per_min"` // this process: embedded broker and output readers
+	LeaderRSSMB         float64 `json:"leader_rss_mb"`
+	FollowerRSSMB       float64 `json:"follower_rss_mb"` // median
+	LeaderThreads       int64   `json:"leader_threads"`
+	FollowerThreads     int64   `json:"follower_threads"` // median
+	HeartbeatsPerS      float64 `json:"heartbeats_per_s"` // leader topic end offset growth
+	ProduceBytesPerS    float64 `json:"produce_record_bytes_per_s,omitempty"`
+	ProduceRequestsPerS float64 `json:"produce_requests_per_s,omitempty"`
+	RequestsPerS        float64 `json:"broker_requests_per_s,omitempty"` // all requests, all members
+	// RequestsPerSByKey breaks RequestsPerS down by request name (embedded broker only).
+	RequestsPerSByKey   map[string]float64 `json:"broker_requests_per_s_by_key,omitempty"`
+	LeaderChanges       int                `json:"leader_changes_in_window"`
+	LoadAvgDuringWindow float64            `json:"load_avg_end_of_window"`
+}
+
+// Overlap is the result of checking every trial's act spans for two leaders at once.
+type Overlap struct {
+	SpansChecked int            `json:"spans_checked"`
+	Count        int            `json:"count"`
+	TotalMs      float64        `json:"total_ms"`
+	Instances    []OverlapEvent `json:"instances,omitempty"`
+}
+
+// OverlapEvent is one pair of act spans of different members that share an instant.
+type OverlapEvent struct {
+	Scenario string  `json:"scenario"`
+	A        string  `json:"a"`
+	B        string  `json:"b"`
+	From     int64   `json:"from"`
+	To       int64   `json:"to"`
+	Ms       float64 `json:"ms"`
+}
+
+// Unprovoked is a leadership change in a steady group, with the events around it.
+type Unprovoked struct {
+	Scenario string        `json:"scenario"`
+	Events   []member.Line `json:"events"`
+}
+
+// UncutFence is a leader fencing itself although no trial cut it off.
+type UncutFence struct {
+	Scenario string `json:"scenario"`
+	Name     string `json:"name"`
+	At       int64  `json:"at"`
+	Reason   string `json:"reason"`
+}
+
+// Timeline is the log of one trial, for the SVG.
+type Timeline struct {
+	Title string        `json:"title"`
+	T0    int64         `json:"t0"`   // Unix nanoseconds of the fault or signal
+	From  int64         `json:"from"` // the window shown, Unix nanoseconds
+	To    int64         `json:"to"`
+	Lines []member.Line `json:"lines"`
+}
+
+type span struct {
+	name     string
+	from, to int64
+}
+
+// overlaps finds act spans of different members that share an instant. Each span means IsLeader
+// was true at its first and last action and at every action between.
+func overlaps(scenario string, lines []member.Line) (int, []OverlapEvent) {
+	var spans []span
+	for _, l := range lines {
+		if l.Event == member.EventAct {
+			spans = append(spans, span{l.Name, l.From, l.To})
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
+	var found []OverlapEvent
+	for i := range spans {
+		for j := i + 1; j < len(spans) && spans[j].from <= spans[i].to; j++ {
+			if spans[j].name == spans[i].name {
+				continue
+			}
+			from, to := spans[j].from, min(spans[i].to, spans[j].to)
+			found = append(found, OverlapEvent{Scenario: scenario, A: spans[i].name, B: spans[j].name,
+				From: from, To: to, Ms: ms(time.Duration(to - from))})
+		}
+	}
+	return len(spans), found
+}
+
+func ms(d time.Duration) float64 {
+	return float64(d.Microseconds()) / 1000
+}

@@ -1,0 +1,514 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/internal/member"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// runner runs the scenarios one after another and fills in the report.
+type runner struct {
+	e   *env
+	out io.Writer
+	rep *Report
+}
+
+func (r *runner) printf(format string, args ...any) {
+	_, _ = fmt.Fprintf(r.out, format+"\n", args...)
+}
+
+// withFleet runs body with a fresh fleet in its own group, then stops the fleet and checks every
+// act span it printed for overlap.
+func (r *runner) withFleet(scenario string, lease, task time.Duration, body func(f *fleet) error) error {
+	f := newFleet(r.e, scenario, lease, task)
+	err := body(f)
+	if err != nil {
+		f.kill()
+	} else {
+		err = f.close()
+	}
+	lines := f.snapshot()
+	cut := map[string]bool{}
+	for _, l := range lines {
+		if l.Event == evCut {
+			cut[l.Name] = true
+		}
+	}
+	for _, l := range lines {
+		if l.Event == member.EventFenced && !cut[l.Name] {
+			r.rep.UncutFences = append(r.rep.UncutFences, UncutFence{Scenario: scenario, Name: l.Name, At: l.At, Reason: l.Info})
+		}
+	}
+	n, found := overlaps(scenario, lines)
+	o := &r.rep.Overlap
+	o.SpansChecked += n
+	o.Count += len(found)
+	for _, ev := range found {
+		o.TotalMs += ev.Ms
+		r.printf("!!! LEADERSHIP OVERLAP in %s: %s and %s both acted as leader for %.3f ms (%s to %s)",
+			scenario, ev.A, ev.B, ev.Ms, time.Unix(0, ev.From).Format("15:04:05.000000"), time.Unix(0, ev.To).Format("15:04:05.000000"))
+	}
+	o.Instances = append(o.Instances, found...)
+	return err
+}
+
+func isEvent(event string) func(member.Line) bool {
+	return func(l member.Line) bool { return l.Event == event }
+}
+
+// startLimit bounds how long n members may take to start and settle on this (possibly very busy)
+// machine. It guards against a hung run; it is not a measurement.
+func startLimit(n int, lease time.Duration) time.Duration {
+	return 60*time.Second + time.Duration(n)*3*time.Second + 4*lease
+}
+
+// trialLimit bounds one trial's wait for an event.
+func trialLimit(lease time.Duration) time.Duration {
+	return 60*time.Second + 6*lease
+}
+
+// awaitSteady waits until the group is stable with n members and its leader acts afterwards, and
+// returns the leader's name.
+func (r *runner) awaitSteady(f *fleet, n int, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		if err := r.e.waitStable(f.group, n, time.Until(deadline)); err != nil {
+			return "", fmt.Errorf("%s: %w%s", f.scenario, err, f.diagnostics())
+		}
+		// Stable means assigned, not yet leading: the assignee still has to see a heartbeat of its
+		// own come back and commit it.
+		from := f.cursor()
+		after := time.Now().UnixNano()
+		act, _, err := f.waitFor(from, time.Until(deadline), "an act after the group settled", func(l member.Line) bool {
+			return l.Event == member.EventAct && l.To >= after
+		})
+		if err != nil {
+			return "", err
+		}
+		if name, ok := f.leader(); ok && name == act.Name {
+			return act.Name, nil
+		}
+		// The member that acted has lost leadership again already: report it and wait anew.
+		r.unprovoked(f, from)
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%s: no steady leader within %v", f.scenario, limit)
+		}
+	}
+}
+
+// unprovoked records leadership changes that no fault of the harness caused, found in the
+// fleet's lines from index from on, with the members' reasons.
+func (r *runner) unprovoked(f *fleet, from int) {
+	var events []member.Line
+	for _, l := range f.snapshot()[from:] {
+		switch l.Event {
+		case member.EventAcquired, member.EventFenced, member.EventRevoked:
+			events = append(events, l)
+			r.printf("note: %s: leadership changed with no fault: %s %s %s", f.scenario, l.Name, l.Event, l.Info)
+		}
+	}
+	r.rep.Unprovoked = append(r.rep.Unprovoked, Unprovoked{Scenario: f.scenario, Events: events})
+}
+
+// firstLeader starts n contenders in a fresh group with default settings, measures how long the
+// first election takes and, if costWindow is positive, what the settled group costs.
+func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLeader) (*Cost, error) {
+	var cost *Cost
+	scenario := fmt.Sprintf("first%d-r%d", n, rep)
+	err := r.withFleet(scenario, goneli.DefaultHeartbeatTimeout, r.e.opts.costTask, func(f *fleet) error {
+		limit := startLimit(n, goneli.DefaultHeartbeatTimeout)
+		launch := time.Now()
+		for range n {
+			if _, err := f.spawn(); err != nil {
+				return err
+			}
+		}
+		acq, _, err := f.waitFor(0, limit, "the first acquisition", isEvent(member.EventAcquired))
+		if err != nil {
+			return err
+		}
+		var lastStarted member.Line
+		err = f.waitCount(0, n, limit, "every member's started line", func(l member.Line) bool {
+			if l.Event == member.EventStarted {
+				lastStarted = l
+				return true
+			}
+			return false
+		})
+		if err != nil {
+			return err
+		}
+		for _, l := range f.snapshot() {
+			if l.Event == member.EventStarted && l.Name == acq.Name {
+				fl.StartedToAcquiredMs = append(fl.StartedToAcquiredMs, ms(time.Duration(acq.At-l.At)))
+			}
+		}
+		fl.LaunchToAcquiredMs = append(fl.LaunchToAcquiredMs, ms(time.Duration(acq.At-launch.UnixNano())))
+		fl.LaunchToAllStartedMs = append(fl.LaunchToAllStartedMs, ms(time.Duration(lastStarted.At-launch.UnixNano())))
+		r.printf("first leader, %d contenders: %s acquired %.0f ms after launch; all started after %.0f ms",
+			n, acq.Name, ms(time.Duration(acq.At-launch.UnixNano())), ms(time.Duration(lastStarted.At-launch.UnixNano())))
+		if costWindow > 0 {
+			cost, err = r.measureCost(f, n, costWindow)
+		}
+		return err
+	})
+	return cost, err
+}
+
+// measureCost samples every member and the broker over window once the group has settled.
+func (r *runner) measureCost(f *fleet, n int, window time.Duration) (*Cost, error) {
+	leader, err := r.awaitSteady(f, n, startLimit(n, f.lease))
+	if err != nil {
+		return nil, err
+	}
+	topic := f.group + ".neli"
+	procs := f.live()
+	before := map[int]procSample{}
+	for _, p := range procs {
+		s, err := sampleProc(p.pid)
+		if err != nil {
+			return nil, err
+		}
+		before[p.pid] = s
+	}
+	self0, err := sampleProc(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	hwm0, err := r.e.highWatermark(topic)
+	if err != nil {
+		return nil, err
+	}
+	var counts0 counts
+	if r.e.counter != nil {
+		counts0 = r.e.counter.snapshot()
+	}
+	from := f.cursor()
+	t0 := time.Now()
+	// The window is a measurement interval, so here waiting on a timer is the point.
+	time.Sleep(window)
+	var counts1 counts
+	if r.e.counter != nil {
+		counts1 = r.e.counter.snapshot()
+	}
+	elapsed := time.Since(t0)
+	hwm1, err := r.e.highWatermark(topic)
+	if err != nil {
+		return nil, err
+	}
+	self1, err := sampleProc(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	perMin := func(ticks int64) float64 { return float64(ticks) / userHZ / elapsed.Minutes() }
+	c := &Cost{Instances: n, WindowS: elapsed.Seconds(), LoadAvgDuringWindow: loadAverage()}
+	var followerCPU, followerRSS []float64
+	var followerThreads []float64
+	var all int64
+	for _, p := range procs {
+		s, err := sampleProc(p.pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: sampling %s: %w", f.scenario, p.name, err)
+		}
+		ticks := s.cpuTicks - before[p.pid].cpuTicks
+		all += ticks
+		if p.name == leader {
+			c.LeaderCPUSPerMin = perMin(ticks)
+			c.LeaderRSSMB = float64(s.rssKB) / 1024
+			c.LeaderThreads = s.threads
+		} else {
+			followerCPU = append(followerCPU, perMin(ticks))
+			followerRSS = append(followerRSS, float64(s.rssKB)/1024)
+			followerThreads = append(followerThreads, float64(s.threads))
+		}
+	}
+	c.AllCPUSPerMin = perMin(all)
+	c.HarnessCPUSPerMin = perMin(self1.cpuTicks - self0.cpuTicks)
+	if len(followerCPU) > 0 {
+		c.FollowerCPUSPerMin = summarise(followerCPU).Median
+		c.FollowerRSSMB = summarise(followerRSS).Median
+		c.FollowerThreads = int64(summarise(followerThreads).Median)
+	}
+	c.HeartbeatsPerS = float64(hwm1-hwm0) / elapsed.Seconds()
+	if r.e.counter != nil {
+		c.RequestsPerSByKey = map[string]float64{}
+		var total int64
+		for k, v := range counts1.byKey {
+			d := v - counts0.byKey[k]
+			if d == 0 {
+				continue
+			}
+			total += d
+			c.RequestsPerSByKey[kmsg.NameForKey(k)] = float64(d) / elapsed.Seconds()
+		}
+		c.RequestsPerS = float64(total) / elapsed.Seconds()
+		c.ProduceRequestsPerS = c.RequestsPerSByKey["Produce"]
+		c.ProduceBytesPerS = float64(counts1.produceBytes-counts0.produceBytes) / elapsed.Seconds()
+	}
+	for _, l := range f.snapshot()[from:] {
+		switch l.Event {
+		case member.EventAcquired, member.EventFenced, member.EventRevoked:
+			c.LeaderChanges++
+		}
+	}
+	r.printf("cost, %d instances over %.0f s: leader %.2f CPU s/min %.0f MB, follower %.2f CPU s/min %.0f MB, %.1f heartbeats/s, %.0f requests/s",
+		n, c.WindowS, c.LeaderCPUSPerMin, c.LeaderRSSMB, c.FollowerCPUSPerMin, c.FollowerRSSMB, c.HeartbeatsPerS, c.RequestsPerS)
+	return c, nil
+}
+
+// leaseLabel names a HeartbeatTimeout in scenario names: "5s", "1s", "1500ms".
+func leaseLabel(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	}
+	return fmt.Sprintf("%dms", d.Milliseconds())
+}
+
+// groupInterval and sessionTimeout are the group timings goneli derives from HeartbeatTimeout
+// (see config.go); they bound the figures.
+func groupInterval(lease time.Duration) time.Duration {
+	return max(100*time.Millisecond, min(lease/10, 3*time.Second))
+}
+
+func sessionTimeout(lease time.Duration) time.Duration { return 2 * lease }
+
+// settle waits before a trial's fault, for two reasons. The group must be in a steady state: a
+// leader that leaves within about a second of another member joining (as the replacement from
+// the previous trial just did) hands off in about twice the usual time, because the join's
+// rebalance is still settling; in production a leader usually fails long after the last join.
+// And the fault must not fall at the same phase of the members' group heartbeats every time, as
+// those restart with every rebalance; so a random part of a heartbeat interval is added.
+func (r *runner) settle(lease time.Duration) {
+	iv := groupInterval(lease)
+	time.Sleep(r.e.opts.settle + iv + rand.N(iv))
+}
+
+// lastActTo is the end of the member's last reported act span.
+func lastActTo(lines []member.Line, name string) int64 {
+	var to int64
+	for _, l := range lines {
+		if l.Event == member.EventAct && l.Name == name && l.To > to {
+			to = l.To
+		}
+	}
+	return to
+}
+
+// timeline keeps the lines of one trial around t0, for the SVG.
+func timeline(title string, lines []member.Line, t0, end time.Time) Timeline {
+	lo, hi := t0.Add(-time.Second).UnixNano(), end.Add(500*time.Millisecond).UnixNano()
+	tl := Timeline{Title: title, T0: t0.UnixNano(), From: lo, To: hi}
+	for _, l := range lines {
+		at, last := l.At, l.At
+		if l.Event == member.EventAct {
+			at, last = l.From, l.To
+		}
+		if last >= lo && at <= hi {
+			tl.Lines = append(tl.Lines, l)
+		}
+	}
+	return tl
+}
+
+// maxUnprovoked is how many leadership changes without a fault one series tolerates before it
+// gives up.
+const maxUnprovoked = 5
+
+// trialLoop runs a series of fault trials in a fresh group of --group-size members. Each trial
+// begins with a settled group and a steady leader, which trial receives; trial must leave that
+// member ended, and trialLoop replaces it before the next one. Afterwards the series are
+// summarised into the report.
+func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, series []*Series,
+	trial func(f *fleet, n int, leader *proc) error) error {
+	if trials <= 0 {
+		return nil
+	}
+	k := r.e.opts.groupSize
+	err := r.withFleet(scenario, lease, r.e.opts.task, func(f *fleet) error {
+		for range k {
+			if _, err := f.spawn(); err != nil {
+				return err
+			}
+		}
+		leader, err := r.awaitSteady(f, k, startLimit(k, lease))
+		if err != nil {
+			return err
+		}
+		retries := 0
+		for n := 1; n <= trials; n++ {
+			steadyFrom := f.cursor()
+			r.settle(lease)
+			if now, ok := f.leader(); !ok || now != leader {
+				// Leadership moved with no fault (a lease that lapsed on a starved machine, say).
+				// That is a finding for the report, not a trial: settle again and repeat the trial.
+				r.unprovoked(f, steadyFrom)
+				if retries++; retries > maxUnprovoked {
+					return fmt.Errorf("%s: leadership moved without a fault %d times", scenario, retries)
+				}
+				if leader, err = r.awaitSteady(f, k, startLimit(k, lease)); err != nil {
+					return err
+				}
+				n--
+				continue
+			}
+			if err := trial(f, n, f.proc(leader)); err != nil {
+				return err
+			}
+			if _, err := f.spawn(); err != nil {
+				return err
+			}
+			if leader, err = r.awaitSteady(f, k, startLimit(1, lease)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, s := range series {
+		if len(s.SamplesMs) > 0 {
+			s.Stat = summarise(s.SamplesMs)
+			r.rep.Series = append(r.rep.Series, *s)
+		}
+	}
+	return err
+}
+
+func newSeries(name, description string, lease time.Duration) Series {
+	return Series{Name: name, Description: description, HeartbeatTimeoutMs: lease.Milliseconds()}
+}
+
+// waitSuccessor waits for the first act of a member other than old that began after t0.
+func (f *fleet) waitSuccessor(from int, old string, t0 time.Time) (member.Line, error) {
+	l, _, err := f.waitFor(from, trialLimit(f.lease), "another member to act", func(l member.Line) bool {
+		return l.Event == member.EventAct && l.Name != old && l.From >= t0.UnixNano()
+	})
+	return l, err
+}
+
+// failover runs trials in which the leader of a settled group is stopped with SIGTERM (graceful)
+// or SIGKILL (crash), and measures how long until another member acts as leader.
+func (r *runner) failover(crash bool, lease time.Duration, trials int) error {
+	kind, sig := "graceful", syscall.SIGTERM
+	main := newSeries(seriesHandoff, "leader sent SIGTERM (Close) -> another member's first act", lease)
+	if crash {
+		kind, sig = "crash", syscall.SIGKILL
+		main = newSeries(seriesFailover, "leader sent SIGKILL -> another member's first act", lease)
+	}
+	closed := newSeries(seriesHandoffLeft, "leader sent SIGTERM -> its Close returned (closed line)", lease)
+	gap := newSeries(seriesCrashGap, "leader's last reported act -> another member's first act", lease)
+	scenario := kind + "-" + leaseLabel(lease)
+	return r.trialLoop(scenario, lease, trials, []*Series{&main, &closed, &gap}, func(f *fleet, n int, p *proc) error {
+		from := f.cursor()
+		t0 := f.signal(p, sig)
+		next, err := f.waitSuccessor(from, p.name, t0)
+		if err != nil {
+			return err
+		}
+		if _, _, err := f.waitFor(from, trialLimit(lease), p.name+" to exit", func(l member.Line) bool {
+			return l.Event == evExit && l.Name == p.name
+		}); err != nil {
+			return err
+		}
+		lines := f.snapshot()
+		took := ms(time.Duration(next.From - t0.UnixNano()))
+		main.SamplesMs = append(main.SamplesMs, took)
+		if crash {
+			gap.SamplesMs = append(gap.SamplesMs, ms(time.Duration(next.From-lastActTo(lines, p.name))))
+		} else {
+			for _, l := range lines[from:] {
+				if l.Name == p.name && l.Event == member.EventClosed {
+					closed.SamplesMs = append(closed.SamplesMs, ms(time.Duration(l.At-t0.UnixNano())))
+				}
+			}
+		}
+		if n == 1 {
+			r.rep.Timelines = append(r.rep.Timelines, timeline(
+				fmt.Sprintf("%s, HeartbeatTimeout %v: %s -> %s", main.Name, lease, p.name, next.Name),
+				lines, t0, time.Unix(0, next.From)))
+		}
+		r.printf("%s trial %d/%d: %s -> %s in %.0f ms", scenario, n, trials, p.name, next.Name, took)
+		return nil
+	})
+}
+
+// fence runs trials in which the leader of a settled group is cut off from the broker (every
+// connection black-holed), measures how long until it fences itself and until another member
+// acts.
+func (r *runner) fence(lease time.Duration, trials int) error {
+	if r.e.broker == nil {
+		r.printf("fencing trials skipped: they need the embedded broker to cut one client off")
+		return nil
+	}
+	fenced := newSeries(seriesFenceFenced, "leader's connections black-holed -> its fenced line", lease)
+	lastAct := newSeries(seriesFenceLastAct, "leader's connections black-holed -> its last reported act", lease)
+	next := newSeries(seriesFenceNext, "leader's connections black-holed -> another member's first act", lease)
+	gap := newSeries(seriesFenceGap, "cut leader's last act -> another member's first act", lease)
+	scenario := "fence-" + leaseLabel(lease)
+	all := []*Series{&fenced, &lastAct, &next, &gap}
+	return r.trialLoop(scenario, lease, trials, all, func(f *fleet, n int, p *proc) error {
+		clientID := "goneli-" + goneli.Sanitise(p.name)
+		from := f.cursor()
+		t0 := f.mark(p.name, evCut, clientID)
+		r.e.broker.Net.Cut(clientID, kafkatest.Blackhole)
+		fl, _, err := f.waitFor(from, trialLimit(lease), p.name+" to fence itself", func(l member.Line) bool {
+			return l.Event == member.EventFenced && l.Name == p.name
+		})
+		if err != nil {
+			return err
+		}
+		succ, err := f.waitSuccessor(from, p.name, t0)
+		if err != nil {
+			return err
+		}
+		// Read after the successor acts, long after the fencing, so that the cut leader's last
+		// span has been flushed.
+		lines := f.snapshot()
+		last := lastActTo(lines, p.name)
+		since := func(t int64) float64 { return ms(time.Duration(t - t0.UnixNano())) }
+		fenced.SamplesMs = append(fenced.SamplesMs, since(fl.At))
+		lastAct.SamplesMs = append(lastAct.SamplesMs, since(last))
+		next.SamplesMs = append(next.SamplesMs, since(succ.From))
+		gap.SamplesMs = append(gap.SamplesMs, ms(time.Duration(succ.From-last)))
+		if n == 1 {
+			r.rep.Timelines = append(r.rep.Timelines, timeline(
+				fmt.Sprintf("network cut, HeartbeatTimeout %v: %s fenced, %s took over", lease, p.name, succ.Name),
+				lines, t0, time.Unix(0, succ.From)))
+		}
+		r.printf("%s trial %d/%d: %s fenced %.0f ms after the cut (last act %.0f ms), %s acted after %.0f ms",
+			scenario, n, trials, p.name, since(fl.At), since(last), succ.Name, since(succ.From))
+		// The old leader is killed while still cut off: the group has already expelled it, and a
+		// member rejoining and leaving again at once only slows the next trial down.
+		f.signal(p, syscall.SIGKILL)
+		<-p.exited
+		f.mark(p.name, evHeal, clientID)
+		r.e.broker.Net.Heal(clientID)
+		return nil
+	})
+}
+
+// topRequests lists the busiest request kinds, for the table.
+func topRequests(byKey map[string]float64, n int) string {
+	type kv struct {
+		k string
+		v float64
+	}
+	var all []kv
+	for k, v := range byKey {
+		all = append(all, kv{k, v})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	var parts []string
+	for i := 0; i < len(all) && i < n; i++ {
+		parts = append(parts, fmt.Sprintf("%s %.1f", all[i].k, all[i].v))
+	}
+	return strings.Join(parts, ", ")
+}
