@@ -18,7 +18,7 @@ type Curator interface {
 	// holds them: stamp writes to a downstream store with the token and have the store refuse any
 	// token lower than the highest it has seen, and a deposed leader that still believes it leads
 	// (after a long pause, say) cannot overwrite its successor's work. The token is the offset in
-	// partition 0 of the tenure's first confirmed heartbeat.
+	// partition 0 of the tenure's first confirmed heartbeat, plus one.
 	Token() int64
 
 	// Leader returns the last known leader and whether one is known. An instance always knows

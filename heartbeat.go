@@ -16,7 +16,7 @@ import (
 //	19  8  send time, Unix nanoseconds (wall clock, for observers and logs)
 //	27  8  send time on the sender's monotonic clock, nanoseconds since its instance started
 //	35  8  tenure start, Unix nanoseconds (0 until the tenure first acquired)
-//	43  8  fencing token, the partition-0 offset of the tenure's first confirmed heartbeat (0 until then)
+//	43  8  fencing token, one more than the partition-0 offset of the tenure's first confirmed heartbeat (0 until then)
 //
 // The monotonic send time means nothing to other processes; the sender uses it to date its own
 // heartbeats when they come back, so that wall-clock steps cannot stretch a lease.

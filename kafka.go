@@ -8,13 +8,15 @@ import (
 
 // KafkaConsumer is the part of *kafka.Consumer that goneli uses. Poll replaces goneli v0.5.0's
 // ReadMessage because the coordinator's answers to offset commits arrive as Poll events;
-// Unsubscribe serves Curator.Yield, and Assign the group-less leader observer.
+// Unsubscribe serves Curator.Yield, Assign the group-less leader observer, and CommitOffsets
+// the recovery from a partition log that restarted below the committed offset.
 type KafkaConsumer interface {
 	Subscribe(topic string, rebalanceCb kafka.RebalanceCb) error
 	Unsubscribe() error
 	Assign(partitions []kafka.TopicPartition) error
 	Poll(timeoutMs int) kafka.Event
 	StoreOffsets(offsets []kafka.TopicPartition) ([]kafka.TopicPartition, error)
+	CommitOffsets(offsets []kafka.TopicPartition) ([]kafka.TopicPartition, error)
 	Close() error
 }
 

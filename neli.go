@@ -144,6 +144,7 @@ type neli struct {
 	watchdogOn    bool
 	ten           tenure
 	pending       map[kafka.Offset]confirmed // stored offset -> the heartbeat just before it
+	lastCommitted kafka.Offset               // newest partition-0 offset the coordinator accepted from us
 	renewedSent   time.Duration              // send time of the heartbeat behind the current lease
 	throttle      logThrottle
 	observer      *observer    // nil unless Config.ObserveLeader
@@ -465,6 +466,9 @@ func (n *neli) onMessage(m *kafka.Message) {
 	n.pending[next] = confirmed{sent: h.sentMono, received: n.now(), offset: m.TopicPartition.Offset}
 	n.stats.confirmed.Add(1)
 	n.stats.rtt.Store(int64(n.now() - h.sentMono))
+	if next <= n.lastCommitted {
+		n.commitBelow(next)
+	}
 }
 
 // onCommit turns a commit the coordinator accepted into a lease renewal: the commit was sent after
@@ -483,6 +487,7 @@ func (n *neli) onCommit(e kafka.OffsetsCommitted) {
 			n.onCommitError(tp.Error)
 			continue
 		}
+		n.lastCommitted = tp.Offset
 		hb, ok := n.pending[tp.Offset]
 		for off := range n.pending {
 			if off <= tp.Offset {
@@ -493,6 +498,18 @@ func (n *neli) onCommit(e kafka.OffsetsCommitted) {
 			n.renew(hb)
 		}
 	}
+}
+
+// commitBelow commits an offset that is not above the last one committed, which happens after
+// partition 0's log restarted (a broker that lost its data, an unclean leader election). librdkafka
+// auto-commits only offsets above the last it committed, so without this no heartbeat could be
+// confirmed until the new log grew past the old offset. The explicit commit is synchronous, but it
+// is needed only once per such restart. Called with mu held.
+func (n *neli) commitBelow(offset kafka.Offset) {
+	n.log.W()("goneli %s: partition 0 restarted below the committed offset %d; committing %d explicitly",
+		n.config.Name, n.lastCommitted, offset)
+	committed, err := n.consumer.CommitOffsets([]kafka.TopicPartition{{Topic: &n.topic, Partition: 0, Offset: offset}})
+	n.onCommit(kafka.OffsetsCommitted{Error: err, Offsets: committed})
 }
 
 func (n *neli) onCommitError(err error) {
@@ -530,11 +547,11 @@ func (n *neli) renew(hb confirmed) {
 	if !n.ten.leading {
 		n.ten.leading = true
 		if !n.ten.acquired {
-			// The first confirmed offset of a tenure is the fencing token: partition 0's offsets only
-			// grow, and a tenure cannot confirm a heartbeat before the previous tenure has ended.
+			// The first confirmed offset of a tenure makes the fencing token: partition 0's offsets
+			// only grow, and a tenure cannot confirm a heartbeat before the previous tenure has ended.
 			n.ten.acquired = true
 			n.ten.since = time.Now().UnixNano()
-			n.ten.token = int64(hb.offset)
+			n.ten.token = int64(hb.offset) + 1 // 0 means no token
 			n.stats.token.Store(n.ten.token)
 			n.stats.since.Store(n.ten.since)
 		}
@@ -618,6 +635,14 @@ func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		mine := n.partitionZero(e.Partitions)
+		for i := range mine {
+			// A tenure only needs the heartbeats it produces from now on. Starting from the end,
+			// rather than from the group's committed offset, also keeps librdkafka from learning a
+			// committed offset that lies beyond the end of a log that restarted (a broker that lost
+			// its data, an unclean leader election): it auto-commits only offsets above the one
+			// it knows, so no heartbeat could be confirmed until the log grew past it.
+			mine[i].Offset = kafka.OffsetEnd
+		}
 		if c != nil {
 			var err error
 			if cooperative {
