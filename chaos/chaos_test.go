@@ -1,0 +1,654 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/internal/member"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+)
+
+// memberEnv, when set, turns the test binary into a member process (internal/member).
+const memberEnv = "GONELI_CHAOS_MEMBER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) != "" {
+		// The harness holds this process's stdin open and never writes to it, so end of input
+		// means the test process is gone (killed, or timed out): do not outlive it.
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			os.Exit(3)
+		}()
+		os.Exit(member.Main(os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// Timing of the members: a 1 s lease gives a 2 s session timeout and a 100 ms group heartbeat.
+const (
+	lease        = time.Second
+	pollInterval = 50 * time.Millisecond
+	session      = 2 * lease
+)
+
+// The group the members contend in, and its leader topic.
+const (
+	group = "chaos"
+	topic = group + ".neli"
+)
+
+// awaitLimit bounds every wait for the group to recover. Under the race detector on two shared
+// cores a failover takes a few seconds; this much longer wait only turns a stuck group into a
+// failure instead of a hang.
+const awaitLimit = 60 * time.Second
+
+// The fault kinds. Each is injected into a running group, lasts a random time, and is undone.
+const (
+	kindTerm      = "sigterm"    // graceful stop, then a new process
+	kindKill      = "sigkill"    // crash, then a new process
+	kindStopShort = "stop-short" // SIGSTOP for less than the session timeout, then SIGCONT
+	kindStopLong  = "stop-long"  // SIGSTOP for longer than the session timeout, then SIGCONT
+	kindStopEdge  = "stop-edge"  // SIGSTOP for about the session timeout: resumes as it is expelled
+	kindBlackhole = "blackhole"  // the member's connections deliver nothing, both ways
+	kindRefuse    = "refuse"     // the member's connections are reset and new ones refused
+	kindStall     = "stall"      // every produce request (only the leader produces) is held
+	kindRestart   = "restart"    // the broker stops and a new one starts on the same port and data
+	kindSlow      = "slow"       // everything the member sends is delayed
+	kindWipe      = "wipe"       // the broker restarts on the same port having lost all its data
+	kindNoRejoin  = "no-rejoin"  // the leader's rejoin requests fail while a follower restarts
+)
+
+// allKinds is every kind CHAOS_KINDS may name.
+var allKinds = []string{kindTerm, kindKill, kindStopShort, kindStopLong, kindStopEdge, kindBlackhole, kindRefuse, kindStall, kindRestart, kindSlow, kindWipe, kindNoRejoin}
+
+// defaultKinds is what the suite draws from unless CHAOS_KINDS says otherwise: every kind.
+var defaultKinds = allKinds
+
+// shortExtra is how many random faults the default (CI) run adds to one of each kind. The run
+// takes about 3 s per fault.
+const shortExtra = 3
+
+// settings are read from the environment; see the README's "Chaos testing" section.
+type settings struct {
+	seed    uint64
+	trials  int
+	faults  int // per trial; 0 means one of each kind, in random order
+	members int
+	kinds   []string
+	logDir  string
+}
+
+func readSettings(t *testing.T) settings {
+	s := settings{trials: 1, members: 4, kinds: defaultKinds, seed: uint64(time.Now().UnixNano())}
+	num := func(key string, into *int) {
+		if v := os.Getenv(key); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				t.Fatalf("%s=%q: want a non-negative number", key, v)
+			}
+			*into = n
+		}
+	}
+	num("CHAOS_TRIALS", &s.trials)
+	num("CHAOS_FAULTS", &s.faults)
+	num("CHAOS_MEMBERS", &s.members)
+	if v := os.Getenv("CHAOS_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("CHAOS_SEED=%q: want an unsigned number", v)
+		}
+		s.seed = n
+	}
+	if v := os.Getenv("CHAOS_KINDS"); v != "" {
+		s.kinds = nil
+		for _, k := range strings.Split(v, ",") {
+			if !slices.Contains(allKinds, k) {
+				t.Fatalf("CHAOS_KINDS: unknown kind %q; kinds are %v", k, allKinds)
+			}
+			s.kinds = append(s.kinds, k)
+		}
+	}
+	s.logDir = os.Getenv("CHAOS_LOGDIR")
+	if s.members < 2 {
+		t.Fatalf("CHAOS_MEMBERS=%d: need at least 2", s.members)
+	}
+	return s
+}
+
+// TestChaos runs trials of random faults against a group of member processes and fails on any
+// instant at which two of them acted as leader. By default it runs one short trial: one fault of
+// each default kind and shortExtra more; CHAOS_FAULTS and CHAOS_TRIALS make it longer.
+func TestChaos(t *testing.T) {
+	s := readSettings(t)
+	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %d trial(s), %d members, kinds %v",
+		s.seed, s.seed, s.trials, s.members, s.kinds)
+	sum := Summary{Trials: s.trials}
+	for i := range s.trials {
+		seed := s.seed + uint64(i)
+		// A failed trial does not stop the others: their figures still count, and a second
+		// failure is worth knowing about.
+		t.Run(fmt.Sprintf("trial%d_seed%d", i, seed), func(t *testing.T) {
+			sum.Reports = append(sum.Reports, runTrial(t, s, seed))
+		})
+	}
+	var out bytes.Buffer
+	sum.Print(&out)
+	t.Logf("chaos: seed %d\n%s", s.seed, out.String())
+	if os.Getenv("CHAOS_SUMMARY") != "" {
+		if err := os.WriteFile(os.Getenv("CHAOS_SUMMARY"), out.Bytes(), 0o644); err != nil {
+			t.Errorf("writing summary: %v", err)
+		}
+	}
+}
+
+// harness is one trial: a broker, a group of member processes, and the record of what they said.
+type harness struct {
+	t      *testing.T
+	rng    *rand.Rand
+	dir    string // logs
+	data   string // broker data directory, kept across broker restarts
+	port   int
+	broker *kafkatest.Broker
+	stall  atomic.Pointer[chan struct{}] // non-nil while produce requests are held
+	noJoin atomic.Pointer[string]        // member ID prefix whose JoinGroup requests fail
+
+	mu      sync.Mutex
+	changed chan struct{} // closed and replaced whenever a line arrives
+	lines   map[string][]member.Line
+	deaths  map[string]time.Time
+	procs   []*proc // by slot; the current incarnation
+	gen     []int   // incarnations started per slot
+	faults  []Fault
+	lastAct map[string]time.Time // latest action instant per incarnation
+}
+
+// proc is one incarnation of a member process.
+type proc struct {
+	name     string
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited and its output is read
+	err      error         // from Wait
+	expected atomic.Bool   // the harness stopped it on purpose
+}
+
+func runTrial(t *testing.T, s settings, seed uint64) Report {
+	h := &harness{
+		t:       t,
+		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		changed: make(chan struct{}),
+		lines:   map[string][]member.Line{},
+		deaths:  map[string]time.Time{},
+		lastAct: map[string]time.Time{},
+	}
+	t.Logf("trial seed %d", seed)
+	h.dir = s.logDir
+	keep := h.dir != ""
+	if h.dir == "" {
+		var err error
+		if h.dir, err = os.MkdirTemp("", "goneli-chaos-"); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		h.dir = filepath.Join(h.dir, fmt.Sprintf("seed%d", seed))
+		if err := os.MkdirAll(h.dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		if t.Failed() || keep {
+			t.Logf("member logs and timeline kept in %s", h.dir)
+		} else {
+			_ = os.RemoveAll(h.dir)
+		}
+	})
+	h.data = filepath.Join(h.dir, "broker-data")
+	h.startBroker()
+	t.Cleanup(func() {
+		h.releaseStall()
+		h.broker.Close()
+	})
+	h.procs = make([]*proc, s.members)
+	h.gen = make([]int, s.members)
+	for slot := range s.members {
+		h.start(slot)
+	}
+	t.Cleanup(h.stopAll)
+	h.awaitAct(time.Now(), "a first leader")
+
+	var plan []string
+	if s.faults > 0 {
+		plan = make([]string, s.faults)
+		for i := range plan {
+			plan[i] = s.kinds[h.rng.IntN(len(s.kinds))]
+		}
+	} else {
+		// The short run: every kind once, plus a few more at random, in random order.
+		plan = append([]string(nil), s.kinds...)
+		for range shortExtra {
+			plan = append(plan, s.kinds[h.rng.IntN(len(s.kinds))])
+		}
+		h.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	}
+	for i, kind := range plan {
+		// Let the group run for a while, sometimes not even long enough to settle.
+		h.sleep(200*time.Millisecond, 2500*time.Millisecond)
+		f := h.inject(kind)
+		h.mu.Lock()
+		h.faults = append(h.faults, f)
+		h.mu.Unlock()
+		t.Logf("fault %d/%d %s: victim %s (leader %v) %s, healed after %v",
+			i+1, len(plan), f.Kind, f.Victim, f.WasLeader, f.Detail, f.Healed.Sub(f.At).Round(time.Millisecond))
+		h.awaitAct(f.Healed, "a leader after "+f.Kind)
+		if t.Failed() {
+			break
+		}
+	}
+	h.stopAll()
+	h.mu.Lock()
+	r := Check(h.lines, h.deaths, h.faults)
+	h.mu.Unlock()
+	h.writeTimeline()
+	for _, o := range r.Overlaps {
+		t.Errorf("OVERLAP: %v", o)
+	}
+	for _, v := range r.Violations {
+		t.Errorf("%s", v)
+	}
+	h.scanLogs()
+	return r
+}
+
+func (h *harness) sleep(lo, hi time.Duration) time.Duration {
+	d := lo + time.Duration(h.rng.Int64N(int64(hi-lo)+1))
+	time.Sleep(d)
+	return d
+}
+
+func (h *harness) startBroker(extra ...kfake.Opt) {
+	opts := append([]kfake.Opt{kfake.DataDir(h.data)}, extra...)
+	if h.port != 0 {
+		opts = append(opts, kfake.Ports(h.port))
+	}
+	var b *kafkatest.Broker
+	var err error
+	// The old listener's port can take a moment to become free again.
+	for range 100 {
+		if b, err = kafkatest.Start(opts...); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		h.t.Fatalf("starting broker: %v", err)
+	}
+	if h.port == 0 {
+		_, p, _ := net.SplitHostPort(b.Addr)
+		h.port, _ = strconv.Atoi(p)
+	}
+	// Only the leader produces, so holding produce requests holds exactly the leader's heartbeats.
+	b.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if ch := h.stall.Load(); ch != nil {
+			b.SleepControl(func() { <-*ch })
+		}
+		return nil, nil, false
+	})
+	// kfake builds member IDs as client.id + "-" + a UUID, so a member's rejoins can be recognised.
+	b.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		jr := req.(*kmsg.JoinGroupRequest)
+		if prefix := h.noJoin.Load(); prefix != nil && jr.MemberID != "" && strings.HasPrefix(jr.MemberID, *prefix) {
+			resp := jr.ResponseKind().(*kmsg.JoinGroupResponse)
+			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+			return resp, nil, true
+		}
+		return nil, nil, false
+	})
+	h.broker = b
+}
+
+func (h *harness) releaseStall() {
+	if ch := h.stall.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+// start runs a new incarnation of the member in slot.
+func (h *harness) start(slot int) {
+	h.gen[slot]++
+	name := fmt.Sprintf("m%d-%d", slot, h.gen[slot])
+	cmd := exec.Command(os.Args[0],
+		"-kafka", h.broker.Addr, "-group", group, "-topic", topic, "-name", name,
+		"-heartbeat-timeout", lease.String(), "-min-poll-interval", pollInterval.String(),
+		"-task", "1ms", "-log-level", "info",
+		// Reconnect quickly after cuts and broker restarts; the default backoff adds seconds.
+		"-X", "reconnect.backoff.ms=50", "-X", "reconnect.backoff.max.ms=250")
+	// CHAOS_MEMBER_ARGS adds member flags, for example "-log-level debug -X debug=cgrp".
+	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv("CHAOS_MEMBER_ARGS"))...)
+	cmd.Env = append(os.Environ(), memberEnv+"=1")
+	logf, err := os.Create(filepath.Join(h.dir, name+".log"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cmd.Stderr = logf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	// Held open until Wait, so that the member ends itself if this process dies first.
+	if _, err := cmd.StdinPipe(); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		h.t.Fatalf("starting member %s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	h.mu.Lock()
+	h.procs[slot] = p
+	h.lines[name] = nil
+	h.mu.Unlock()
+	go func() {
+		defer close(p.done)
+		defer logf.Close()
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var l member.Line
+			if json.Unmarshal(sc.Bytes(), &l) != nil {
+				continue
+			}
+			h.add(name, l)
+		}
+		p.err = cmd.Wait()
+		now := time.Now()
+		h.mu.Lock()
+		if !p.expected.Load() || p.err != nil {
+			h.deaths[name] = now
+		}
+		h.mu.Unlock()
+		if !p.expected.Load() {
+			h.t.Errorf("member %s exited on its own: %v (see %s)", name, p.err, filepath.Join(h.dir, name+".log"))
+		}
+	}()
+}
+
+func (h *harness) add(name string, l member.Line) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lines[name] = append(h.lines[name], l)
+	if l.Event == member.EventAct {
+		if to := time.Unix(0, l.To); to.After(h.lastAct[name]) {
+			h.lastAct[name] = to
+		}
+	}
+	if l.Event == member.EventError {
+		h.t.Errorf("member %s reported an error: %s", name, l.Info)
+	}
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// awaitAct waits until some member acts at or after since.
+func (h *harness) awaitAct(since time.Time, what string) {
+	h.t.Helper()
+	limit := time.NewTimer(awaitLimit)
+	defer limit.Stop()
+	for {
+		h.mu.Lock()
+		changed := h.changed
+		got := false
+		for _, at := range h.lastAct {
+			if !at.Before(since) {
+				got = true
+			}
+		}
+		h.mu.Unlock()
+		if got {
+			return
+		}
+		select {
+		case <-changed:
+		case <-limit.C:
+			h.t.Errorf("no member acted as leader within %v, waiting for %s", awaitLimit, what)
+			return
+		}
+	}
+}
+
+// leader returns the slot whose member acted most recently, if that was within the last few
+// reporting intervals, or -1.
+func (h *harness) leader() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	best, bestAt := -1, time.Time{}
+	for slot, p := range h.procs {
+		if at := h.lastAct[p.name]; at.After(bestAt) {
+			best, bestAt = slot, at
+		}
+	}
+	if time.Since(bestAt) > 150*time.Millisecond {
+		return -1
+	}
+	return best
+}
+
+// victim picks the leader most of the time, since faults of the leader are what can break mutual
+// exclusion, and a follower otherwise.
+func (h *harness) victim() (int, bool) {
+	l := h.leader()
+	if l >= 0 && h.rng.IntN(5) > 0 {
+		return l, true
+	}
+	slot := h.rng.IntN(len(h.procs))
+	return slot, slot == l
+}
+
+func (h *harness) inject(kind string) Fault {
+	f := Fault{Kind: kind}
+	var slot int
+	switch kind {
+	case kindStall, kindRestart, kindWipe, kindNoRejoin:
+		// Broker-side faults hit whoever leads.
+		slot = h.leader()
+		f.WasLeader = slot >= 0
+	default:
+		slot, f.WasLeader = h.victim()
+	}
+	var p *proc
+	if slot >= 0 {
+		h.mu.Lock()
+		p = h.procs[slot]
+		h.mu.Unlock()
+		f.Victim = p.name
+	}
+	clientID := "goneli-" + f.Victim
+	f.At = time.Now()
+	switch kind {
+	case kindTerm, kindKill:
+		sig := map[string]syscall.Signal{kindTerm: syscall.SIGTERM, kindKill: syscall.SIGKILL}[kind]
+		p.expected.Store(true)
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			h.t.Errorf("signalling %s: %v", p.name, err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(awaitLimit):
+			h.t.Errorf("%s did not exit within %v of %v", p.name, awaitLimit, sig)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if kind == kindTerm && p.err != nil {
+			h.t.Errorf("%s exited with %v after SIGTERM; want a clean Close", p.name, p.err)
+		}
+		f.Detail = fmt.Sprintf("exited after %v, restarted after %v", time.Since(f.At).Round(time.Millisecond),
+			h.sleep(0, time.Second).Round(time.Millisecond))
+		h.start(slot)
+	case kindStopShort, kindStopLong, kindStopEdge:
+		lo, hi := 200*time.Millisecond, session-300*time.Millisecond
+		switch kind {
+		case kindStopLong:
+			lo, hi = session+500*time.Millisecond, 3*session
+		case kindStopEdge:
+			// The process wakes up while the coordinator is about to expel it, or just has: its
+			// first commits race the expulsion.
+			lo, hi = session-300*time.Millisecond, session+300*time.Millisecond
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		f.Detail = fmt.Sprintf("stopped for %v", h.sleep(lo, hi).Round(time.Millisecond))
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	case kindBlackhole, kindRefuse:
+		h.broker.Net.Cut(clientID, map[string]kafkatest.Fault{kindBlackhole: kafkatest.Blackhole, kindRefuse: kafkatest.Refuse}[kind])
+		f.Detail = fmt.Sprintf("cut for %v", h.sleep(300*time.Millisecond, 5*time.Second).Round(time.Millisecond))
+		h.broker.Net.Heal(clientID)
+	case kindSlow:
+		delay := time.Duration(10+h.rng.IntN(400)) * time.Millisecond
+		h.broker.Net.Slow(clientID, delay)
+		f.Detail = fmt.Sprintf("slowed by %v for %v", delay, h.sleep(time.Second, 5*time.Second).Round(time.Millisecond))
+		h.broker.Net.Heal(clientID)
+	case kindNoRejoin:
+		// A rebalance the leader cannot rejoin: the coordinator expels it after the rebalance
+		// timeout (max.poll.interval.ms, the session timeout here) although its commits and group
+		// heartbeats go on being answered until then.
+		if p == nil {
+			f.Detail = "no leader to block"
+			break
+		}
+		prefix := clientID + "-"
+		h.noJoin.Store(&prefix)
+		other := (slot + 1 + h.rng.IntN(len(h.procs)-1)) % len(h.procs)
+		h.mu.Lock()
+		q := h.procs[other]
+		h.mu.Unlock()
+		q.expected.Store(true)
+		_ = q.cmd.Process.Signal(syscall.SIGTERM)
+		<-q.done
+		h.start(other)
+		f.Detail = fmt.Sprintf("restarted %s, rejoins refused for %v", q.name, h.sleep(session+500*time.Millisecond, 2*session).Round(time.Millisecond))
+		h.noJoin.Store(nil)
+	case kindStall:
+		ch := make(chan struct{})
+		h.stall.Store(&ch)
+		f.Detail = fmt.Sprintf("produce held for %v", h.sleep(300*time.Millisecond, 4*time.Second).Round(time.Millisecond))
+		h.releaseStall()
+	case kindRestart, kindWipe:
+		h.broker.Close()
+		// The broker keeps topics, offsets and group generations on disk, as Kafka does, but
+		// forgets the members and their sessions, which Kafka would keep. Staying down for longer
+		// than a lease keeps the fault within goneli's assumptions: no lease granted by the old
+		// broker can still be running when the new one assigns partition 0.
+		down := h.sleep(lease+200*time.Millisecond, 3*time.Second)
+		if kind == kindWipe {
+			// Offsets, groups and the log are gone. The leader topic is created afresh, empty, as
+			// an operator would: goneli creates it only in New, so without it the running members
+			// would wait for it for ever (see the README).
+			if err := os.RemoveAll(h.data); err != nil {
+				h.t.Fatal(err)
+			}
+			h.startBroker(kfake.SeedTopics(1, topic))
+		} else {
+			h.startBroker()
+		}
+		f.Detail = fmt.Sprintf("down for %v", down.Round(time.Millisecond))
+	}
+	f.Healed = time.Now()
+	return f
+}
+
+// stopAll stops every member gracefully and waits for it, killing any that hangs.
+func (h *harness) stopAll() {
+	h.mu.Lock()
+	procs := append([]*proc(nil), h.procs...)
+	h.mu.Unlock()
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		p.expected.Store(true)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(awaitLimit):
+			h.t.Errorf("%s did not exit within %v of SIGTERM", p.name, awaitLimit)
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// writeTimeline saves every line and fault, merged by time, for reading after a failure.
+func (h *harness) writeTimeline() {
+	type entry struct {
+		at   int64
+		text string
+	}
+	var all []entry
+	h.mu.Lock()
+	for who, ls := range h.lines {
+		for _, l := range ls {
+			b, _ := json.Marshal(l)
+			at := l.At
+			if l.Event == member.EventAct {
+				at = l.From
+			}
+			all = append(all, entry{at, who + " " + string(b)})
+		}
+	}
+	for _, f := range h.faults {
+		all = append(all, entry{f.At.UnixNano(), fmt.Sprintf("FAULT %s victim=%s leader=%v %s", f.Kind, f.Victim, f.WasLeader, f.Detail)})
+		all = append(all, entry{f.Healed.UnixNano(), fmt.Sprintf("HEALED %s victim=%s", f.Kind, f.Victim)})
+	}
+	h.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].at < all[j].at })
+	var b strings.Builder
+	for _, e := range all {
+		fmt.Fprintf(&b, "%s %s\n", time.Unix(0, e.at).Format("15:04:05.000000"), e.text)
+	}
+	_ = os.WriteFile(filepath.Join(h.dir, "timeline.txt"), []byte(b.String()), 0o644)
+}
+
+// scanLogs fails the trial on a data race or panic reported by any member.
+func (h *harness) scanLogs() {
+	files, _ := filepath.Glob(filepath.Join(h.dir, "*.log"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, bad := range []string{"WARNING: DATA RACE", "panic:", "fatal error:"} {
+			if bytes.Contains(b, []byte(bad)) {
+				h.t.Errorf("%s contains %q", f, bad)
+			}
+		}
+	}
+}

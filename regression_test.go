@@ -1,0 +1,182 @@
+package goneli
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Regression tests for bugs found by the chaos suite (chaos/).
+
+// fillTopic appends n small records to partition 0 of topic, raising its offsets well above what a
+// test's heartbeats reach.
+func fillTopic(t *testing.T, addr, topic string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Partition: 0, Value: []byte("filler")}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("filling %s: %v", topic, err)
+	}
+}
+
+// commitOffset commits offset for partition 0 of topic in group, as a consumer outside the group
+// (generation -1) does.
+func commitOffset(t *testing.T, addr, group, topic string, offset int64) {
+	t.Helper()
+	// OffsetCommit names topics rather than topic IDs up to version 9.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.MaxVersions(kversion.V3_6_0()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group, req.Generation = group, -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetCommitRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, offset
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatalf("committing offset %d: %v", offset, err)
+	}
+	for _, rt := range resp.Topics {
+		for _, rp := range rt.Partitions {
+			if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+				t.Fatalf("committing offset %d: %v", offset, err)
+			}
+		}
+	}
+}
+
+// A broker that loses its data restarts partition 0's log at offset 0. If the committed offset
+// that librdkafka knows for partition 0 then lies beyond the end of the new log, no leader is
+// elected until the heartbeats' offsets pass it: librdkafka resets the fetch position to the end
+// of the log, but never auto-commits a stored offset that is not above the committed one, so no
+// heartbeat of the new tenure can be confirmed. The chaos suite ("wipe" fault) saw leaderless gaps
+// of up to 55 s this way; with the offsets of a long-lived cluster it would be days. librdkafka
+// learns the stale offset from the group (OffsetFetch at assignment: "poisoned", when the group's
+// committed offset points into the old log) or from its own earlier commits ("same", when the
+// member that led before the restart is assigned partition 0 again).
+//
+// goneli now starts each tenure at the end of the log, so it never learns the group's committed
+// offset, and commits explicitly a confirmed heartbeat's offset that is not above the last one it
+// committed itself.
+func TestLeaderRecoversWhenLogRestartsBelowCommittedOffset(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		successor, poison bool
+	}{
+		{"same", false, false},
+		{"same_poisoned", false, true},
+		{"successor_poisoned", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) { testLogRestart(t, c.successor, c.poison) })
+	}
+}
+
+// testLogRestart runs a, and c too if successor is set, through a restart of the broker that
+// loses every record and group, and expects a leader soon after. With poison, the new broker's
+// group starts with a committed offset beyond the end of the new log.
+func testLogRestart(t *testing.T, successor, poison bool) {
+	dir := t.TempDir()
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	topic := group + ".neli"
+	b, err := kafkatest.Start(kfake.DataDir(dir), kfake.SeedTopics(1, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const filler = 2000 // at 20 heartbeats a second, 100 s of heartbeats
+	fillTopic(t, b.Addr, topic, filler)
+
+	a := newNeli(t, testConfig(b, group, "a", log), r)
+	pulse(t, a)
+	events := r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	if _, acq := first[LeaderAcquired](events, "a", 0); acq.what.(LeaderAcquired).Token < filler {
+		t.Fatalf("a's token %d should be past the filler", acq.what.(LeaderAcquired).Token)
+	}
+	ns := []Neli{a}
+	if successor {
+		c := newNeli(t, testConfig(b, group, "c", log), r)
+		pulse(t, c)
+		ns = append(ns, c)
+		ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+		defer cancel()
+		if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The broker goes away for longer than a lease, and comes back empty.
+	_, port, _ := net.SplitHostPort(b.Addr)
+	p, _ := strconv.Atoi(port)
+	b.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	before := len(r.snapshot())
+	time.Sleep(testLease + 200*time.Millisecond)
+	var b2 *kafkatest.Broker
+	for range 100 {
+		if b2, err = kafkatest.Start(kfake.Ports(p), kfake.DataDir(dir), kfake.SeedTopics(1, topic)); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	// The instances must close while the broker is still there.
+	defer func() {
+		for _, n := range ns {
+			_ = n.Close()
+		}
+	}()
+	// The group's committed offset lies beyond the end of the new log. The chaos suite got there
+	// when librdkafka 2.11.1 committed the old leader's last stored offset while revoking its lost
+	// assignment (confluentinc/librdkafka#5585) into the new broker's empty group; an unclean
+	// leader election, or a topic recreated under a live group, gets there too. In the "same" case
+	// a's own memory of its commits is stale as well.
+	if poison {
+		commitOffset(t, b2.Addr, group, topic, filler+100)
+	}
+	restarted := time.Now()
+	events = r.await(t, "a leader on the new broker", func(events []stamped) bool {
+		i, _ := first[LeaderAcquired](events, "", before)
+		return i >= 0
+	})
+	// Recovery takes a rejoin and a first heartbeat; the bug made it take some 2100 heartbeats.
+	if took := time.Since(restarted); took > 10*time.Second {
+		t.Fatalf("a leader was elected only %v after the broker came back", took)
+	}
+	_, acq := first[LeaderAcquired](events, "", before)
+	if tok := acq.what.(LeaderAcquired).Token; tok >= filler {
+		t.Fatalf("the new tenure's token %d comes from after the old committed offset", tok)
+	}
+	checkGrammar(t, events)
+	checkExclusive(t, events)
+}
