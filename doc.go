@@ -16,7 +16,7 @@
 // # Guarantees
 //
 // At most one instance's IsLeader returns true at any instant, under crashes, process pauses,
-// network cuts and broker outages, on three assumptions:
+// network cuts and broker outages, on four assumptions:
 //
 //   - Clock rates. The contenders and the group coordinator measure time at the same rate, to well
 //     within the margin between HeartbeatTimeout and the session timeout (by default 10% would
@@ -26,7 +26,12 @@
 //     connection as its offset commits.
 //   - The coordinator expels a member no sooner than its session timeout after the last group
 //     heartbeat it received from it, or the rebalance timeout (max.poll.interval.ms) after a
-//     rebalance began that the member did not rejoin. Kafka and kfake both behave so.
+//     rebalance began that the member did not rejoin. Kafka and kfake both behave so. A broker
+//     that restarts and forgets its groups expels everyone at once, and is covered only if it
+//     stays down for longer than a lease.
+//   - In a rebalance, the coordinator stops accepting the member's commits (and librdkafka stops
+//     sending them) within about a heartbeat interval of the rebalance starting, so the lease
+//     runs out long before the rebalance timeout.
 //
 // The argument: a renewal rests on a commit that reached the coordinator after the heartbeat was
 // sent, so the coordinator heard from the member at most one heartbeat interval before that send
@@ -34,6 +39,9 @@
 // twice HeartbeatTimeout and the heartbeat interval as a tenth of it, and refuses overrides that
 // leave less than HeartbeatTimeout plus two heartbeat intervals, so a lease always runs out before
 // a successor can be assigned.
+//
+// Fencing tokens (Curator.Token) strictly increase while partition 0's log is kept; a log that
+// restarts (lost broker data, an unclean leader election, a recreated topic) restarts them too.
 //
 // Not guaranteed: that leader work stops when the lease does. A task that checked IsLeader and
 // was then paused (a GC pause, SIGSTOP, a slow system call) for longer than the remaining lease
