@@ -196,16 +196,35 @@ func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 	}
 }
 
+// soloLeader starts one pulsing instance named a and waits for it to lead. Its session is long, so
+// that faults of a few seconds make only its lease lapse, never its membership.
+func soloLeader(t *testing.T, b *kafkatest.Broker, log *testLog, r *recorder) *neli {
+	t.Helper()
+	config := testConfig(b, groupName(t), "a", log)
+	config.KafkaConfig["session.timeout.ms"] = 20000
+	a := newNeli(t, config, r).(*neli)
+	pulse(t, a)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	return a
+}
+
+// reacquired holds once who has acquired again after its first LeaderFenced.
+func reacquired(who string) func([]stamped) bool {
+	return func(events []stamped) bool {
+		i, _ := first[LeaderFenced](events, who, 0)
+		if i < 0 {
+			return false
+		}
+		j, _ := first[LeaderAcquired](events, who, i)
+		return j >= 0
+	}
+}
+
 func TestShortCutFencesThenResumes(t *testing.T) {
 	b := startBroker(t)
-	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	config := testConfig(b, group, "a", log)
-	// A long session keeps a's membership through the cut, so only the lease lapses.
-	config.KafkaConfig["session.timeout.ms"] = 20000
-	a := newNeli(t, config, r)
-	pulse(t, a)
-	events := r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	_, acquired := first[LeaderAcquired](events, "a", 0)
+	log, r := newTestLog(t), newRecorder()
+	a := soloLeader(t, b, log, r)
+	_, acquired := first[LeaderAcquired](r.snapshot(), "a", 0)
 
 	b.Net.Cut("goneli-a", kafkatest.Refuse)
 	r.await(t, "a to be fenced", has[LeaderFenced]("a"))
@@ -213,11 +232,7 @@ func TestShortCutFencesThenResumes(t *testing.T) {
 		t.Fatal("IsLeader true after LeaderFenced")
 	}
 	b.Net.Heal("goneli-a")
-	events = r.await(t, "a to resume", func(events []stamped) bool {
-		i, _ := first[LeaderFenced](events, "a", 0)
-		j, _ := first[LeaderAcquired](events, "a", i)
-		return j >= 0
-	})
+	events := r.await(t, "a to resume", reacquired("a"))
 	i, _ := first[LeaderFenced](events, "a", 0)
 	_, resumed := first[LeaderAcquired](events, "a", i)
 	if resumed.what.(LeaderAcquired).Tenure != acquired.what.(LeaderAcquired).Tenure {
@@ -230,13 +245,8 @@ func TestShortCutFencesThenResumes(t *testing.T) {
 // are the leader's own, of its current tenure, but their send times are too old to renew the lease.
 func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
 	b := startBroker(t)
-	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	config := testConfig(b, group, "a", log)
-	config.KafkaConfig["session.timeout.ms"] = 20000
-	n := newNeli(t, config, r)
-	a := n.(*neli)
-	pulse(t, a)
-	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	log, r := newTestLog(t), newRecorder()
+	a := soloLeader(t, b, log, r)
 
 	// Only the leader produces, so every produce request is a heartbeat of a.
 	var stalling, rejecting atomic.Bool
@@ -280,11 +290,7 @@ func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
 
 	// Fresh heartbeats do resume it: the test above could have failed.
 	rejecting.Store(false)
-	r.await(t, "a to resume on fresh heartbeats", func(events []stamped) bool {
-		i, _ := first[LeaderFenced](events, "a", 0)
-		j, _ := first[LeaderAcquired](events, "a", i)
-		return j >= 0
-	})
+	r.await(t, "a to resume on fresh heartbeats", reacquired("a"))
 }
 
 func rejectProduce(req *kmsg.ProduceRequest) kmsg.Response {

@@ -161,7 +161,7 @@ func (r *recorder) await(t *testing.T, what string, cond func([]stamped) bool) [
 
 // first returns the first event of type E seen by who (any instance if who is ""), after index from.
 func first[E Event](events []stamped, who string, from int) (int, *stamped) {
-	for i := from; i < len(events); i++ {
+	for i := max(from, 0); i < len(events); i++ {
 		if _, ok := events[i].what.(E); ok && (who == "" || events[i].who == who) {
 			return i, &events[i]
 		}
