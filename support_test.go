@@ -37,12 +37,7 @@ const testLease = time.Second
 
 func startBroker(t *testing.T) *kafkatest.Broker {
 	t.Helper()
-	b, err := kafkatest.Start()
-	if err != nil {
-		t.Fatalf("starting embedded broker: %v", err)
-	}
-	t.Cleanup(b.Close)
-	return b
+	return kafkatest.StartT(t)
 }
 
 // awaitStable waits until the group is stable with n members.

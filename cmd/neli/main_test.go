@@ -352,12 +352,7 @@ func TestDemo(t *testing.T) {
 
 func startBroker(t *testing.T) *kafkatest.Broker {
 	t.Helper()
-	b, err := kafkatest.Start()
-	if err != nil {
-		t.Fatalf("starting embedded broker: %v", err)
-	}
-	t.Cleanup(b.Close)
-	return b
+	return kafkatest.StartT(t)
 }
 
 // procLine is a line that a neli run process printed on stdout, which is where its command's

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -257,4 +258,15 @@ func (c *conn) Close() error {
 		c.nm.mu.Unlock()
 	})
 	return err
+}
+
+// StartT is Start for tests: it fails tb if the broker cannot start and closes it when tb ends.
+func StartT(tb testing.TB, opts ...kfake.Opt) *Broker {
+	tb.Helper()
+	b, err := Start(opts...)
+	if err != nil {
+		tb.Fatalf("starting embedded broker: %v", err)
+	}
+	tb.Cleanup(b.Close)
+	return b
 }
