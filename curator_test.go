@@ -80,10 +80,8 @@ func TestFencingTokenIncreasesAcrossHandoffs(t *testing.T) {
 	}
 	childInfo := w.await(t, "the child to lead", named("child"))
 
-	a := newNeli(t, testConfig(b, group, "a", log), r)
-	pulse(t, a)
-	c := newNeli(t, testConfig(b, group, "c", log), r)
-	pulse(t, c)
+	a := contender(t, testConfig(b, group, "a", log), r)
+	c := contender(t, testConfig(b, group, "c", log), r)
 	awaitStable(t, b, group, 3)
 
 	// Crash handoff.
@@ -110,8 +108,7 @@ func TestFencingTokenIncreasesAcrossHandoffs(t *testing.T) {
 		t.Fatalf("Token() = %d, LeaderAcquired said %d", got, tokens[2])
 	}
 
-	d := newNeli(t, testConfig(b, group, "d", log), r)
-	pulse(t, d)
+	contender(t, testConfig(b, group, "d", log), r)
 	awaitStable(t, b, group, 2)
 	b.Net.Cut("goneli-"+otherName, kafkatest.Refuse)
 	events = r.await(t, "d to take over from the cut leader", has[LeaderAcquired]("d"))
@@ -142,15 +139,13 @@ func TestFencingTokenIncreasesAcrossHandoffs(t *testing.T) {
 func TestFollowerObservesLeader(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := newNeli(t, testConfig(b, group, "a", log), r)
-	pulse(t, a)
+	a := contender(t, testConfig(b, group, "a", log), r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 
 	changes := make(chan LeaderInfo, 16)
 	config := testConfig(b, group, "f", log)
 	config.OnLeaderChange = func(info LeaderInfo) { changes <- info }
-	f := newNeli(t, config, r).(Curator)
-	pulse(t, f)
+	f := contender(t, config, r).(Curator)
 	awaitInfo := func(name string) LeaderInfo {
 		t.Helper()
 		limit := time.After(awaitLimit)
@@ -186,11 +181,9 @@ func TestFollowerObservesLeader(t *testing.T) {
 func TestYieldHandsOverAndRejoins(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := newNeli(t, testConfig(b, group, "a", log), r).(Curator)
-	pulse(t, a)
+	a := contender(t, testConfig(b, group, "a", log), r).(Curator)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	c := newNeli(t, testConfig(b, group, "c", log), r)
-	pulse(t, c)
+	contender(t, testConfig(b, group, "c", log), r)
 	awaitStable(t, b, group, 2)
 
 	if err := a.Yield(3 * time.Second); err != nil {
@@ -217,8 +210,7 @@ func TestYieldHandsOverAndRejoins(t *testing.T) {
 func TestStatsOfLeader(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := newNeli(t, testConfig(b, group, "a", log), r).(Curator)
-	pulse(t, a)
+	a := contender(t, testConfig(b, group, "a", log), r).(Curator)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	s := a.Stats()
 	if !s.Leader || !s.Leading || !s.Assigned || s.Token <= 0 || s.Tenure == "" || s.Acquired != 1 ||
@@ -240,8 +232,7 @@ func TestStatsOfLeader(t *testing.T) {
 func TestWatchIgnoresStaleLastHeartbeat(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := newNeli(t, testConfig(b, group, "a", log), r)
-	pulse(t, a)
+	a := contender(t, testConfig(b, group, "a", log), r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -250,8 +241,7 @@ func TestWatchIgnoresStaleLastHeartbeat(t *testing.T) {
 	// an event.
 	time.Sleep(testLease + 100*time.Millisecond)
 	w := watch(t, b, group, log)
-	c := newNeli(t, testConfig(b, group, "c", log), r)
-	pulse(t, c)
+	contender(t, testConfig(b, group, "c", log), r)
 	w.await(t, "c", named("c"))
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -27,13 +27,10 @@ func TestConsumerProtocolHandoffs(t *testing.T) {
 	}
 	t.Cleanup(b.Close)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := newNeli(t, kip848Config(b, group, "a", log), r)
-	pulse(t, a)
+	a := contender(t, kip848Config(b, group, "a", log), r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	c := newNeli(t, kip848Config(b, group, "c", log), r)
-	pulse(t, c)
-	d := newNeli(t, kip848Config(b, group, "d", log), r)
-	pulse(t, d)
+	contender(t, kip848Config(b, group, "c", log), r)
+	contender(t, kip848Config(b, group, "d", log), r)
 	awaitStable(t, b, group, 3)
 
 	// Graceful: a closes.

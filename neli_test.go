@@ -78,11 +78,9 @@ func TestSingleLeaderAmongSeveral(t *testing.T) {
 func TestHandoffOnClose(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := newNeli(t, testConfig(b, group, "a", log), r)
-	pulse(t, a)
+	a := contender(t, testConfig(b, group, "a", log), r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	c := newNeli(t, testConfig(b, group, "c", log), r)
-	pulse(t, c)
+	contender(t, testConfig(b, group, "c", log), r)
 	awaitStable(t, b, group, 2)
 
 	if err := a.Close(); err != nil {
@@ -124,8 +122,7 @@ func TestFailoverWhenLeaderProcessIsKilled(t *testing.T) {
 			break
 		}
 	}
-	f := newNeli(t, testConfig(b, group, "f", log), r)
-	pulse(t, f)
+	f := contender(t, testConfig(b, group, "f", log), r)
 	awaitStable(t, b, group, 2)
 	if f.IsLeader() {
 		t.Fatal("follower leads while the child still holds the lease")
@@ -150,8 +147,7 @@ func TestLeaderFencesWhenPulsingStops(t *testing.T) {
 			break
 		}
 	}
-	c := newNeli(t, testConfig(b, group, "c", log), r)
-	pulse(t, c)
+	contender(t, testConfig(b, group, "c", log), r)
 
 	// a no longer pulses: its lease must lapse on its own, and the lease watchdog must tell the
 	// barrier, before c is elected.
@@ -166,14 +162,12 @@ func TestLeaderFencesWhenPulsingStops(t *testing.T) {
 
 func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 	for _, mode := range []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse} {
-		t.Run(map[kafkatest.Fault]string{kafkatest.Blackhole: "blackhole", kafkatest.Refuse: "refuse"}[mode], func(t *testing.T) {
+		t.Run(faultName(mode), func(t *testing.T) {
 			b := startBroker(t)
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
-			a := newNeli(t, testConfig(b, group, "a", log), r)
-			pulse(t, a)
+			a := contender(t, testConfig(b, group, "a", log), r)
 			r.await(t, "a to lead", has[LeaderAcquired]("a"))
-			c := newNeli(t, testConfig(b, group, "c", log), r)
-			pulse(t, c)
+			contender(t, testConfig(b, group, "c", log), r)
 			awaitStable(t, b, group, 2)
 
 			b.Net.Cut("goneli-a", mode)
@@ -313,7 +307,7 @@ func rejectProduce(req *kmsg.ProduceRequest) kmsg.Response {
 // librdkafka's consumer close waits for an unreachable coordinator indefinitely; Close must not.
 func TestCloseIsBoundedWhileCutOff(t *testing.T) {
 	for _, mode := range []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse} {
-		t.Run(map[kafkatest.Fault]string{kafkatest.Blackhole: "blackhole", kafkatest.Refuse: "refuse"}[mode], func(t *testing.T) {
+		t.Run(faultName(mode), func(t *testing.T) {
 			b := startBroker(t)
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
 			a := newNeli(t, testConfig(b, group, "a", log), r)

@@ -112,16 +112,14 @@ func testLogRestart(t *testing.T, successor, poison bool) {
 	const filler = 2000 // at 20 heartbeats a second, 100 s of heartbeats
 	fillTopic(t, b.Addr, topic, filler)
 
-	a := newNeli(t, testConfig(b, group, "a", log), r)
-	pulse(t, a)
+	a := contender(t, testConfig(b, group, "a", log), r)
 	events := r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	if _, acq := first[LeaderAcquired](events, "a", 0); acq.what.(LeaderAcquired).Token < filler {
 		t.Fatalf("a's token %d should be past the filler", acq.what.(LeaderAcquired).Token)
 	}
 	ns := []Neli{a}
 	if successor {
-		c := newNeli(t, testConfig(b, group, "c", log), r)
-		pulse(t, c)
+		c := contender(t, testConfig(b, group, "c", log), r)
 		ns = append(ns, c)
 		ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
 		defer cancel()

@@ -238,6 +238,19 @@ func awaitClientsClosed(t *testing.T, n Neli) {
 	}
 }
 
+// contender is an instance that pulses in the background for the rest of the test.
+func contender(t *testing.T, config Config, r *recorder) Neli {
+	t.Helper()
+	n := newNeli(t, config, r)
+	pulse(t, n)
+	return n
+}
+
+// faultName names a network fault for subtests.
+func faultName(f kafkatest.Fault) string {
+	return map[kafkatest.Fault]string{kafkatest.Blackhole: "blackhole", kafkatest.Refuse: "refuse"}[f]
+}
+
 // pulse runs a Background pulser whose task stands in for a millisecond of leader work.
 func pulse(t *testing.T, n Neli) Pulser {
 	t.Helper()
