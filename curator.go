@@ -108,12 +108,13 @@ type Stats struct {
 // counters hold what Stats reports in atomics, so that Stats never waits for the mutex that a
 // blocked barrier may be holding.
 type counters struct {
-	leading, assigned         atomic.Bool
-	tenure                    atomic.Uint64
-	token, since, renewedEnd  atomic.Int64
-	rtt, renewalLag           atomic.Int64
-	acquired, fenced, revoked atomic.Uint64
-	sent, confirmed           atomic.Uint64
+	leading, assigned          atomic.Bool
+	tenure                     atomic.Uint64
+	token, since, renewedEnd   atomic.Int64
+	rtt, renewalLag            atomic.Int64
+	acquired, fenced, revoked  atomic.Uint64
+	sent, confirmed            atomic.Uint64
+	stale, late, commitRejects atomic.Uint64
 }
 
 func (n *neli) Stats() Stats {
@@ -130,9 +131,9 @@ func (n *neli) Stats() Stats {
 		Revoked:             n.stats.revoked.Load(),
 		HeartbeatsSent:      n.stats.sent.Load(),
 		HeartbeatsConfirmed: n.stats.confirmed.Load(),
-		StaleHeartbeats:     uint64(n.staleIgnored.Load()),
-		LateHeartbeats:      uint64(n.lateRejected.Load()),
-		CommitRejections:    uint64(n.commitRejects.Load()),
+		StaleHeartbeats:     n.stats.stale.Load(),
+		LateHeartbeats:      n.stats.late.Load(),
+		CommitRejections:    n.stats.commitRejects.Load(),
 	}
 	if s.Assigned {
 		s.Tenure = strconv.FormatUint(n.stats.tenure.Load(), 16)

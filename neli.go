@@ -147,11 +147,8 @@ type neli struct {
 	lastCommitted kafka.Offset               // newest partition-0 offset the coordinator accepted from us
 	renewedSent   time.Duration              // send time of the heartbeat behind the current lease
 	throttle      logThrottle
-	observer      *observer    // nil unless Config.ObserveLeader
-	unsubscribed  bool         // left the group to yield
-	staleIgnored  atomic.Int64 // own heartbeats of an old tenure or out of order, ignored
-	lateRejected  atomic.Int64 // own heartbeats confirmed too late to extend the lease
-	commitRejects atomic.Int64 // commits the coordinator rejected
+	observer      *observer // nil unless Config.ObserveLeader
+	unsubscribed  bool      // left the group to yield
 
 	yieldUntil atomic.Int64 // monotonic nanoseconds until which this instance stays out of the group
 	stats      counters
@@ -160,9 +157,8 @@ type neli struct {
 // confirmed is an own heartbeat that came back and awaits the coordinator's acceptance of its
 // offset.
 type confirmed struct {
-	sent     time.Duration
-	received time.Duration
-	offset   kafka.Offset
+	sent   time.Duration
+	offset kafka.Offset
 }
 
 type tenure struct {
@@ -454,7 +450,7 @@ func (n *neli) onMessage(m *kafka.Message) {
 	if !n.ten.active || h.tenure != n.ten.id || h.seq <= n.ten.confirmedSeq {
 		// A heartbeat of an earlier tenure, or a retry arriving after a newer one: it proves nothing
 		// about the present.
-		n.staleIgnored.Add(1)
+		n.stats.stale.Add(1)
 		return
 	}
 	n.ten.confirmedSeq = h.seq
@@ -463,7 +459,7 @@ func (n *neli) onMessage(m *kafka.Message) {
 		n.throttle.log(n.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", n.config.Name, err)
 		return
 	}
-	n.pending[next] = confirmed{sent: h.sentMono, received: n.now(), offset: m.TopicPartition.Offset}
+	n.pending[next] = confirmed{sent: h.sentMono, offset: m.TopicPartition.Offset}
 	n.stats.confirmed.Add(1)
 	n.stats.rtt.Store(int64(n.now() - h.sentMono))
 	if next <= n.lastCommitted {
@@ -523,7 +519,7 @@ func (n *neli) onCommitError(err error) {
 		return
 	case kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID,
 		kafka.ErrStaleMemberEpoch, kafka.ErrFencedMemberEpoch:
-		n.commitRejects.Add(1)
+		n.stats.commitRejects.Add(1)
 		n.fence("group coordinator rejected the heartbeat commit: " + ke.Error())
 	default:
 		// Includes REBALANCE_IN_PROGRESS: under cooperative assignment partition 0 usually stays put,
@@ -536,7 +532,7 @@ func (n *neli) renew(hb confirmed) {
 	sent := hb.sent
 	end := sent + *n.config.HeartbeatTimeout
 	if n.now() >= end {
-		n.lateRejected.Add(1)
+		n.stats.late.Add(1)
 		return
 	}
 	n.stats.renewalLag.Store(int64(n.now() - sent))

@@ -269,7 +269,7 @@ func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
 	released := len(r.snapshot())
 	close(release)
 	limit := time.Now().Add(awaitLimit)
-	for a.lateRejected.Load() == 0 {
+	for a.stats.late.Load() == 0 {
 		if time.Now().After(limit) {
 			t.Fatal("the stalled heartbeats never came back")
 		}
