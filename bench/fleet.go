@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -44,7 +43,7 @@ type proc struct {
 	name   string
 	cmd    *exec.Cmd
 	pid    int
-	stderr *tailBuffer
+	stderr *member.Tail
 	exited chan struct{}
 }
 
@@ -94,7 +93,7 @@ func (f *fleet) spawn() (*proc, error) {
 	cmd.Env = append(os.Environ(), memberEnv+"=1")
 	// A member outliving a crashed harness would keep contending in a group nobody watches.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &proc{name: name, cmd: cmd, stderr: newTailBuffer(40), exited: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, stderr: &member.Tail{Max: 40}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if dir := f.env.opts.memberLogs; dir != "" {
 		// exec closes neither writer; the file is closed once the process has ended.
@@ -316,47 +315,9 @@ func (f *fleet) diagnostics() string {
 	defer f.mu.Unlock()
 	var sb strings.Builder
 	for name, p := range f.procs {
-		if s := p.stderr.String(); s != "" {
+		if s := strings.Join(p.stderr.Lines(), "\n"); s != "" {
 			fmt.Fprintf(&sb, "\n--- %s stderr (last lines) ---\n%s", name, s)
 		}
 	}
 	return sb.String()
-}
-
-// tailBuffer keeps the last lines written to it.
-type tailBuffer struct {
-	mu    sync.Mutex
-	max   int
-	lines []string
-	part  []byte
-}
-
-func newTailBuffer(max int) *tailBuffer { return &tailBuffer{max: max} }
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.part = append(t.part, p...)
-	for {
-		i := bytes.IndexByte(t.part, '\n')
-		if i < 0 {
-			break
-		}
-		t.lines = append(t.lines, string(t.part[:i]))
-		t.part = t.part[i+1:]
-		if len(t.lines) > t.max {
-			t.lines = t.lines[len(t.lines)-t.max:]
-		}
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := strings.Join(t.lines, "\n")
-	if len(t.part) > 0 {
-		s += "\n" + string(t.part)
-	}
-	return s
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -151,7 +150,7 @@ type proc struct {
 	frozen bool
 	exited bool
 	victim bool // the demo stopped or killed it, so its exit is expected
-	log    *tailWriter
+	log    *member.Tail
 }
 
 type memberEvent struct {
@@ -416,7 +415,7 @@ func (d *demo) exited(p *proc, status int) {
 		return
 	}
 	if !p.victim {
-		d.problem("member %s exited unexpectedly with status %d; its last log lines: %s", p.name, status, p.log.tail())
+		d.problem("member %s exited unexpectedly with status %d; its last log lines: %s", p.name, status, lastLines(p.log))
 	}
 	d.spawn()
 }
@@ -437,9 +436,9 @@ func (d *demo) spawn() {
 	// Members live in their own process group so that a Ctrl-C reaches only the demo, which
 	// then stops them in order; if the demo dies, the kernel kills them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &proc{name: name, cmd: cmd, log: &tailWriter{prefix: "[" + name + "] ", out: d.stderr, mu: &d.outMu}}
+	p := &proc{name: name, cmd: cmd, log: &member.Tail{Max: 5, Prefix: "[" + name + "] ", Out: d.stderr, OutMu: &d.outMu}}
 	if strings.EqualFold(d.o.logLevel, "off") {
-		p.log.out = nil
+		p.log.Out = nil
 	}
 	cmd.Stderr = p.log
 	stdout, err := cmd.StdoutPipe()
@@ -643,45 +642,11 @@ func clock(ns int64) string {
 	return time.Unix(0, ns).Format("15:04:05.000000")
 }
 
-// tailWriter forwards a member's stderr line by line with its name in front, and keeps the last
-// few lines for the report if the member dies unexpectedly.
-type tailWriter struct {
-	prefix  string
-	out     io.Writer
-	mu      *sync.Mutex
-	partial []byte
-	last    []string
-}
-
-const tailLines = 5
-
-func (w *tailWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.partial = append(w.partial, b...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		if w.out != nil {
-			fmt.Fprintf(w.out, "%s%s\n", w.prefix, line)
-		}
-		w.last = append(w.last, line)
-		if len(w.last) > tailLines {
-			w.last = w.last[1:]
-		}
-	}
-	return len(b), nil
-}
-
-func (w *tailWriter) tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if len(w.last) == 0 {
+// lastLines renders a member's last stderr lines on one line for a problem report.
+func lastLines(t *member.Tail) string {
+	lines := t.Lines()
+	if len(lines) == 0 {
 		return "(none)"
 	}
-	return strings.Join(w.last, " | ")
+	return strings.Join(lines, " | ")
 }
