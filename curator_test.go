@@ -139,11 +139,16 @@ func TestFencingTokenIncreasesAcrossHandoffs(t *testing.T) {
 func TestFollowerObservesLeader(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := contender(t, testConfig(b, group, "a", log), r)
+	// f joins while a leads; a 3 s lease outlasts the join's rebalance (see
+	// TestSingleLeaderAmongSeveral), so a's Token stays valid for the comparison below.
+	leaderConfig := testConfig(b, group, "a", log)
+	leaderConfig.HeartbeatTimeout = Duration(3 * time.Second)
+	a := contender(t, leaderConfig, r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 
 	changes := make(chan LeaderInfo, 16)
 	config := testConfig(b, group, "f", log)
+	config.HeartbeatTimeout = Duration(3 * time.Second)
 	config.OnLeaderChange = func(info LeaderInfo) { changes <- info }
 	f := contender(t, config, r).(Curator)
 	awaitInfo := func(name string) LeaderInfo {
