@@ -167,7 +167,7 @@ func (l *listener) Accept() (net.Conn, error) {
 type conn struct {
 	net.Conn
 	nm        *Netem
-	clientID  string
+	clientID  string // set once by the reading goroutine, under nm.mu
 	pending   []byte // bytes read while identifying the client, not yet handed to the broker
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -187,7 +187,10 @@ func (c *conn) identify() error {
 	if _, err := io.ReadFull(c.Conn, id); err != nil {
 		return err
 	}
+	// Netem.set reads clientID from other goroutines, under mu.
+	c.nm.mu.Lock()
 	c.clientID = string(id)
+	c.nm.mu.Unlock()
 	c.pending = append(head, id...)
 	return nil
 }
