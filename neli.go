@@ -70,7 +70,8 @@ type Neli interface {
 	// Close gives up leadership (IsLeader turns false and the barrier receives LeaderRevoked if
 	// a tenure was acquired), then leaves the group so that a successor is elected at once, and
 	// releases every client and goroutine. It is idempotent: later calls wait for the first to
-	// finish and return its result.
+	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout
+	// (see ErrCloseTimeout).
 	Close() error
 
 	// Await blocks until the instance is Closed.
@@ -818,6 +819,13 @@ func (n *neli) shutdown() {
 	if n.producer != nil {
 		n.producer.Close()
 	}
+	// librdkafka 2.11 under the cooperative-sticky assignor can skip the LeaveGroup when a member
+	// that owns no partition closes straight from a stable group; the coordinator then waits for it
+	// through the next rebalance, and whoever joins or leaves next is held up to a rebalance
+	// timeout (TestSequentialCloseLeavesPromptly). Unsubscribing first always sends it.
+	if err := n.consumer.Unsubscribe(); err != nil {
+		n.log.D()("goneli %s: unsubscribing before close: %v", n.config.Name, err)
+	}
 	if err := n.closeConsumer(n.consumer, "Kafka consumer"); err != nil {
 		errs = append(errs, err)
 	}
@@ -843,13 +851,20 @@ func (n *neli) shutdown() {
 }
 
 // ErrCloseTimeout is wrapped by the error Close returns when a Kafka consumer did not finish
-// closing within the session timeout. That happens when the group coordinator cannot be reached
-// (librdkafka waits for it indefinitely); the consumer then finishes closing in the background,
-// and the group expels the instance after its session timeout, as it would after a crash.
+// closing within the close bound: the rebalance timeout (max.poll.interval.ms, by default the
+// session timeout) plus one HeartbeatTimeout. A close that lands in a rebalance must wait for it,
+// so the bound lies above the rebalance timeout; it is exceeded when the group coordinator cannot
+// be reached, for which librdkafka waits indefinitely. The consumer then finishes closing in the
+// background, and the group expels the instance after its session timeout, as after a crash.
 var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
 
-// closeConsumer closes c, waiting at most one session timeout. Called with mu held, since the
-// consumer's close may call onRebalance.
+// closeBound is how long closeConsumer waits.
+func (n *neli) closeBound() time.Duration {
+	return n.timing.maxPoll + time.Duration(*n.config.HeartbeatTimeout)
+}
+
+// closeConsumer closes c, waiting at most closeBound. Called with mu held, since the consumer's
+// close may call onRebalance.
 func (n *neli) closeConsumer(c KafkaConsumer, what string) error {
 	result := make(chan error, 1)
 	n.closers.Add(1)
@@ -857,7 +872,8 @@ func (n *neli) closeConsumer(c KafkaConsumer, what string) error {
 		defer n.closers.Done()
 		result <- c.Close()
 	}()
-	timer := time.NewTimer(n.timing.session)
+	bound := n.closeBound()
+	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {
 	case err := <-result:
@@ -866,8 +882,8 @@ func (n *neli) closeConsumer(c KafkaConsumer, what string) error {
 		}
 		return nil
 	case <-timer.C:
-		n.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", n.config.Name, what, n.timing.session)
-		return fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, what, n.timing.session)
+		n.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", n.config.Name, what, bound)
+		return fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, what, bound)
 	}
 }
 

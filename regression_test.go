@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
-// Regression tests for bugs found by the chaos suite (chaos/).
+// Regression tests for bugs found by the chaos suite (chaos/) and by CI.
 
 // fillTopic appends n small records to partition 0 of topic, raising its offsets well above what a
 // test's heartbeats reach.
@@ -177,4 +178,46 @@ func testLogRestart(t *testing.T, successor, poison bool) {
 	}
 	checkGrammar(t, events)
 	checkExclusive(t, events)
+}
+
+// TestSequentialCloseLeavesPromptly closes three members one after another, the way a rolling
+// deploy does, straight after the first election. librdkafka sometimes skipped the LeaveGroup of a
+// member owning no partition; the coordinator then held the last member's close (and any
+// successor's election) until the rebalance timeout. Every member must leave the group itself.
+func TestSequentialCloseLeavesPromptly(t *testing.T) {
+	b := startBroker(t)
+	var mu sync.Mutex
+	leavers := map[string]bool{} // member ids seen in LeaveGroup requests
+	b.ControlKey(int16(kmsg.LeaveGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		q := req.(*kmsg.LeaveGroupRequest)
+		mu.Lock()
+		defer mu.Unlock()
+		if q.MemberID != "" {
+			leavers[q.MemberID] = true
+		}
+		for _, m := range q.Members {
+			leavers[m.MemberID] = true
+		}
+		return nil, nil, false
+	})
+	r := newRecorder()
+	log := newTestLog(t)
+	group := groupName(t)
+	var members []Neli
+	for _, name := range []string{"a", "b", "c"} {
+		members = append(members, contender(t, testConfig(b, group, name, log), r))
+	}
+	r.await(t, "a leader", has[LeaderAcquired](""))
+	for i := len(members) - 1; i >= 0; i-- {
+		// Close returns once the consumer has closed, which is after its LeaveGroup was answered.
+		if err := members[i].Close(); err != nil {
+			t.Errorf("Close of %s: %v", members[i].(*neli).config.Name, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(leavers) != len(members) {
+		t.Errorf("%d of %d members sent LeaveGroup: %v", len(leavers), len(members), leavers)
+	}
 }

@@ -218,7 +218,11 @@ func (el *election) add(name string) {
 	}
 	el.members[name] = n
 	t.Cleanup(func() {
-		_ = n.Close()
+		// The broker is healthy until every member has closed, so Close has no excuse to fail; a
+		// timed-out close would also leave a consumer closing after the broker is gone.
+		if err := n.Close(); err != nil {
+			t.Errorf("Close(%s): %v", name, err)
+		}
 		if err := p.Await(); err != nil {
 			t.Errorf("pulser of %s: %v", name, err)
 		}
