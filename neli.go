@@ -135,7 +135,7 @@ type neli struct {
 	clientsClosed chan struct{}
 	workers       sync.WaitGroup // lease watchdog
 	forwarder     sync.WaitGroup // log forwarder, which outlives Close while a client finishes closing
-	closers       sync.WaitGroup // Kafka client closes, which may outlive Close (see closeConsumer)
+	closers       sync.WaitGroup // Kafka client closes, which may outlive Close (see closeConsumers)
 	logs          chan kafka.LogEvent
 	logsStop      chan struct{}
 	leaseCh       chan time.Duration
@@ -826,14 +826,11 @@ func (n *neli) shutdown() {
 	if err := n.consumer.Unsubscribe(); err != nil {
 		n.log.D()("goneli %s: unsubscribing before close: %v", n.config.Name, err)
 	}
-	if err := n.closeConsumer(n.consumer, "Kafka consumer"); err != nil {
-		errs = append(errs, err)
-	}
+	closing := []namedConsumer{{"Kafka consumer", n.consumer}}
 	if n.observer != nil {
-		if err := n.closeConsumer(n.observer.consumer, "leader observer"); err != nil {
-			errs = append(errs, err)
-		}
+		closing = append(closing, namedConsumer{"leader observer", n.observer.consumer})
 	}
+	errs = append(errs, n.closeConsumers(closing)...)
 	n.mu.Unlock()
 	n.workers.Wait()
 	// librdkafka may still log from a consumer that is finishing its close in the background;
@@ -858,34 +855,55 @@ func (n *neli) shutdown() {
 // background, and the group expels the instance after its session timeout, as after a crash.
 var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
 
-// closeBound is how long closeConsumer waits.
-func (n *neli) closeBound() time.Duration {
-	return n.timing.maxPoll + time.Duration(*n.config.HeartbeatTimeout)
+type namedConsumer struct {
+	what string
+	c    KafkaConsumer
 }
 
-// closeConsumer closes c, waiting at most closeBound. Called with mu held, since the consumer's
-// close may call onRebalance.
-func (n *neli) closeConsumer(c KafkaConsumer, what string) error {
-	result := make(chan error, 1)
-	n.closers.Add(1)
-	go func() {
-		defer n.closers.Done()
-		result <- c.Close()
-	}()
-	bound := n.closeBound()
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
-	select {
-	case err := <-result:
-		if err != nil {
-			return fmt.Errorf("goneli: closing %s: %w", what, err)
-		}
-		return nil
-	case <-timer.C:
-		n.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", n.config.Name, what, bound)
-		return fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, what, bound)
+// closeConsumers closes the consumers side by side and waits for all of them at most the
+// rebalance timeout plus one HeartbeatTimeout, so that Close's bound does not grow with the number
+// of consumers. Called with mu held, since a consumer's close may call onRebalance.
+func (n *neli) closeConsumers(consumers []namedConsumer) []error {
+	results := make([]chan error, len(consumers))
+	for i, nc := range consumers {
+		results[i] = make(chan error, 1)
+		n.closers.Add(1)
+		go func() {
+			defer n.closers.Done()
+			results[i] <- nc.c.Close()
+		}()
 	}
+	bound := n.timing.maxPoll + time.Duration(*n.config.HeartbeatTimeout)
+	expired := time.After(bound)
+	var errs []error
+	for i, nc := range consumers {
+		var err error
+		select {
+		case err = <-results[i]:
+		case <-expired:
+			// The bound has passed for every consumer still to be collected.
+			expired = passed
+			select {
+			case err = <-results[i]:
+			default:
+				n.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", n.config.Name, nc.what, bound)
+				errs = append(errs, fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, nc.what, bound))
+				continue
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("goneli: closing %s: %w", nc.what, err))
+		}
+	}
+	return errs
 }
+
+// passed is a deadline channel that has already fired.
+var passed = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // forwardLogs passes librdkafka's log lines to scribe until stop is closed.
 func forwardLogs(log scribe.Scribe, name string, logs <-chan kafka.LogEvent, stop <-chan struct{}) {
