@@ -76,8 +76,8 @@ type Config struct {
 	// client.id. Default: <hostname>_<pid>_<unix seconds>.
 	Name string
 
-	// PollDuration is how long one Pulse may wait in the consumer's poll for an event.
-	// Default: DefaultPollDuration (1 ms).
+	// PollDuration is how long one Pulse may wait in the consumer's poll for an event. It may not
+	// exceed MinPollInterval. Default: DefaultPollDuration (1 ms).
 	PollDuration *time.Duration
 
 	// MinPollInterval is the shortest time between two polls of the consumer, and the interval at
@@ -185,6 +185,9 @@ var ownedKafkaKeys = map[string]string{
 	"go.events.channel.enable":        "goneli polls the consumer from Pulse",
 	"go.logs.channel.enable":          "goneli forwards librdkafka logs to Config.Scribe",
 	"go.logs.channel":                 "goneli forwards librdkafka logs to Config.Scribe",
+	"group.instance.id": "static membership lets a replacement with the same instance id take partition 0 at once, " +
+		"without a rebalance, while the member it replaced may still hold a lease, so two instances would lead; " +
+		"leave it unset (see the README's Static membership section)",
 }
 
 var topicName = regexp.MustCompile(`^[a-zA-Z0-9._\-]{1,249}$`)
@@ -234,6 +237,10 @@ func (c Config) Validate() error {
 		bad("PollDuration", nil, "must be set")
 	case *c.PollDuration < 0:
 		bad("PollDuration", *c.PollDuration, "must not be negative")
+	case c.MinPollInterval != nil && *c.MinPollInterval >= time.Millisecond && *c.PollDuration > *c.MinPollInterval:
+		// A poll holds the instance's lock for as long as it waits, and so holds back heartbeats,
+		// renewals and Yield; with a wait near HeartbeatTimeout no lease could ever be renewed.
+		bad("PollDuration", *c.PollDuration, "must be at most MinPollInterval (%v)", *c.MinPollInterval)
 	}
 	switch {
 	case c.MinPollInterval == nil:

@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,9 @@ type Curator interface {
 	// stops leading at once (LeaderRevoked follows if it led), leaves the group so that a
 	// successor is elected within a group heartbeat interval, and rejoins once d has passed. Use
 	// it for rolling deploys, or when an instance knows it is unhealthy. A Yield during a yield
-	// extends it.
+	// extends it. However short d is, the instance leaves the group once; a d too long to add to
+	// the clock keeps it out for good. If it cannot leave the group (Kafka refuses the
+	// unsubscribe), it keeps trying while d lasts and contends again afterwards.
 	Yield(d time.Duration) error
 
 	// Stats returns counters and timings for metrics and health checks. It never blocks, even
@@ -96,6 +99,9 @@ type Stats struct {
 	RenewalLag time.Duration
 	// YieldRemaining is how long this instance stays out of the group after Yield.
 	YieldRemaining time.Duration
+	// GroupConflict is set while this instance owns partition 0 but will not lead because members
+	// of its group use another leader topic.
+	GroupConflict *GroupConflictError
 
 	Acquired, Fenced, Revoked uint64 // leadership transitions delivered, by kind
 	HeartbeatsSent            uint64 // heartbeats handed to the producer
@@ -115,6 +121,7 @@ type counters struct {
 	acquired, fenced, revoked  atomic.Uint64
 	sent, confirmed            atomic.Uint64
 	stale, late, commitRejects atomic.Uint64
+	conflict                   atomic.Pointer[GroupConflictError]
 }
 
 func (n *neli) Stats() Stats {
@@ -134,6 +141,9 @@ func (n *neli) Stats() Stats {
 		StaleHeartbeats:     n.stats.stale.Load(),
 		LateHeartbeats:      n.stats.late.Load(),
 		CommitRejections:    n.stats.commitRejects.Load(),
+	}
+	if c := n.stats.conflict.Load(); c != nil && s.Assigned {
+		s.GroupConflict = c
 	}
 	if s.Assigned {
 		s.Tenure = strconv.FormatUint(n.stats.tenure.Load(), 16)
@@ -188,7 +198,15 @@ func (n *neli) Yield(d time.Duration) error {
 	if n.State() != Live {
 		return ErrNonLivePulse
 	}
-	until := int64(n.now() + d)
+	now := n.now()
+	until := int64(now + d)
+	if until < int64(now) {
+		// A duration too long to add to the clock means for as long as the instance lives.
+		until = math.MaxInt64
+	}
+	// However briefly it lasts, a yield leaves the group once: the time may be up before this
+	// goroutine gets the lock, and a yield that then did nothing would hand nothing over.
+	n.yieldRequested.Store(true)
 	for {
 		old := n.yieldUntil.Load()
 		if old >= until || n.yieldUntil.CompareAndSwap(old, until) {
@@ -213,16 +231,22 @@ func (n *neli) Yield(d time.Duration) error {
 func (n *neli) applyYield() {
 	yielding := n.yieldUntil.Load() > int64(n.now())
 	switch {
-	case yielding && !n.unsubscribed:
+	case (yielding || n.yieldRequested.Load()) && !n.unsubscribed:
 		if n.ten.active {
 			n.endTenure(false)
 		}
 		if err := n.consumer.Unsubscribe(); err != nil {
+			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
+			// tries again, and resumeTenure contends again if the yield ends first.
 			n.throttle.log(n.log.W(), "unsubscribe", "goneli %s: cannot leave the group to yield: %v", n.config.Name, err)
+			if !yielding {
+				n.yieldRequested.Store(false)
+			}
 			return
 		}
+		n.yieldRequested.Store(false)
 		n.unsubscribed = true
-		n.log.I()("goneli %s: yielding for %v", n.config.Name, time.Duration(n.yieldUntil.Load())-n.now())
+		n.log.I()("goneli %s: yielding for %v", n.config.Name, max(time.Duration(n.yieldUntil.Load())-n.now(), 0))
 	case !yielding && n.unsubscribed:
 		if err := n.consumer.Subscribe(n.topic, n.onRebalance); err != nil {
 			n.throttle.log(n.log.W(), "subscribe", "goneli %s: cannot rejoin the group after yielding: %v", n.config.Name, err)
@@ -230,5 +254,16 @@ func (n *neli) applyYield() {
 		}
 		n.unsubscribed = false
 		n.log.I()("goneli %s: yield over, contending again", n.config.Name)
+	case !yielding && !n.unsubscribed:
+		n.resumeTenure()
+	}
+}
+
+// resumeTenure starts a tenure when this instance owns partition 0 without one, which happens
+// when a yield ended its tenure but could not take it out of the group. Called with mu held.
+func (n *neli) resumeTenure() {
+	if !n.ten.active && n.groupParts[0] {
+		n.log.I()("goneli %s: still assigned partition 0 after yielding; contending again", n.config.Name)
+		n.beginTenure()
 	}
 }

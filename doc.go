@@ -9,9 +9,11 @@
 // reads partition 0 back. When one of its own heartbeats of the current tenure comes back, it
 // stores the heartbeat's offset, and the consumer commits it to the group coordinator, which
 // checks the member id and generation. A commit that the coordinator accepts renews the lease
-// until the heartbeat's send time plus HeartbeatTimeout. The first renewal of a tenure delivers
-// LeaderAcquired; a lease that runs out, a rejected commit or a lost assignment delivers
-// LeaderFenced; the end of the tenure delivers LeaderRevoked.
+// until the heartbeat's send time plus HeartbeatTimeout. Before a tenure first leads, its instance
+// also describes the group once and holds back while any member holds a partition of another topic
+// (see GroupConflictError). The first renewal of a tenure delivers LeaderAcquired; a lease that
+// runs out, a rejected commit or a lost assignment delivers LeaderFenced; the end of the tenure
+// delivers LeaderRevoked.
 //
 // # Guarantees
 //
@@ -29,9 +31,13 @@
 //     rebalance began that the member did not rejoin. Kafka and kfake both behave so. A broker
 //     that restarts and forgets its groups expels everyone at once, and is covered only if it
 //     stays down for longer than a lease.
-//   - In a rebalance, the coordinator stops accepting the member's commits (and librdkafka stops
-//     sending them) within about a heartbeat interval of the rebalance starting, so the lease
-//     runs out long before the rebalance timeout.
+//   - librdkafka learns of a rebalance at its next group heartbeat, rejoins at once, and sends no
+//     offset commit until the rebalance is over: it auto-commits only in a steady group, and the
+//     coordinator holds its JoinGroup until the rebalance completes, which holds back every later
+//     request on that connection. So a member's last renewal comes at most about a heartbeat
+//     interval after a rebalance began, and its lease runs out long before the rebalance timeout.
+//     (The coordinator itself would accept a commit with the current generation while the
+//     rebalance is being prepared.)
 //
 // The argument: a renewal rests on a commit that reached the coordinator after the heartbeat was
 // sent, so the coordinator heard from the member at most one heartbeat interval before that send
@@ -39,6 +45,15 @@
 // twice HeartbeatTimeout and the heartbeat interval as a tenth of it, and refuses overrides that
 // leave less than HeartbeatTimeout plus two heartbeat intervals, so a lease always runs out before
 // a successor can be assigned.
+//
+// An accepted commit proves membership of the current generation, not ownership of partition 0:
+// the coordinator does not check which partitions a member owns. Members of one group that use
+// different leader topics are each assigned partition 0 of their own topic, and every one of them
+// would pass. goneli closes that gap with the group check: a member that leads owns partition 0 of
+// its topic in every generation for as long as its lease can run, so of two members on different
+// topics, whichever is assigned later sees the other in the group's description and does not lead.
+// Static membership (group.instance.id) is refused, because it lets a replacement take over a
+// member's partitions at once, without the session timeout that the argument needs.
 //
 // Fencing tokens (Curator.Token) strictly increase while partition 0's log is kept; a log that
 // restarts (lost broker data, an unclean leader election, a recreated topic) restarts them too.
@@ -54,6 +69,16 @@
 // a crash or a network cut it takes about one session timeout. An instance that stops pulsing
 // loses its lease after HeartbeatTimeout (IsLeader turns false and the barrier receives
 // LeaderFenced from a watchdog goroutine) and leaves the group after max.poll.interval.ms.
+//
+// Under the classic group protocol every rebalance stops the leader's renewals until it completes.
+// Most complete within milliseconds, but one that waits for a member that died without leaving
+// lasts until that member's session times out (twice HeartbeatTimeout), and the leader is fenced
+// half-way through: a follower that crashes, freezes or is cut off, followed by any join before
+// its session ends, costs about one HeartbeatTimeout without a leader (measured with a 3 s lease:
+// fenced 3.2 s after the join, a new leader 2.8 s later). The classic protocol offers no safe
+// proof of ownership while the leader's own JoinGroup is held by the coordinator. The KIP-848
+// consumer protocol (KafkaConfig["group.protocol"]="consumer", Kafka 4.0 or later) has no such
+// barrier: there the leader renewed throughout.
 //
 // # Cost
 //

@@ -23,8 +23,10 @@ type Event interface {
 // Barrier receives leadership events. It is called synchronously and never concurrently with
 // itself: from the goroutine that calls Pulse (or the Background pulser) for LeaderAcquired and for
 // events that Pulse discovers, from a lease timer goroutine for a LeaderFenced on lease expiry, and
-// from the goroutine that calls Close for the final LeaderRevoked. The barrier may call IsLeader,
-// State and Close; a Close from inside the barrier starts the shutdown and returns at once.
+// from a goroutine of Close's for the final LeaderRevoked, which Close waits for up to the
+// rebalance timeout (max.poll.interval.ms) before it leaves the group regardless. The barrier may
+// call IsLeader, State and Close; a Close from inside the barrier starts the shutdown and returns
+// at once.
 type Barrier func(e Event)
 
 // NopBarrier returns a barrier that ignores every event.

@@ -50,10 +50,11 @@ func StandardKafkaProducerProvider() KafkaProducerProvider {
 }
 
 // KafkaAdmin is the part of *kafka.AdminClient that goneli uses to find or create the leader
-// topic.
+// topic and to check that every member of the group uses it (see GroupConflictError).
 type KafkaAdmin interface {
 	GetMetadata(topic *string, allTopics bool, timeoutMs int) (*kafka.Metadata, error)
 	CreateTopics(ctx context.Context, topics []kafka.TopicSpecification, options ...kafka.CreateTopicsAdminOption) ([]kafka.TopicResult, error)
+	DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error)
 	Close()
 }
 

@@ -1,6 +1,8 @@
 package goneli
 
 import (
+	"context"
+	"slices"
 	"testing"
 
 	"github.com/goneli/goneli/internal/kafkatest"
@@ -56,4 +58,60 @@ func TestConsumerProtocolHandoffs(t *testing.T) {
 	}
 	checkExclusive(t, events)
 	checkGrammar(t, events)
+}
+
+// A follower that dies without leaving stays in the group until its session times out. Under the
+// classic protocol a member joining meanwhile starts a rebalance that waits for the dead member,
+// and the leader, parked in JoinGroup, cannot renew its lease and is fenced (see the package doc's
+// Liveness section). Under KIP-848 there is no such barrier: the leader keeps partition 0 and
+// renews throughout.
+func TestConsumerProtocolLeaderRidesOutDeadFollowerAndJoin(t *testing.T) {
+	b, err := kafkatest.Start(kfake.BrokerConfigs(kip848Broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	contender(t, kip848Config(b, group, "a", log), r)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	contender(t, kip848Config(b, group, "f", log), r)
+	awaitStable(t, b, group, 2)
+
+	b.Net.Cut("goneli-f", kafkatest.Blackhole)
+	t.Cleanup(func() { b.Net.Heal("goneli-f") })
+	contender(t, kip848Config(b, group, "j", log), r)
+	// j joins while f is still a member; then f's session runs out and the group settles.
+	awaitGroup(t, b, group, "j to join beside the dead f", func(g *kfake.GroupInfo) bool {
+		return hasMembers(g, "goneli-a", "goneli-f", "goneli-j")
+	})
+	awaitGroup(t, b, group, "f to be expelled", func(g *kfake.GroupInfo) bool {
+		return g.State == "Stable" && len(g.Members) == 2 && hasMembers(g, "goneli-a", "goneli-j")
+	})
+	events := r.snapshot()
+	if i, _ := first[LeaderFenced](events, "a", 0); i >= 0 {
+		t.Fatalf("a was fenced while a dead follower was expelled: %s", describe(events))
+	}
+	if i, _ := first[LeaderAcquired](events, "", 1); i >= 0 {
+		t.Fatalf("leadership moved: %s", describe(events))
+	}
+}
+
+// awaitGroup waits until cond holds for the group as the broker sees it.
+func awaitGroup(t *testing.T, b *kafkatest.Broker, group, what string, cond func(*kfake.GroupInfo) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	if g, err := b.WaitGroupInfo(ctx, group, func(g *kfake.GroupInfo) bool { return g != nil && cond(g) }); err != nil {
+		t.Fatalf("gave up waiting for %s: %+v", what, g)
+	}
+}
+
+// hasMembers reports whether every one of clientIDs is a member of g.
+func hasMembers(g *kfake.GroupInfo, clientIDs ...string) bool {
+	for _, id := range clientIDs {
+		if !slices.ContainsFunc(g.Members, func(m kfake.GroupMember) bool { return m.ClientID == id }) {
+			return false
+		}
+	}
+	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -194,5 +195,39 @@ func TestMockYield(t *testing.T) {
 	}
 	if s := m.Stats(); s.YieldRemaining <= 0 || s.Acquired != 1 || s.Revoked != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// A task that returns at once must not turn the pulser into a busy loop: every run that ends within
+// MinTaskInterval of its start is followed by a pause for the rest of it.
+func TestBackgroundPacesATaskThatReturnsAtOnce(t *testing.T) {
+	var runs, pauses atomic.Int64
+	saved := taskPause
+	taskPause = func(ctx context.Context, d time.Duration) {
+		if d <= 0 || d > MinTaskInterval {
+			t.Errorf("pause of %v, want (0, %v]", d, MinTaskInterval)
+		}
+		pauses.Add(1)
+	}
+	m, _ := NewMock(MockConfig{})
+	m.AcquireLeader()
+	done := make(chan struct{})
+	p, err := m.Background(func() {
+		if runs.Add(1) == 100 {
+			close(done)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	p.Close()
+	if err := p.Await(); err != nil {
+		t.Fatal(err)
+	}
+	taskPause = saved
+	_ = m.Close()
+	if pauses.Load() != runs.Load() {
+		t.Fatalf("%d runs, %d pauses; want a pause after every run", runs.Load(), pauses.Load())
 	}
 }

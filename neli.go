@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -70,8 +71,8 @@ type Neli interface {
 	// Close gives up leadership (IsLeader turns false and the barrier receives LeaderRevoked if
 	// a tenure was acquired), then leaves the group so that a successor is elected at once, and
 	// releases every client and goroutine. It is idempotent: later calls wait for the first to
-	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout
-	// (see ErrCloseTimeout).
+	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout,
+	// whatever the broker or the barrier does (see ErrCloseTimeout and Barrier).
 	Close() error
 
 	// Await blocks until the instance is Closed.
@@ -111,15 +112,23 @@ var leaderTopicConfig = map[string]string{
 }
 
 type neli struct {
-	config   Config
-	timing   groupTiming
-	barrier  Barrier
-	log      scribe.Scribe
-	topic    string
-	key      []byte
-	base     time.Time // origin of the monotonic clock that leases are measured on
-	consumer KafkaConsumer
-	prodConf *KafkaConfigMap
+	config    Config
+	timing    groupTiming
+	barrier   Barrier
+	log       scribe.Scribe
+	topic     string
+	key       []byte
+	base      time.Time // origin of the monotonic clock that leases are measured on
+	consumer  KafkaConsumer
+	prodConf  *KafkaConfigMap
+	adminConf *KafkaConfigMap
+	clientID  string // the consumer's client.id, by which the group check finds this instance
+
+	// The group check (groupcheck.go) runs one describe at a time, off the pulsing goroutine.
+	checkCtx    context.Context
+	checkCancel context.CancelFunc
+	checks      sync.WaitGroup
+	checkDone   chan groupCheck
 
 	state        atomic.Int32
 	leaseEnd     atomic.Int64 // monotonic nanoseconds; 0 while not leading
@@ -146,13 +155,29 @@ type neli struct {
 	ten           tenure
 	pending       map[kafka.Offset]confirmed // stored offset -> the heartbeat just before it
 	lastCommitted kafka.Offset               // newest partition-0 offset the coordinator accepted from us
-	renewedSent   time.Duration              // send time of the heartbeat behind the current lease
-	throttle      logThrottle
-	observer      *observer // nil unless Config.ObserveLeader
-	unsubscribed  bool      // left the group to yield
+	// storedSinceAssign is set once an offset has been stored since partition 0 was assigned:
+	// librdkafka then commits it again when the partition is revoked, and owedCommit is set until
+	// that commit's result has been polled.
+	storedSinceAssign, owedCommit bool
+	renewedSent                   time.Duration // send time of the heartbeat behind the current lease
+	throttle                      logThrottle
+	checking                      bool           // a group check is running
+	observer                      *observer      // nil unless Config.ObserveLeader
+	unsubscribed                  bool           // left the group to yield
+	groupParts                    map[int32]bool // partitions of the leader topic the group has assigned to this member
+	rebalances                    int            // rebalance callbacks so far
+	held                          *[]Event       // while set, emit collects events here instead of calling the barrier
 
-	yieldUntil atomic.Int64 // monotonic nanoseconds until which this instance stays out of the group
-	stats      counters
+	// consumerClosing is set once the group consumer's Close has been called; from then on its
+	// rebalance callback may run without mu, from a close that goes on in the background.
+	consumerClosing atomic.Bool
+	// lateRebalances counts rebalance events that reached the callback only during the group
+	// consumer's Close, which awaitLeft exists to prevent.
+	lateRebalances atomic.Int32
+
+	yieldUntil     atomic.Int64 // monotonic nanoseconds until which this instance stays out of the group
+	yieldRequested atomic.Bool  // a Yield has yet to take this instance out of the group
+	stats          counters
 }
 
 // confirmed is an own heartbeat that came back and awaits the coordinator's acceptance of its
@@ -163,6 +188,13 @@ type confirmed struct {
 }
 
 type tenure struct {
+	// verified is set once a group check made after the assignment found no member on another
+	// leader topic; until then the tenure does not lead, and held keeps its newest renewal.
+	verified   bool
+	checkAt    time.Duration
+	checkDelay time.Duration
+	held       *confirmed
+
 	active        bool
 	id            uint64
 	seq           uint64
@@ -203,7 +235,9 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 		logs:          make(chan kafka.LogEvent, 64),
 		logsStop:      make(chan struct{}),
 		leaseCh:       make(chan time.Duration, 1),
+		checkDone:     make(chan groupCheck, 1),
 		pending:       map[kafka.Offset]confirmed{},
+		groupParts:    map[int32]bool{},
 	}
 	if len(barrier) > 0 && barrier[0] != nil {
 		n.barrier = barrier[0]
@@ -218,6 +252,8 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 	// The admin client cannot forward its logs; its failures come back as errors anyway.
 	adminConf["log_level"] = 0
 	n.prodConf = fromKafkaConfigMap(producerConf)
+	n.clientID = fmt.Sprint(consumerConf["client.id"])
+	n.checkCtx, n.checkCancel = context.WithCancel(context.Background())
 	n.forwarder.Add(1)
 	go func() {
 		defer n.forwarder.Done()
@@ -225,11 +261,13 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 	}()
 
 	fail := func(err error) (Neli, error) {
+		n.checkCancel()
 		close(n.logsStop)
 		n.forwarder.Wait()
 		return nil, err
 	}
-	if err := n.ensureTopic(fromKafkaConfigMap(adminConf)); err != nil {
+	n.adminConf = fromKafkaConfigMap(adminConf)
+	if err := n.prepareGroup(); err != nil {
 		return fail(err)
 	}
 	consumer, err := config.KafkaConsumerProvider(fromKafkaConfigMap(consumerConf))
@@ -259,30 +297,50 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 	return n, nil
 }
 
-// ensureTopic creates the leader topic if the broker says it is missing. If the broker cannot be
-// reached in time the check is skipped: the consumer reports a missing topic later, through Pulse's
-// logs.
-func (n *neli) ensureTopic(conf *KafkaConfigMap) error {
-	admin, err := n.config.KafkaAdminProvider(conf)
+// prepareGroup makes sure that the leader topic exists and that the group has no members on other
+// leader topics.
+func (n *neli) prepareGroup() error {
+	admin, err := n.config.KafkaAdminProvider(n.adminConf)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka admin client: %w", err)
 	}
 	defer admin.Close()
+	if reached, err := n.ensureTopic(admin); err != nil || !reached {
+		// Not reached: New has spent its HeartbeatTimeout, and every tenure checks again anyway.
+		return err
+	}
+	desc, err := describeGroup(context.Background(), admin, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
+	if err != nil {
+		// Every tenure checks again before it leads; this check only refuses early.
+		n.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",
+			n.config.Name, n.config.LeaderGroupID, err)
+		return nil
+	}
+	if v := judgeGroup(desc, n.topic, n.clientID); v.conflict != nil {
+		return v.conflict
+	}
+	return nil
+}
+
+// ensureTopic creates the leader topic if the broker says it is missing. If the broker cannot be
+// reached in time the check is skipped: the consumer reports a missing topic later, through Pulse's
+// logs.
+func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 	timeout := *n.config.HeartbeatTimeout
 	md, err := admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
 	if err != nil {
 		n.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", n.config.Name, n.topic, timeout, err)
-		return nil
+		return false, nil
 	}
 	tm, ok := md.Topics[n.topic]
 	if ok && tm.Error.Code() == kafka.ErrNoError {
 		if len(tm.Partitions) > 1 {
 			n.log.W()("goneli %s: leader topic %s has %d partitions; only partition 0 is used", n.config.Name, n.topic, len(tm.Partitions))
 		}
-		return nil
+		return true, nil
 	}
 	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
-		return &TopicError{Topic: n.topic, Err: tm.Error}
+		return true, &TopicError{Topic: n.topic, Err: tm.Error}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -293,10 +351,10 @@ func (n *neli) ensureTopic(conf *KafkaConfigMap) error {
 		err = res[0].Error
 		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {
 			n.log.I()("goneli %s: created leader topic %s", n.config.Name, n.topic)
-			return nil
+			return true, nil
 		}
 	}
-	return &TopicError{Topic: n.topic, Err: err}
+	return true, &TopicError{Topic: n.topic, Err: err}
 }
 
 func (n *neli) now() time.Duration {
@@ -337,6 +395,13 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		if n.State() != Live {
 			return false, ErrNonLivePulse
 		}
+		select {
+		case <-done:
+			// Checked before anything else, so that a leader too answers an ended context as
+			// PulseCtx's doc says, rather than with its leadership.
+			return false, ctxResult(doneErr())
+		default:
+		}
 		if err := n.pulseOnce(); err != nil {
 			return false, err
 		}
@@ -359,17 +424,22 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		select {
 		case <-done:
 			timer.Stop()
-			if err := doneErr(); errors.Is(err, context.DeadlineExceeded) {
-				return false, nil
-			} else {
-				return false, err
-			}
+			return false, ctxResult(doneErr())
 		case <-n.closing:
 			timer.Stop()
 			return false, ErrNonLivePulse
 		case <-timer.C:
 		}
 	}
+}
+
+// ctxResult is what PulseCtx returns for its context's error: nothing for a deadline, which ends a
+// pulse like Pulse's timeout, and the error itself for a cancellation.
+func ctxResult(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
 }
 
 func (n *neli) pulseOnce() error {
@@ -412,6 +482,7 @@ func (n *neli) cycle() error {
 		ev = n.consumer.Poll(0)
 	}
 	n.drainProducer()
+	n.tendGroupCheck()
 	if n.ten.active && n.State() == Live && n.now() >= n.ten.nextHeartbeat {
 		n.sendHeartbeat()
 	}
@@ -424,6 +495,7 @@ func (n *neli) handle(ev kafka.Event) error {
 	case *kafka.Message:
 		n.onMessage(e)
 	case kafka.OffsetsCommitted:
+		n.owedCommit = false
 		n.onCommit(e)
 	case kafka.Error:
 		if e.IsFatal() {
@@ -460,6 +532,7 @@ func (n *neli) onMessage(m *kafka.Message) {
 		n.throttle.log(n.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", n.config.Name, err)
 		return
 	}
+	n.storedSinceAssign = true
 	n.pending[next] = confirmed{sent: h.sentMono, offset: m.TopicPartition.Offset}
 	n.stats.confirmed.Add(1)
 	n.stats.rtt.Store(int64(n.now() - h.sentMono))
@@ -537,6 +610,12 @@ func (n *neli) renew(hb confirmed) {
 		return
 	}
 	n.stats.renewalLag.Store(int64(n.now() - sent))
+	if !n.ten.verified {
+		if n.ten.held == nil || sent > n.ten.held.sent {
+			n.ten.held = &hb
+		}
+		return
+	}
 	if sent > n.renewedSent {
 		n.renewedSent = sent
 	}
@@ -623,12 +702,19 @@ func (n *neli) watchdog() {
 }
 
 func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
-	if n.State() != Live {
-		// Close has ended the tenure already, and a consumer finishing its close in the background
-		// must not touch state that the mutex no longer guards.
+	if n.consumerClosing.Load() {
+		// A consumer finishing its close, perhaps in the background, must not touch state that
+		// the mutex no longer guards; confluent-kafka-go applies the change itself.
+		n.lateRebalances.Add(1)
 		return nil
 	}
+	n.rebalances++
 	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
+	n.trackGroupAssignment(ev, cooperative, c != nil && c.AssignmentLost())
+	if n.State() != Live {
+		// Close has ended the tenure already; confluent-kafka-go applies the change itself.
+		return nil
+	}
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		mine := n.partitionZero(e.Partitions)
@@ -668,6 +754,31 @@ func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 		}
 	}
 	return nil
+}
+
+// trackGroupAssignment keeps the set of partitions the group has given this member, which Close
+// waits to see revoked. Called with mu held.
+func (n *neli) trackGroupAssignment(ev kafka.Event, cooperative, lost bool) {
+	switch e := ev.(type) {
+	case kafka.AssignedPartitions:
+		if !cooperative {
+			clear(n.groupParts)
+		}
+		for _, tp := range e.Partitions {
+			n.groupParts[tp.Partition] = true
+		}
+	case kafka.RevokedPartitions:
+		if n.groupParts[0] && (!cooperative || slices.ContainsFunc(e.Partitions, func(tp kafka.TopicPartition) bool { return tp.Partition == 0 })) {
+			n.owedCommit = n.storedSinceAssign && !lost
+			n.storedSinceAssign = false
+		}
+		if !cooperative {
+			clear(n.groupParts)
+		}
+		for _, tp := range e.Partitions {
+			delete(n.groupParts, tp.Partition)
+		}
+	}
 }
 
 func (n *neli) partitionZero(tps []kafka.TopicPartition) []kafka.TopicPartition {
@@ -713,14 +824,114 @@ func (n *neli) endTenure(lost bool) {
 	}
 }
 
-func (n *neli) sendHeartbeat() {
+// tendGroupCheck collects the result of a finished group check and starts one when the tenure
+// needs it. Called with mu held.
+func (n *neli) tendGroupCheck() {
+	select {
+	case res := <-n.checkDone:
+		n.checking = false
+		n.onGroupCheck(res)
+	default:
+	}
+	if n.checking || !n.ten.active || n.ten.verified || n.State() != Live || n.now() < n.ten.checkAt {
+		return
+	}
+	d, release, err := n.describer()
+	if err != nil {
+		n.throttle.log(n.log.W(), "check", "goneli %s: cannot check the group's members: %v", n.config.Name, err)
+		n.retryGroupCheck()
+		return
+	}
+	n.checking = true
+	n.checks.Add(1)
+	tenure, group, timeout := n.ten.id, n.config.LeaderGroupID, *n.config.HeartbeatTimeout
+	go func() {
+		defer n.checks.Done()
+		defer release()
+		desc, err := describeGroup(n.checkCtx, d, group, timeout)
+		res := groupCheck{tenure: tenure, err: err}
+		if err == nil {
+			res.verdict = judgeGroup(desc, n.topic, n.clientID)
+		}
+		n.checkDone <- res
+	}()
+}
+
+// describer returns an admin client for the group check. The producer's own is preferred: it
+// shares the producer's connections, which, unlike the consumer's, never wait in a long fetch.
+func (n *neli) describer() (groupDescriber, func(), error) {
+	if !n.ensureProducer() {
+		return nil, nil, errors.New("no producer")
+	}
+	if p, ok := n.producer.(*kafka.Producer); ok {
+		a, err := kafka.NewAdminClientFromProducer(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		return a, func() {}, nil
+	}
+	a, err := n.config.KafkaAdminProvider(n.adminConf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, a.Close, nil
+}
+
+func (n *neli) onGroupCheck(res groupCheck) {
+	if !n.ten.active || res.tenure != n.ten.id {
+		return
+	}
+	switch {
+	case res.err != nil:
+		n.throttle.log(n.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
+			n.config.Name, n.config.LeaderGroupID, res.err)
+		n.retryGroupCheck()
+	case res.verdict.conflict != nil:
+		n.stats.conflict.Store(res.verdict.conflict)
+		n.throttle.log(n.log.E(), "conflict", "goneli %s: not leading: %v", n.config.Name, res.verdict.conflict)
+		n.ten.checkAt = n.now() + *n.config.HeartbeatTimeout
+	case !res.verdict.sawSelf:
+		// The description predates this tenure's assignment, or hides assignments during a
+		// rebalance (kfake does); it proves nothing yet, and the group is about to settle, so
+		// the next look comes soon rather than after a backoff.
+		n.ten.checkAt = n.now() + inconclusiveCheckRetry
+	default:
+		n.ten.verified = true
+		n.stats.conflict.Store(nil)
+		if hb := n.ten.held; hb != nil {
+			n.ten.held = nil
+			n.renew(*hb)
+		}
+	}
+}
+
+// inconclusiveCheckRetry is how soon a group check that could not see this instance's own
+// assignment is made again: two small requests to the coordinator each time, while a rebalance
+// settles.
+const inconclusiveCheckRetry = 20 * time.Millisecond
+
+func (n *neli) retryGroupCheck() {
+	n.ten.checkDelay = clampDuration(2*n.ten.checkDelay, *n.config.MinPollInterval, *n.config.HeartbeatTimeout)
+	n.ten.checkAt = n.now() + n.ten.checkDelay
+}
+
+// ensureProducer opens the heartbeat producer on the first assignment of partition 0; it is kept
+// from then on. Called with mu held.
+func (n *neli) ensureProducer() bool {
 	if n.producer == nil {
 		p, err := n.config.KafkaProducerProvider(n.prodConf)
 		if err != nil {
 			n.throttle.log(n.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", n.config.Name, err)
-			return
+			return false
 		}
 		n.producer = p
+	}
+	return true
+}
+
+func (n *neli) sendHeartbeat() {
+	if !n.ensureProducer() {
+		return
 	}
 	n.ten.seq++
 	now := n.now()
@@ -764,6 +975,10 @@ func (n *neli) drainProducer() {
 
 func (n *neli) logKafkaError(client string, e kafka.Error) {
 	hint := ""
+	if e.Code() == kafka.ErrInconsistentGroupProtocol {
+		hint = fmt.Sprintf(" (members of group %s use another assignment strategy; goneli v0.5.0 members use librdkafka's "+
+			"eager default and cannot share a group with cooperative-sticky ones: see the README's Migrating section)", n.config.LeaderGroupID)
+	}
 	if e.Code() == kafka.ErrInvalidSessionTimeout {
 		hint = fmt.Sprintf(" (the derived session.timeout.ms=%d is outside the broker's group.min/max.session.timeout.ms; "+
 			"raise HeartbeatTimeout or lower the broker's group.min.session.timeout.ms)", n.timing.session.Milliseconds())
@@ -775,7 +990,36 @@ func (n *neli) logKafkaError(client string, e kafka.Error) {
 // barrier can be recognised.
 func (n *neli) emit(e Event) {
 	n.log.I()("goneli %s: %v", n.config.Name, e)
+	if n.held != nil {
+		*n.held = append(*n.held, e)
+		return
+	}
 	n.callback(func() { n.barrier(e) })
+}
+
+// deliverFinal gives the barrier the events that end the last tenure on Close. The barrier may
+// finish in-flight work there, which holds back the successor as a revocation in a rebalance
+// would, and for as long: up to the rebalance timeout. A barrier that takes longer runs on in the
+// background while Close leaves the group, so that Close keeps its bound. Called with mu held.
+func (n *neli) deliverFinal(events []Event) {
+	if len(events) == 0 {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, e := range events {
+			n.callback(func() { n.barrier(e) })
+		}
+	}()
+	limit := time.NewTimer(n.timing.maxPoll)
+	defer limit.Stop()
+	select {
+	case <-done:
+	case <-limit.C:
+		n.log.W()("goneli %s: the barrier has not returned from %v after %v (the rebalance timeout); leaving the group regardless",
+			n.config.Name, events[len(events)-1], n.timing.maxPoll)
+	}
 }
 
 // callback runs application code (the barrier, OnLeaderChange), remembering which goroutine runs
@@ -812,10 +1056,18 @@ func (n *neli) Close() error {
 
 func (n *neli) shutdown() {
 	var errs []error
+	deadline := time.Now().Add(n.closeBound())
 	n.mu.Lock()
 	if n.ten.active {
+		var final []Event
+		n.held = &final
 		n.endTenure(false)
+		n.held = nil
+		n.deliverFinal(final)
 	}
+	// A check may be using the producer's connections.
+	n.checkCancel()
+	n.checks.Wait()
 	if n.producer != nil {
 		n.producer.Close()
 	}
@@ -825,12 +1077,15 @@ func (n *neli) shutdown() {
 	// sent the LeaveGroup in every run measured (TestSequentialCloseLeavesPromptly).
 	if err := n.consumer.Unsubscribe(); err != nil {
 		n.log.D()("goneli %s: unsubscribing before close: %v", n.config.Name, err)
+	} else {
+		n.awaitLeft(deadline)
 	}
 	closing := []namedConsumer{{"Kafka consumer", n.consumer}}
 	if n.observer != nil {
 		closing = append(closing, namedConsumer{"leader observer", n.observer.consumer})
 	}
-	errs = append(errs, n.closeConsumers(closing)...)
+	n.consumerClosing.Store(true)
+	errs = append(errs, n.closeConsumers(closing, deadline)...)
 	n.mu.Unlock()
 	n.workers.Wait()
 	// librdkafka may still log from a consumer that is finishing its close in the background;
@@ -860,10 +1115,89 @@ type namedConsumer struct {
 	c    KafkaConsumer
 }
 
-// closeConsumers closes the consumers side by side and waits for all of them at most the
-// rebalance timeout plus one HeartbeatTimeout, so that Close's bound does not grow with the number
-// of consumers. Called with mu held, since a consumer's close may call onRebalance.
-func (n *neli) closeConsumers(consumers []namedConsumer) []error {
+// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout.
+func (n *neli) closeBound() time.Duration {
+	return n.timing.maxPoll + *n.config.HeartbeatTimeout
+}
+
+// subscriptionReader is what awaitLeft asks of the consumer beyond KafkaConsumer; *kafka.Consumer has it.
+type subscriptionReader interface {
+	Subscription() ([]string, error)
+}
+
+// awaitLeft polls the consumer after Unsubscribe until librdkafka has carried the unsubscribe out
+// (the subscription is empty) and every partition it revoked has been handed back, or until
+// deadline. Called with mu held.
+//
+// Closing a consumer while a rebalance event still waits in its queue can hang librdkafka 2.11
+// for good (issue 16): during the close an assignment that arrived earlier is served as an
+// unassignment, the group terminates, and the revocation queued behind it then reaches the
+// rebalance callback, whose Unassign waits for a reply from the terminated group that never comes.
+// A member whose poll loop stalled while a rebalance went on is in exactly that state. Serving
+// every rebalance before the close leaves none for the close to trip over. Unsubscribe itself is
+// postponed by librdkafka until a rebalance in progress completes, so the subscription is the
+// sign that the unsubscribe has happened.
+func (n *neli) awaitLeft(deadline time.Time) {
+	sr, ok := n.consumer.(subscriptionReader)
+	if !ok {
+		return
+	}
+	for {
+		served := n.drainForClose()
+		// Revoking partition 0 commits the offset stored last, and only once that commit is
+		// answered does librdkafka send the LeaveGroup; a close that comes first skips it, and
+		// the group then waits a session timeout for this member (librdkafka 2.11.1).
+		if !served && len(n.groupParts) == 0 && !n.owedCommit {
+			if topics, err := sr.Subscription(); err != nil || len(topics) == 0 {
+				return
+			}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			n.log.W()("goneli %s: the group did not let this member leave within %v; closing anyway", n.config.Name, n.closeBound())
+			return
+		}
+		if !served {
+			// Nothing was queued: the rebalance that postponed the unsubscribe is still with the
+			// coordinator. Wait for its next event in librdkafka rather than spinning.
+			n.serve(n.consumer.Poll(int(min(left, 50*time.Millisecond).Milliseconds())))
+		}
+	}
+}
+
+// drainForClose serves what the consumer has queued and reports whether that included anything.
+// Rebalance events are served by the callback from within Poll, which then returns nil, so they
+// are counted by the callback.
+func (n *neli) drainForClose() bool {
+	before := n.rebalances
+	served := false
+	for i := 0; i < maxEventsPerCycle; i++ {
+		ev := n.consumer.Poll(0)
+		if ev == nil && n.rebalances == before {
+			break
+		}
+		before = n.rebalances
+		served = true
+		n.serve(ev)
+	}
+	return served || n.rebalances != before
+}
+
+// serve handles an event polled while closing: commit results, which awaitLeft counts, and errors,
+// for the logs.
+func (n *neli) serve(ev kafka.Event) {
+	switch e := ev.(type) {
+	case kafka.OffsetsCommitted:
+		n.owedCommit = false
+	case kafka.Error:
+		n.log.D()("goneli %s: Kafka consumer while closing: %v", n.config.Name, e)
+	}
+}
+
+// closeConsumers closes the consumers side by side and waits for all of them until deadline, so
+// that Close's bound does not grow with the number of consumers. Called with mu held, since a
+// consumer's close may call onRebalance.
+func (n *neli) closeConsumers(consumers []namedConsumer, deadline time.Time) []error {
 	results := make([]chan error, len(consumers))
 	for i, nc := range consumers {
 		results[i] = make(chan error, 1)
@@ -873,8 +1207,8 @@ func (n *neli) closeConsumers(consumers []namedConsumer) []error {
 			results[i] <- nc.c.Close()
 		}()
 	}
-	bound := n.timing.maxPoll + time.Duration(*n.config.HeartbeatTimeout)
-	expired := time.After(bound)
+	bound := n.closeBound()
+	expired := time.After(time.Until(deadline))
 	var errs []error
 	for i, nc := range consumers {
 		var err error

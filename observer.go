@@ -96,8 +96,12 @@ func (o *observer) onMessage(m *kafka.Message) {
 		LastHeartbeat: time.Unix(0, h.sentWall),
 	}
 	o.mu.Lock()
-	if h.token < o.maxToken {
-		// A deposed leader's heartbeat that landed late: tokens only grow.
+	if h.token < o.maxToken && o.known {
+		// A deposed leader's heartbeat that landed after its successor's, while the successor is
+		// alive: tokens only grow within one log. Once the leader it knows has gone quiet for a
+		// lease, the observer takes a lower token as it comes, because partition 0's log may have
+		// restarted (lost broker data, an unclean leader election, a recreated topic), and tokens
+		// with it.
 		o.mu.Unlock()
 		return
 	}
@@ -105,7 +109,7 @@ func (o *observer) onMessage(m *kafka.Message) {
 		// Already older than a lease when read (the newest record of a topic whose leader has gone,
 		// say): it names no current leader. This compares two hosts' wall clocks, which is good
 		// enough for reporting and is never used for leadership itself.
-		o.maxToken = h.token
+		o.maxToken = max(o.maxToken, h.token)
 		o.mu.Unlock()
 		return
 	}

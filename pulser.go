@@ -3,13 +3,31 @@ package goneli
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // LeaderTask is leader work that Background runs over and over while its instance leads. Each run
 // should be short, well under HeartbeatTimeout: the lease is only renewed between runs, and
 // leadership is checked only before each run starts. A task that must run longer should watch
 // for LeaderFenced in the barrier, or check IsLeader as it goes.
+//
+// Runs start at most once per MinTaskInterval: a task that returns at once because it found nothing
+// to do costs a timer wakeup per run instead of a busy core. A task that wants to idle for longer
+// may sleep before it returns.
 type LeaderTask func()
+
+// MinTaskInterval is the shortest time between the starts of two runs of a Background task.
+const MinTaskInterval = time.Millisecond
+
+// taskPause waits between two runs of a task that returned early; tests count its calls.
+var taskPause = func(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
 
 // Pulser is a goroutine started by Background that pulses a Neli and runs a LeaderTask while the
 // Neli leads.
@@ -63,7 +81,11 @@ func (p *pulser) run(ctx context.Context, n Neli, task LeaderTask) {
 		}
 		// Pulse may have returned a moment ago; the lease is checked again right before the task.
 		if leader && n.IsLeader() {
+			start := time.Now()
 			task()
+			if rest := MinTaskInterval - time.Since(start); rest > 0 {
+				taskPause(ctx, rest)
+			}
 		}
 	}
 }
