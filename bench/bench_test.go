@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goneli/goneli/internal/member"
 	"go.uber.org/goleak"
 )
 
@@ -106,18 +105,6 @@ func TestParseOptionsShortKeepsExplicitFlags(t *testing.T) {
 	}
 }
 
-func TestOverlapsFindsSharedInstants(t *testing.T) {
-	lines := []lineFixture{
-		{"a", 100, 200}, {"b", 201, 300}, // back to back: fine
-		{"a", 250, 260},                  // inside b's span: overlap of 10 ns
-		{"a", 400, 500}, {"a", 450, 600}, // the same member twice: not an overlap
-	}
-	n, found := overlaps("fixture", fixtureLines(lines))
-	if n != 5 || len(found) != 1 || found[0].A == found[0].B || found[0].From != 250 || found[0].To != 260 {
-		t.Errorf("spans %d, overlaps %+v", n, found)
-	}
-}
-
 func TestSummarise(t *testing.T) {
 	var samples []float64
 	for i := 20; i >= 1; i-- {
@@ -127,17 +114,4 @@ func TestSummarise(t *testing.T) {
 	if s.N != 20 || s.Min != 1 || s.Median != 10 || s.P90 != 18 || s.Max != 20 {
 		t.Errorf("%+v", s)
 	}
-}
-
-type lineFixture struct {
-	name     string
-	from, to int64
-}
-
-func fixtureLines(fs []lineFixture) []member.Line {
-	var out []member.Line
-	for _, f := range fs {
-		out = append(out, member.Line{Name: f.name, Event: member.EventAct, From: f.from, To: f.to})
-	}
-	return out
 }

@@ -156,35 +156,6 @@ type Timeline struct {
 	Lines []member.Line `json:"lines"`
 }
 
-type span struct {
-	name     string
-	from, to int64
-}
-
-// overlaps finds act spans of different members that share an instant. Each span means IsLeader
-// was true at its first and last action and at every action between.
-func overlaps(scenario string, lines []member.Line) (int, []OverlapEvent) {
-	var spans []span
-	for _, l := range lines {
-		if l.Event == member.EventAct {
-			spans = append(spans, span{l.Name, l.From, l.To})
-		}
-	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].from < spans[j].from })
-	var found []OverlapEvent
-	for i := range spans {
-		for j := i + 1; j < len(spans) && spans[j].from <= spans[i].to; j++ {
-			if spans[j].name == spans[i].name {
-				continue
-			}
-			from, to := spans[j].from, min(spans[i].to, spans[j].to)
-			found = append(found, OverlapEvent{Scenario: scenario, A: spans[i].name, B: spans[j].name,
-				From: from, To: to, Ms: ms(time.Duration(to - from))})
-		}
-	}
-	return len(spans), found
-}
-
 func ms(d time.Duration) float64 {
 	return float64(d.Microseconds()) / 1000
 }

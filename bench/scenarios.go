@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/goneli/goneli/internal/member"
+	"github.com/goneli/goneli/internal/verdict"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -29,15 +31,15 @@ func (r *runner) printf(format string, args ...any) {
 
 // withFleet runs body with a fresh fleet in its own group, then stops the fleet and checks every
 // act span it printed for overlap.
-func (r *runner) withFleet(scenario string, lease, task time.Duration, body func(f *fleet) error) error {
+func (r *runner) withFleet(scenario string, lease, task time.Duration, body func(f *memberFleet) error) error {
 	f := newFleet(r.e, scenario, lease, task)
 	err := body(f)
 	if err != nil {
-		f.kill()
+		f.KillAll()
 	} else {
 		err = f.close()
 	}
-	lines := f.snapshot()
+	lines := f.Lines()
 	cut := map[string]bool{}
 	for _, l := range lines {
 		if l.Event == evCut {
@@ -49,16 +51,17 @@ func (r *runner) withFleet(scenario string, lease, task time.Duration, body func
 			r.rep.UncutFences = append(r.rep.UncutFences, UncutFence{Scenario: scenario, Name: l.Name, At: l.At, Reason: l.Info})
 		}
 	}
-	n, found := overlaps(scenario, lines)
+	spans := verdict.ActSpans(verdict.ByName(lines))
 	o := &r.rep.Overlap
-	o.SpansChecked += n
-	o.Count += len(found)
-	for _, ev := range found {
+	o.SpansChecked += len(spans)
+	for _, ov := range verdict.Overlaps(spans) {
+		ev := OverlapEvent{Scenario: scenario, A: ov.A.Who, B: ov.B.Who, From: ov.From.UnixNano(), To: ov.To.UnixNano(), Ms: ms(ov.Duration())}
+		o.Count++
 		o.TotalMs += ev.Ms
+		o.Instances = append(o.Instances, ev)
 		r.printf("!!! LEADERSHIP OVERLAP in %s: %s and %s both acted as leader for %.3f ms (%s to %s)",
-			scenario, ev.A, ev.B, ev.Ms, time.Unix(0, ev.From).Format("15:04:05.000000"), time.Unix(0, ev.To).Format("15:04:05.000000"))
+			scenario, ev.A, ev.B, ev.Ms, ov.From.Format("15:04:05.000000"), ov.To.Format("15:04:05.000000"))
 	}
-	o.Instances = append(o.Instances, found...)
 	return err
 }
 
@@ -79,15 +82,15 @@ func trialLimit(lease time.Duration) time.Duration {
 
 // awaitSteady waits until the group is stable with n members and its leader acts afterwards, and
 // returns the leader's name.
-func (r *runner) awaitSteady(f *fleet, n int, limit time.Duration) (string, error) {
+func (r *runner) awaitSteady(f *memberFleet, n int, limit time.Duration) (string, error) {
 	deadline := time.Now().Add(limit)
 	for {
 		if err := r.e.waitStable(f.group, n, time.Until(deadline)); err != nil {
-			return "", fmt.Errorf("%s: %w%s", f.scenario, err, f.diagnostics())
+			return "", fmt.Errorf("%s: %w%s", f.scenario, err, f.Diagnostics())
 		}
 		// Stable means assigned, not yet leading: the assignee still has to see a heartbeat of its
 		// own come back and commit it.
-		from := f.cursor()
+		from := f.Cursor()
 		after := time.Now().UnixNano()
 		act, _, err := f.waitFor(from, time.Until(deadline), "an act after the group settled", func(l member.Line) bool {
 			return l.Event == member.EventAct && l.To >= after
@@ -108,9 +111,9 @@ func (r *runner) awaitSteady(f *fleet, n int, limit time.Duration) (string, erro
 
 // unprovoked records leadership changes that no fault of the harness caused, found in the
 // fleet's lines from index from on, with the members' reasons.
-func (r *runner) unprovoked(f *fleet, from int) {
+func (r *runner) unprovoked(f *memberFleet, from int) {
 	var events []member.Line
-	for _, l := range f.snapshot()[from:] {
+	for _, l := range f.Lines()[from:] {
 		switch l.Event {
 		case member.EventAcquired, member.EventFenced, member.EventRevoked:
 			events = append(events, l)
@@ -125,7 +128,7 @@ func (r *runner) unprovoked(f *fleet, from int) {
 func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLeader) (*Cost, error) {
 	var cost *Cost
 	scenario := fmt.Sprintf("first%d-r%d", n, rep)
-	err := r.withFleet(scenario, goneli.DefaultHeartbeatTimeout, r.e.opts.costTask, func(f *fleet) error {
+	err := r.withFleet(scenario, goneli.DefaultHeartbeatTimeout, r.e.opts.costTask, func(f *memberFleet) error {
 		limit := startLimit(n, goneli.DefaultHeartbeatTimeout)
 		launch := time.Now()
 		for range n {
@@ -148,7 +151,7 @@ func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLead
 		if err != nil {
 			return err
 		}
-		for _, l := range f.snapshot() {
+		for _, l := range f.Lines() {
 			if l.Event == member.EventStarted && l.Name == acq.Name {
 				fl.StartedToAcquiredMs = append(fl.StartedToAcquiredMs, ms(time.Duration(acq.At-l.At)))
 			}
@@ -166,20 +169,20 @@ func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLead
 }
 
 // measureCost samples every member and the broker over window once the group has settled.
-func (r *runner) measureCost(f *fleet, n int, window time.Duration) (*Cost, error) {
+func (r *runner) measureCost(f *memberFleet, n int, window time.Duration) (*Cost, error) {
 	leader, err := r.awaitSteady(f, n, startLimit(n, f.lease))
 	if err != nil {
 		return nil, err
 	}
 	topic := f.group + ".neli"
-	procs := f.live()
+	procs := f.Live()
 	before := map[int]procSample{}
 	for _, p := range procs {
-		s, err := sampleProc(p.pid)
+		s, err := sampleProc(p.Pid)
 		if err != nil {
 			return nil, err
 		}
-		before[p.pid] = s
+		before[p.Pid] = s
 	}
 	self0, err := sampleProc(os.Getpid())
 	if err != nil {
@@ -193,7 +196,7 @@ func (r *runner) measureCost(f *fleet, n int, window time.Duration) (*Cost, erro
 	if r.e.counter != nil {
 		counts0 = r.e.counter.snapshot()
 	}
-	from := f.cursor()
+	from := f.Cursor()
 	t0 := time.Now()
 	// The window is a measurement interval, so here waiting on a timer is the point.
 	time.Sleep(window)
@@ -216,13 +219,13 @@ func (r *runner) measureCost(f *fleet, n int, window time.Duration) (*Cost, erro
 	var followerThreads []float64
 	var all int64
 	for _, p := range procs {
-		s, err := sampleProc(p.pid)
+		s, err := sampleProc(p.Pid)
 		if err != nil {
-			return nil, fmt.Errorf("%s: sampling %s: %w", f.scenario, p.name, err)
+			return nil, fmt.Errorf("%s: sampling %s: %w", f.scenario, p.Name, err)
 		}
-		ticks := s.cpuTicks - before[p.pid].cpuTicks
+		ticks := s.cpuTicks - before[p.Pid].cpuTicks
 		all += ticks
-		if p.name == leader {
+		if p.Name == leader {
 			c.LeaderCPUSPerMin = perMin(ticks)
 			c.LeaderRSSMB = float64(s.rssKB) / 1024
 			c.LeaderThreads = s.threads
@@ -255,7 +258,7 @@ func (r *runner) measureCost(f *fleet, n int, window time.Duration) (*Cost, erro
 		c.ProduceRequestsPerS = c.RequestsPerSByKey["Produce"]
 		c.ProduceBytesPerS = float64(counts1.produceBytes-counts0.produceBytes) / elapsed.Seconds()
 	}
-	for _, l := range f.snapshot()[from:] {
+	for _, l := range f.Lines()[from:] {
 		switch l.Event {
 		case member.EventAcquired, member.EventFenced, member.EventRevoked:
 			c.LeaderChanges++
@@ -293,17 +296,6 @@ func (r *runner) settle(lease time.Duration) {
 	time.Sleep(r.e.opts.settle + iv + rand.N(iv))
 }
 
-// lastActTo is the end of the member's last reported act span.
-func lastActTo(lines []member.Line, name string) int64 {
-	var to int64
-	for _, l := range lines {
-		if l.Event == member.EventAct && l.Name == name && l.To > to {
-			to = l.To
-		}
-	}
-	return to
-}
-
 // timeline keeps the lines of one trial around t0, for the SVG.
 func timeline(title string, lines []member.Line, t0, end time.Time) Timeline {
 	lo, hi := t0.Add(-time.Second).UnixNano(), end.Add(500*time.Millisecond).UnixNano()
@@ -329,12 +321,12 @@ const maxUnprovoked = 5
 // member ended, and trialLoop replaces it before the next one. Afterwards the series are
 // summarised into the report.
 func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, series []*Series,
-	trial func(f *fleet, n int, leader *proc) error) error {
+	trial func(f *memberFleet, n int, leader *fleet.Proc) error) error {
 	if trials <= 0 {
 		return nil
 	}
 	k := r.e.opts.groupSize
-	err := r.withFleet(scenario, lease, r.e.opts.task, func(f *fleet) error {
+	err := r.withFleet(scenario, lease, r.e.opts.task, func(f *memberFleet) error {
 		for range k {
 			if _, err := f.spawn(); err != nil {
 				return err
@@ -346,7 +338,7 @@ func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, ser
 		}
 		retries := 0
 		for n := 1; n <= trials; n++ {
-			steadyFrom := f.cursor()
+			steadyFrom := f.Cursor()
 			r.settle(lease)
 			if now, ok := f.leader(); !ok || now != leader {
 				// Leadership moved with no fault (a lease that lapsed on a starved machine, say).
@@ -361,7 +353,7 @@ func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, ser
 				n--
 				continue
 			}
-			if err := trial(f, n, f.proc(leader)); err != nil {
+			if err := trial(f, n, f.Proc(leader)); err != nil {
 				return err
 			}
 			if _, err := f.spawn(); err != nil {
@@ -387,7 +379,7 @@ func newSeries(name, description string, lease time.Duration) Series {
 }
 
 // waitSuccessor waits for the first act of a member other than old that began after t0.
-func (f *fleet) waitSuccessor(from int, old string, t0 time.Time) (member.Line, error) {
+func (f *memberFleet) waitSuccessor(from int, old string, t0 time.Time) (member.Line, error) {
 	l, _, err := f.waitFor(from, trialLimit(f.lease), "another member to act", func(l member.Line) bool {
 		return l.Event == member.EventAct && l.Name != old && l.From >= t0.UnixNano()
 	})
@@ -406,36 +398,36 @@ func (r *runner) failover(crash bool, lease time.Duration, trials int) error {
 	closed := newSeries(seriesHandoffLeft, "leader sent SIGTERM -> its Close returned (closed line)", lease)
 	gap := newSeries(seriesCrashGap, "leader's last reported act -> another member's first act", lease)
 	scenario := kind + "-" + leaseLabel(lease)
-	return r.trialLoop(scenario, lease, trials, []*Series{&main, &closed, &gap}, func(f *fleet, n int, p *proc) error {
-		from := f.cursor()
+	return r.trialLoop(scenario, lease, trials, []*Series{&main, &closed, &gap}, func(f *memberFleet, n int, p *fleet.Proc) error {
+		from := f.Cursor()
 		t0 := f.signal(p, sig)
-		next, err := f.waitSuccessor(from, p.name, t0)
+		next, err := f.waitSuccessor(from, p.Name, t0)
 		if err != nil {
 			return err
 		}
-		if _, _, err := f.waitFor(from, trialLimit(lease), p.name+" to exit", func(l member.Line) bool {
-			return l.Event == evExit && l.Name == p.name
+		if _, _, err := f.waitFor(from, trialLimit(lease), p.Name+" to exit", func(l member.Line) bool {
+			return l.Event == fleet.EventExit && l.Name == p.Name
 		}); err != nil {
 			return err
 		}
-		lines := f.snapshot()
+		lines := f.Lines()
 		took := ms(time.Duration(next.From - t0.UnixNano()))
 		main.SamplesMs = append(main.SamplesMs, took)
 		if crash {
-			gap.SamplesMs = append(gap.SamplesMs, ms(time.Duration(next.From-lastActTo(lines, p.name))))
+			gap.SamplesMs = append(gap.SamplesMs, ms(time.Duration(next.From-verdict.LastActs(lines)[p.Name].UnixNano())))
 		} else {
 			for _, l := range lines[from:] {
-				if l.Name == p.name && l.Event == member.EventClosed {
+				if l.Name == p.Name && l.Event == member.EventClosed {
 					closed.SamplesMs = append(closed.SamplesMs, ms(time.Duration(l.At-t0.UnixNano())))
 				}
 			}
 		}
 		if n == 1 {
 			r.rep.Timelines = append(r.rep.Timelines, timeline(
-				fmt.Sprintf("%s, HeartbeatTimeout %v: %s -> %s", main.Name, lease, p.name, next.Name),
+				fmt.Sprintf("%s, HeartbeatTimeout %v: %s -> %s", main.Name, lease, p.Name, next.Name),
 				lines, t0, time.Unix(0, next.From)))
 		}
-		r.printf("%s trial %d/%d: %s -> %s in %.0f ms", scenario, n, trials, p.name, next.Name, took)
+		r.printf("%s trial %d/%d: %s -> %s in %.0f ms", scenario, n, trials, p.Name, next.Name, took)
 		return nil
 	})
 }
@@ -454,25 +446,25 @@ func (r *runner) fence(lease time.Duration, trials int) error {
 	gap := newSeries(seriesFenceGap, "cut leader's last act -> another member's first act", lease)
 	scenario := "fence-" + leaseLabel(lease)
 	all := []*Series{&fenced, &lastAct, &next, &gap}
-	return r.trialLoop(scenario, lease, trials, all, func(f *fleet, n int, p *proc) error {
-		clientID := "goneli-" + goneli.Sanitise(p.name)
-		from := f.cursor()
-		t0 := f.mark(p.name, evCut, clientID)
+	return r.trialLoop(scenario, lease, trials, all, func(f *memberFleet, n int, p *fleet.Proc) error {
+		clientID := "goneli-" + goneli.Sanitise(p.Name)
+		from := f.Cursor()
+		t0 := f.Mark(p.Name, evCut, clientID)
 		r.e.broker.Net.Cut(clientID, kafkatest.Blackhole)
-		fl, _, err := f.waitFor(from, trialLimit(lease), p.name+" to fence itself", func(l member.Line) bool {
-			return l.Event == member.EventFenced && l.Name == p.name
+		fl, _, err := f.waitFor(from, trialLimit(lease), p.Name+" to fence itself", func(l member.Line) bool {
+			return l.Event == member.EventFenced && l.Name == p.Name
 		})
 		if err != nil {
 			return err
 		}
-		succ, err := f.waitSuccessor(from, p.name, t0)
+		succ, err := f.waitSuccessor(from, p.Name, t0)
 		if err != nil {
 			return err
 		}
 		// Read after the successor acts, long after the fencing, so that the cut leader's last
 		// span has been flushed.
-		lines := f.snapshot()
-		last := lastActTo(lines, p.name)
+		lines := f.Lines()
+		last := verdict.LastActs(lines)[p.Name].UnixNano()
 		since := func(t int64) float64 { return ms(time.Duration(t - t0.UnixNano())) }
 		fenced.SamplesMs = append(fenced.SamplesMs, since(fl.At))
 		lastAct.SamplesMs = append(lastAct.SamplesMs, since(last))
@@ -480,16 +472,16 @@ func (r *runner) fence(lease time.Duration, trials int) error {
 		gap.SamplesMs = append(gap.SamplesMs, ms(time.Duration(succ.From-last)))
 		if n == 1 {
 			r.rep.Timelines = append(r.rep.Timelines, timeline(
-				fmt.Sprintf("network cut, HeartbeatTimeout %v: %s fenced, %s took over", lease, p.name, succ.Name),
+				fmt.Sprintf("network cut, HeartbeatTimeout %v: %s fenced, %s took over", lease, p.Name, succ.Name),
 				lines, t0, time.Unix(0, succ.From)))
 		}
 		r.printf("%s trial %d/%d: %s fenced %.0f ms after the cut (last act %.0f ms), %s acted after %.0f ms",
-			scenario, n, trials, p.name, since(fl.At), since(last), succ.Name, since(succ.From))
+			scenario, n, trials, p.Name, since(fl.At), since(last), succ.Name, since(succ.From))
 		// The old leader is killed while still cut off: the group has already expelled it, and a
 		// member rejoining and leaving again at once only slows the next trial down.
 		f.signal(p, syscall.SIGKILL)
-		<-p.exited
-		f.mark(p.name, evHeal, clientID)
+		<-p.Done()
+		f.Mark(p.Name, evHeal, clientID)
 		r.e.broker.Net.Heal(clientID)
 		return nil
 	})

@@ -6,6 +6,7 @@ import (
 	"html"
 	"sort"
 
+	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/member"
 )
 
@@ -59,9 +60,9 @@ func renderSVG(rep *Report) []byte {
 				fmt.Fprintf(&body, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#2a9d3a"><title>%s leads</title></rect>`+"\n",
 					x(l.From), ly+4, w, laneH-8, html.EscapeString(l.Name))
 			case member.EventAcquired, member.EventFenced, member.EventRevoked, member.EventStarted, member.EventClosed,
-				evExit, evSpawned, evHeal:
+				fleet.EventExit, fleet.EventSpawned, evHeal:
 				color := map[string]string{member.EventAcquired: "#1f5fbf", member.EventFenced: "#e07b00",
-					member.EventRevoked: "#7b3fbf", evExit: "#000", evHeal: "#2a9d3a"}[l.Event]
+					member.EventRevoked: "#7b3fbf", fleet.EventExit: "#000", evHeal: "#2a9d3a"}[l.Event]
 				if color == "" {
 					color = "#999"
 				}
@@ -72,7 +73,7 @@ func renderSVG(rep *Report) []byte {
 		fmt.Fprintf(&body, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="red" stroke-dasharray="4 3"/>`+"\n",
 			x(tl.T0), top-6, x(tl.T0), top+len(names)*laneH)
 		for _, l := range tl.Lines {
-			if l.At == tl.T0 && (l.Event == evTerm || l.Event == evKill || l.Event == evCut) {
+			if l.At == tl.T0 && (l.Event == fleet.EventSigterm || l.Event == fleet.EventSigkill || l.Event == evCut) {
 				fmt.Fprintf(&body, `<text x="%.1f" y="%d" font-size="10" fill="red">%s %s</text>`+"\n",
 					x(tl.T0)+3, top-8, l.Event, html.EscapeString(l.Name))
 			}

@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -9,20 +8,20 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/goneli/goneli/internal/member"
+	"github.com/goneli/goneli/internal/verdict"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -163,6 +162,7 @@ func TestChaos(t *testing.T) {
 }
 
 // harness is one trial: a broker, a group of member processes, and the record of what they said.
+// Only the test goroutine uses it; the fleet's callbacks only report failures.
 type harness struct {
 	t      *testing.T
 	rng    *rand.Rand
@@ -173,34 +173,29 @@ type harness struct {
 	stall  atomic.Pointer[chan struct{}] // non-nil while produce requests are held
 	noJoin atomic.Pointer[string]        // member ID prefix whose JoinGroup requests fail
 
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced whenever a line arrives
-	lines   map[string][]member.Line
-	deaths  map[string]time.Time
-	procs   []*proc // by slot; the current incarnation
-	gen     []int   // incarnations started per slot
-	faults  []Fault
-	lastAct map[string]time.Time // latest action instant per incarnation
+	fleet  *fleet.Fleet
+	procs  []*fleet.Proc // by slot; the current incarnation
+	gen    []int         // incarnations started per slot
+	faults []verdict.Fault
 }
 
-// proc is one incarnation of a member process.
-type proc struct {
-	name     string
-	cmd      *exec.Cmd
-	done     chan struct{} // closed when the process has exited and its output is read
-	err      error         // from Wait
-	expected atomic.Bool   // the harness stopped it on purpose
-}
-
-func runTrial(t *testing.T, s settings, seed uint64) Report {
+func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	h := &harness{
-		t:       t,
-		rng:     rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		changed: make(chan struct{}),
-		lines:   map[string][]member.Line{},
-		deaths:  map[string]time.Time{},
-		lastAct: map[string]time.Time{},
+		t:   t,
+		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 	}
+	h.fleet = fleet.New(fleet.Options{
+		OnLine: func(l member.Line) {
+			if l.Event == member.EventError {
+				t.Errorf("member %s reported an error: %s", l.Name, l.Info)
+			}
+		},
+		OnExit: func(p *fleet.Proc) {
+			if e, _ := p.Exit(); !e.Expected {
+				t.Errorf("member %s exited on its own: %v (see %s)", p.Name, e.Status(), h.logFile(p.Name))
+			}
+		},
+	})
 	t.Logf("trial seed %d", seed)
 	h.dir = s.logDir
 	keep := h.dir != ""
@@ -228,7 +223,7 @@ func runTrial(t *testing.T, s settings, seed uint64) Report {
 		h.releaseStall()
 		h.broker.Close()
 	})
-	h.procs = make([]*proc, s.members)
+	h.procs = make([]*fleet.Proc, s.members)
 	h.gen = make([]int, s.members)
 	for slot := range s.members {
 		h.start(slot)
@@ -254,9 +249,7 @@ func runTrial(t *testing.T, s settings, seed uint64) Report {
 		// Let the group run for a while, sometimes not even long enough to settle.
 		h.sleep(200*time.Millisecond, 2500*time.Millisecond)
 		f := h.inject(kind)
-		h.mu.Lock()
 		h.faults = append(h.faults, f)
-		h.mu.Unlock()
 		t.Logf("fault %d/%d %s: victim %s (leader %v) %s, healed after %v",
 			i+1, len(plan), f.Kind, f.Victim, f.WasLeader, f.Detail, f.Healed.Sub(f.At).Round(time.Millisecond))
 		h.awaitAct(f.Healed, "a leader after "+f.Kind)
@@ -265,9 +258,7 @@ func runTrial(t *testing.T, s settings, seed uint64) Report {
 		}
 	}
 	h.stopAll()
-	h.mu.Lock()
-	r := Check(h.lines, h.deaths, h.faults)
-	h.mu.Unlock()
+	r := verdict.Check(h.fleet.ByProcess(), h.fleet.Deaths(), h.faults)
 	h.writeTimeline()
 	for _, o := range r.Overlaps {
 		t.Errorf("OVERLAP: %v", o)
@@ -338,111 +329,47 @@ func (h *harness) releaseStall() {
 func (h *harness) start(slot int) {
 	h.gen[slot]++
 	name := fmt.Sprintf("m%d-%d", slot, h.gen[slot])
-	cmd := exec.Command(os.Args[0],
+	args := []string{
 		"-kafka", h.broker.Addr, "-group", group, "-topic", topic, "-name", name,
 		"-heartbeat-timeout", lease.String(), "-min-poll-interval", pollInterval.String(),
 		"-task", "1ms", "-log-level", "info",
 		// Reconnect quickly after cuts and broker restarts; the default backoff adds seconds.
-		"-X", "reconnect.backoff.ms=50", "-X", "reconnect.backoff.max.ms=250")
+		"-X", "reconnect.backoff.ms=50", "-X", "reconnect.backoff.max.ms=250",
+	}
 	// CHAOS_MEMBER_ARGS adds member flags, for example "-log-level debug -X debug=cgrp".
-	cmd.Args = append(cmd.Args, strings.Fields(os.Getenv("CHAOS_MEMBER_ARGS"))...)
-	cmd.Env = append(os.Environ(), memberEnv+"=1")
-	logf, err := os.Create(filepath.Join(h.dir, name+".log"))
+	args = append(args, strings.Fields(os.Getenv("CHAOS_MEMBER_ARGS"))...)
+	p, err := h.fleet.Start(fleet.Spec{
+		Name: name, Path: os.Args[0], Args: args, Env: []string{memberEnv + "=1"},
+		// The member ends itself at end of input, should this process die first (see TestMain).
+		HoldStdin: true,
+		LogFile:   h.logFile(name),
+	})
 	if err != nil {
-		h.t.Fatal(err)
-	}
-	cmd.Stderr = logf
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	// Held open until Wait, so that the member ends itself if this process dies first.
-	if _, err := cmd.StdinPipe(); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
 		h.t.Fatalf("starting member %s: %v", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
-	h.mu.Lock()
 	h.procs[slot] = p
-	h.lines[name] = nil
-	h.mu.Unlock()
-	go func() {
-		defer close(p.done)
-		defer logf.Close()
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var l member.Line
-			if json.Unmarshal(sc.Bytes(), &l) != nil {
-				continue
-			}
-			h.add(name, l)
-		}
-		p.err = cmd.Wait()
-		now := time.Now()
-		h.mu.Lock()
-		if !p.expected.Load() || p.err != nil {
-			h.deaths[name] = now
-		}
-		h.mu.Unlock()
-		if !p.expected.Load() {
-			h.t.Errorf("member %s exited on its own: %v (see %s)", name, p.err, filepath.Join(h.dir, name+".log"))
-		}
-	}()
 }
 
-func (h *harness) add(name string, l member.Line) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.lines[name] = append(h.lines[name], l)
-	if l.Event == member.EventAct {
-		if to := time.Unix(0, l.To); to.After(h.lastAct[name]) {
-			h.lastAct[name] = to
-		}
-	}
-	if l.Event == member.EventError {
-		h.t.Errorf("member %s reported an error: %s", name, l.Info)
-	}
-	close(h.changed)
-	h.changed = make(chan struct{})
-}
+func (h *harness) logFile(name string) string { return filepath.Join(h.dir, name+".log") }
 
 // awaitAct waits until some member acts at or after since.
 func (h *harness) awaitAct(since time.Time, what string) {
 	h.t.Helper()
-	limit := time.NewTimer(awaitLimit)
-	defer limit.Stop()
-	for {
-		h.mu.Lock()
-		changed := h.changed
-		got := false
-		for _, at := range h.lastAct {
-			if !at.Before(since) {
-				got = true
-			}
-		}
-		h.mu.Unlock()
-		if got {
-			return
-		}
-		select {
-		case <-changed:
-		case <-limit.C:
-			h.t.Errorf("no member acted as leader within %v, waiting for %s", awaitLimit, what)
-			return
-		}
+	_, _, err := h.fleet.WaitFor(0, awaitLimit, what, func(l member.Line) bool {
+		return l.Event == member.EventAct && l.To >= since.UnixNano()
+	})
+	if err != nil {
+		h.t.Errorf("no member acted as leader within %v, waiting for %s", awaitLimit, what)
 	}
 }
 
 // leader returns the slot whose member acted most recently, if that was within the last few
 // reporting intervals, or -1.
 func (h *harness) leader() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	lastAct := verdict.LastActs(h.fleet.Lines())
 	best, bestAt := -1, time.Time{}
 	for slot, p := range h.procs {
-		if at := h.lastAct[p.name]; at.After(bestAt) {
+		if at := lastAct[p.Name]; at.After(bestAt) {
 			best, bestAt = slot, at
 		}
 	}
@@ -463,8 +390,8 @@ func (h *harness) victim() (int, bool) {
 	return slot, slot == l
 }
 
-func (h *harness) inject(kind string) Fault {
-	f := Fault{Kind: kind}
+func (h *harness) inject(kind string) verdict.Fault {
+	f := verdict.Fault{Kind: kind}
 	var slot int
 	switch kind {
 	case kindStall, kindRestart, kindWipe, kindNoRejoin:
@@ -474,31 +401,22 @@ func (h *harness) inject(kind string) Fault {
 	default:
 		slot, f.WasLeader = h.victim()
 	}
-	var p *proc
+	var p *fleet.Proc
 	if slot >= 0 {
-		h.mu.Lock()
 		p = h.procs[slot]
-		h.mu.Unlock()
-		f.Victim = p.name
+		f.Victim = p.Name
 	}
 	clientID := "goneli-" + f.Victim
 	f.At = time.Now()
 	switch kind {
 	case kindTerm, kindKill:
-		sig := map[string]syscall.Signal{kindTerm: syscall.SIGTERM, kindKill: syscall.SIGKILL}[kind]
-		p.expected.Store(true)
-		if err := p.cmd.Process.Signal(sig); err != nil {
-			h.t.Errorf("signalling %s: %v", p.name, err)
-		}
-		select {
-		case <-p.done:
-		case <-time.After(awaitLimit):
-			h.t.Errorf("%s did not exit within %v of %v", p.name, awaitLimit, sig)
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if kind == kindTerm && p.err != nil {
-			h.t.Errorf("%s exited with %v after SIGTERM; want a clean Close", p.name, p.err)
+		if kind == kindKill {
+			h.signal(p, syscall.SIGKILL)
+			<-p.Done()
+		} else if err := h.fleet.Stop(p, awaitLimit); err != nil {
+			h.t.Error(err)
+		} else if e, _ := p.Exit(); e.Err != nil {
+			h.t.Errorf("%s exited with %v after SIGTERM; want a clean Close", p.Name, e.Err)
 		}
 		f.Detail = fmt.Sprintf("exited after %v, restarted after %v", time.Since(f.At).Round(time.Millisecond),
 			h.sleep(0, time.Second).Round(time.Millisecond))
@@ -513,9 +431,9 @@ func (h *harness) inject(kind string) Fault {
 			// first commits race the expulsion.
 			lo, hi = session-300*time.Millisecond, session+300*time.Millisecond
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		h.signal(p, syscall.SIGSTOP)
 		f.Detail = fmt.Sprintf("stopped for %v", h.sleep(lo, hi).Round(time.Millisecond))
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		h.signal(p, syscall.SIGCONT)
 	case kindBlackhole, kindRefuse:
 		h.broker.Net.Cut(clientID, map[string]kafkatest.Fault{kindBlackhole: kafkatest.Blackhole, kindRefuse: kafkatest.Refuse}[kind])
 		f.Detail = fmt.Sprintf("cut for %v", h.sleep(300*time.Millisecond, 5*time.Second).Round(time.Millisecond))
@@ -536,14 +454,12 @@ func (h *harness) inject(kind string) Fault {
 		prefix := clientID + "-"
 		h.noJoin.Store(&prefix)
 		other := (slot + 1 + h.rng.IntN(len(h.procs)-1)) % len(h.procs)
-		h.mu.Lock()
 		q := h.procs[other]
-		h.mu.Unlock()
-		q.expected.Store(true)
-		_ = q.cmd.Process.Signal(syscall.SIGTERM)
-		<-q.done
+		if err := h.fleet.Stop(q, awaitLimit); err != nil {
+			h.t.Error(err)
+		}
 		h.start(other)
-		f.Detail = fmt.Sprintf("restarted %s, rejoins refused for %v", q.name, h.sleep(session+500*time.Millisecond, 2*session).Round(time.Millisecond))
+		f.Detail = fmt.Sprintf("restarted %s, rejoins refused for %v", q.Name, h.sleep(session+500*time.Millisecond, 2*session).Round(time.Millisecond))
 		h.noJoin.Store(nil)
 	case kindStall:
 		ch := make(chan struct{})
@@ -574,35 +490,16 @@ func (h *harness) inject(kind string) Fault {
 	return f
 }
 
+func (h *harness) signal(p *fleet.Proc, sig syscall.Signal) {
+	if _, err := h.fleet.Signal(p, sig); err != nil {
+		h.t.Error(err)
+	}
+}
+
 // stopAll stops every member gracefully and waits for it, killing any that hangs.
 func (h *harness) stopAll() {
-	h.mu.Lock()
-	procs := append([]*proc(nil), h.procs...)
-	h.mu.Unlock()
-	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-			continue
-		default:
-		}
-		p.expected.Store(true)
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-time.After(awaitLimit):
-			h.t.Errorf("%s did not exit within %v of SIGTERM", p.name, awaitLimit)
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+	if err := h.fleet.StopAll(awaitLimit); err != nil {
+		h.t.Error(err)
 	}
 }
 
@@ -613,23 +510,19 @@ func (h *harness) writeTimeline() {
 		text string
 	}
 	var all []entry
-	h.mu.Lock()
-	for who, ls := range h.lines {
-		for _, l := range ls {
-			b, _ := json.Marshal(l)
-			at := l.At
-			if l.Event == member.EventAct {
-				at = l.From
-			}
-			all = append(all, entry{at, who + " " + string(b)})
+	for _, l := range h.fleet.Lines() {
+		b, _ := json.Marshal(l)
+		at := l.At
+		if l.Event == member.EventAct {
+			at = l.From
 		}
+		all = append(all, entry{at, l.Name + " " + string(b)})
 	}
 	for _, f := range h.faults {
 		all = append(all, entry{f.At.UnixNano(), fmt.Sprintf("FAULT %s victim=%s leader=%v %s", f.Kind, f.Victim, f.WasLeader, f.Detail)})
 		all = append(all, entry{f.Healed.UnixNano(), fmt.Sprintf("HEALED %s victim=%s", f.Kind, f.Victim)})
 	}
-	h.mu.Unlock()
-	sort.Slice(all, func(i, j int) bool { return all[i].at < all[j].at })
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })
 	var b strings.Builder
 	for _, e := range all {
 		fmt.Fprintf(&b, "%s %s\n", time.Unix(0, e.at).Format("15:04:05.000000"), e.text)

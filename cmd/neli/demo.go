@@ -1,20 +1,23 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"os/exec"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/goneli/goneli/internal/member"
+	"github.com/goneli/goneli/internal/verdict"
 	"github.com/sirupsen/logrus"
 )
 
@@ -98,8 +101,12 @@ func runDemo(args []string, stdout, stderr io.Writer) (int, error) {
 		log:    log,
 		exe:    exe,
 		events: make(chan memberEvent, 4096),
-		procs:  map[string]*proc{},
 	}
+	// The fleet's readers hand everything to the event loop, which alone keeps the demo's state.
+	d.fleet = fleet.New(fleet.Options{
+		OnLine: func(l member.Line) { d.events <- memberEvent{line: l} },
+		OnExit: func(p *fleet.Proc) { d.events <- memberEvent{exited: p} },
+	})
 	if o.kafka == "" {
 		b, err := kafkatest.Start()
 		if err != nil {
@@ -144,26 +151,10 @@ type step struct {
 	timedOut    bool
 }
 
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	frozen bool
-	exited bool
-	victim bool // the demo stopped or killed it, so its exit is expected
-	log    *member.Tail
-}
-
+// memberEvent is a line a member printed or, if exited is set, the end of a member.
 type memberEvent struct {
-	name   string
 	line   member.Line
-	exited bool
-	status int
-}
-
-type span struct {
-	name     string
-	from, to int64
-	runs     int64
+	exited *fleet.Proc
 }
 
 type demo struct {
@@ -177,9 +168,8 @@ type demo struct {
 	events chan memberEvent
 	outMu  sync.Mutex
 
-	procs   map[string]*proc
+	fleet   *fleet.Fleet
 	spawned int
-	running int
 
 	leader    string
 	since     time.Time // when leader acquired
@@ -190,7 +180,6 @@ type demo struct {
 	steps     []*step
 	cur       int  // index in steps of the disruption under way or next
 	noMore    bool // no further disruption fits in --duration
-	spans     []span
 	problems  []string
 	ending    bool
 }
@@ -306,8 +295,7 @@ func (d *demo) advance(now, deadline time.Time) {
 		d.problem("no successor within %v of the %s of %s", d.failoverLimit(), s.kind, s.victim)
 	}
 	if s.kind == freeze && s.thawedAt.IsZero() && ((s.successor != "" && waited >= d.freezeFor()) || s.timedOut) {
-		d.signal(d.procs[s.victim], syscall.SIGCONT)
-		d.procs[s.victim].frozen = false
+		d.signal(d.fleet.Proc(s.victim), syscall.SIGCONT)
 		s.thawedAt = now
 		d.sayAt(now, ">> SIGCONT to %s after %v frozen; its lease ran out long ago, so it must not act", s.victim, waited.Round(time.Millisecond))
 	}
@@ -318,64 +306,56 @@ func (d *demo) advance(now, deadline time.Time) {
 }
 
 func (d *demo) disrupt(s *step, now time.Time) {
-	p := d.procs[d.leader]
-	s.victim, s.at = p.name, now
+	p := d.fleet.Proc(d.leader)
+	s.victim, s.at = p.Name, now
 	// Whatever happens next, the victim is done acting as leader; the successor's
 	// LeaderAcquired names the next one.
 	d.leader = ""
 	switch s.kind {
 	case graceful:
-		p.victim = true
-		d.sayAt(now, ">> SIGTERM to leader %s: it closes, handing over", p.name)
+		d.sayAt(now, ">> SIGTERM to leader %s: it closes, handing over", p.Name)
 		d.signal(p, syscall.SIGTERM)
 	case crash:
-		p.victim = true
-		d.sayAt(now, ">> SIGKILL to leader %s: the group notices after its session timeout (%v)", p.name, d.session())
+		d.sayAt(now, ">> SIGKILL to leader %s: the group notices after its session timeout (%v)", p.Name, d.session())
 		d.signal(p, syscall.SIGKILL)
 	case freeze:
-		p.frozen = true
-		d.sayAt(now, ">> SIGSTOP to leader %s for %v: its lease lapses while it cannot even notice", p.name, d.freezeFor())
+		d.sayAt(now, ">> SIGSTOP to leader %s for %v: its lease lapses while it cannot even notice", p.Name, d.freezeFor())
 		d.signal(p, syscall.SIGSTOP)
 	}
 }
 
-func (d *demo) signal(p *proc, sig syscall.Signal) {
-	if p == nil || p.exited {
-		return
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		d.log.Warnf("neli demo: %v to %s: %v", sig, p.name, err)
+// signal sends sig to p; SIGTERM and SIGKILL make p's exit expected, so that it is no problem.
+func (d *demo) signal(p *fleet.Proc, sig syscall.Signal) {
+	if _, err := d.fleet.Signal(p, sig); err != nil {
+		d.log.Warnf("neli demo: %v", err)
 	}
 }
 
 func (d *demo) handle(ev memberEvent) {
-	p := d.procs[ev.name]
-	if ev.exited {
-		d.exited(p, ev.status)
+	if ev.exited != nil {
+		d.exited(ev.exited)
 		return
 	}
 	l := ev.line
 	at := time.Unix(0, l.At)
 	switch l.Event {
 	case member.EventStarted:
-		d.sayAt(at, "%s contending", ev.name)
+		d.sayAt(at, "%s contending", l.Name)
 	case member.EventAcquired:
-		d.acquired(ev.name, l)
+		d.acquired(l.Name, l)
 	case member.EventFenced:
-		d.sayAt(at, "%s fenced: %s", ev.name, l.Info)
-		d.lost(ev.name)
+		d.sayAt(at, "%s fenced: %s", l.Name, l.Info)
+		d.lost(l.Name)
 	case member.EventRevoked:
-		d.sayAt(at, "%s no longer leads (revoked)", ev.name)
-		d.lost(ev.name)
+		d.sayAt(at, "%s no longer leads (revoked)", l.Name)
+		d.lost(l.Name)
 	case member.EventClosed:
-		d.sayAt(at, "%s closed", ev.name)
+		d.sayAt(at, "%s closed", l.Name)
 	case member.EventError:
-		d.sayAt(at, "%s failed: %s", ev.name, l.Info)
+		d.sayAt(at, "%s failed: %s", l.Name, l.Info)
 		if !d.ending {
-			d.problem("member %s failed: %s", ev.name, l.Info)
+			d.problem("member %s failed: %s", l.Name, l.Info)
 		}
-	case member.EventAct:
-		d.spans = append(d.spans, span{name: ev.name, from: l.From, to: l.To, runs: l.Runs})
 	}
 }
 
@@ -386,7 +366,7 @@ func (d *demo) acquired(name string, l member.Line) {
 		if s := d.steps[d.cur]; s.victim != "" && s.victim != name && s.successor == "" {
 			s.successor, s.successorAt = name, l.At
 			note = fmt.Sprintf(": failover %d ms after the %s of %s", at.Sub(s.at).Milliseconds(), s.kind, s.victim)
-			if p := d.procs[s.victim]; p != nil && p.frozen {
+			if p := d.fleet.Proc(s.victim); p != nil && p.Stopped() {
 				note += fmt.Sprintf(" (%s is still frozen)", s.victim)
 			}
 		}
@@ -406,16 +386,16 @@ func (d *demo) lost(name string) {
 	}
 }
 
-func (d *demo) exited(p *proc, status int) {
-	p.exited = true
-	d.running--
-	d.lost(p.name)
-	d.sayAt(time.Now(), "%s exited (status %d)", p.name, status)
+func (d *demo) exited(p *fleet.Proc) {
+	e, _ := p.Exit()
+	status := exitStatus(e.Err)
+	d.lost(p.Name)
+	d.sayAt(e.At, "%s exited (status %d)", p.Name, status)
 	if d.ending {
 		return
 	}
-	if !p.victim {
-		d.problem("member %s exited unexpectedly with status %d; its last log lines: %s", p.name, status, lastLines(p.log))
+	if !e.Expected {
+		d.problem("member %s exited unexpectedly with status %d; its last log lines: %s", p.Name, status, lastLines(p.Stderr()))
 	}
 	d.spawn()
 }
@@ -423,77 +403,60 @@ func (d *demo) exited(p *proc, status int) {
 func (d *demo) spawn() {
 	d.spawned++
 	name := fmt.Sprintf("%s%d", d.o.name, d.spawned)
-	args := []string{"member",
-		"-kafka", d.addr,
-		"-group", d.o.group,
-		"-topic", d.o.topic,
-		"-name", name,
-		"-heartbeat-timeout", d.o.heartbeatTimeout.String(),
-		"-log-level", strings.ToLower(d.o.logLevel),
-		"-task", "1ms",
-	}
-	cmd := exec.Command(d.exe, args...)
-	// Members live in their own process group so that a Ctrl-C reaches only the demo, which
-	// then stops them in order; if the demo dies, the kernel kills them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p := &proc{name: name, cmd: cmd, log: &member.Tail{Max: 5, Prefix: "[" + name + "] ", Out: d.stderr, OutMu: &d.outMu}}
+	tail := &member.Tail{Max: 5, Prefix: "[" + name + "] ", Out: d.stderr, OutMu: &d.outMu}
 	if strings.EqualFold(d.o.logLevel, "off") {
-		p.log.Out = nil
+		tail.Out = nil
 	}
-	cmd.Stderr = p.log
-	stdout, err := cmd.StdoutPipe()
-	if err == nil {
-		err = cmd.Start()
-	}
+	_, err := d.fleet.Start(fleet.Spec{
+		Name: name,
+		Path: d.exe,
+		Args: []string{"member",
+			"-kafka", d.addr,
+			"-group", d.o.group,
+			"-topic", d.o.topic,
+			"-name", name,
+			"-heartbeat-timeout", d.o.heartbeatTimeout.String(),
+			"-log-level", strings.ToLower(d.o.logLevel),
+			"-task", "1ms",
+		},
+		// Members live in their own process group so that a Ctrl-C reaches only the demo, which
+		// then stops them in order; if the demo dies, the kernel kills them.
+		Setpgid:   true,
+		Pdeathsig: true,
+		Stderr:    tail,
+	})
 	if err != nil {
 		d.problem("cannot start member %s: %v", name, err)
-		return
 	}
-	d.procs[name] = p
-	d.running++
-	go func() {
-		if err := member.ParseLines(stdout, func(l member.Line) {
-			d.events <- memberEvent{name: name, line: l}
-		}); err != nil {
-			// A line that is not JSON (a panic trace, say) ends parsing; keep the pipe drained.
-			_, _ = io.Copy(io.Discard, stdout)
-		}
-		d.events <- memberEvent{name: name, exited: true, status: exitStatus(cmd.Wait())}
-	}()
 }
 
 // stopAll closes every member gracefully, waking frozen ones first, and kills those that take
-// too long.
+// too long. The event loop goes on meanwhile: the members' last lines and exits feed it.
 func (d *demo) stopAll() {
 	d.ending = true
-	for _, p := range d.procs {
-		if p.frozen {
-			d.signal(p, syscall.SIGCONT)
-			p.frozen = false
-		}
-		d.signal(p, syscall.SIGTERM)
-	}
-	d.drain(2*d.session() + 5*time.Second)
-	if d.running > 0 {
-		for _, p := range d.procs {
-			if !p.exited {
-				d.problem("member %s did not close within %v of SIGTERM; killed", p.name, 2*d.session()+5*time.Second)
-				d.signal(p, syscall.SIGKILL)
-			}
-		}
-		d.drain(killWait)
-	}
-}
-
-func (d *demo) drain(limit time.Duration) {
-	timeout := time.NewTimer(limit)
-	defer timeout.Stop()
-	for d.running > 0 {
+	limit := 2*d.session() + 5*time.Second
+	stopped := make(chan error)
+	go func() { stopped <- d.fleet.StopAll(limit) }()
+	for {
 		select {
 		case ev := <-d.events:
 			d.handle(ev)
-		case <-timeout.C:
-			return
+		case err := <-stopped:
+			var nc *fleet.NotClosed
+			if errors.As(err, &nc) {
+				for _, name := range nc.Names {
+					d.problem("member %s did not close within %v of SIGTERM; killed", name, limit)
+				}
+			}
+			// Every line and exit was handed over before StopAll returned.
+			for {
+				select {
+				case ev := <-d.events:
+					d.handle(ev)
+				default:
+					return
+				}
+			}
 		}
 	}
 }
@@ -525,6 +488,16 @@ func (d *demo) summary() bool {
 		d.say("first leader: %s, %d ms after the demo started", d.first, time.Unix(0, d.firstAt).Sub(d.start).Milliseconds())
 	}
 	d.say("")
+	lines := d.fleet.ByProcess()
+	spans := verdict.ActSpans(lines)
+	// The same promise the chaos suite checks: each member's events come in the documented order.
+	deaths := d.fleet.Deaths()
+	for _, name := range slices.Sorted(maps.Keys(lines)) {
+		_, died := deaths[name]
+		if err := verdict.EventOrder(lines[name], died); err != nil {
+			d.problem("member %s: %v", name, err)
+		}
+	}
 	tw := tabwriter.NewWriter(d.out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "disruption\tleader\tsuccessor\tfailover\tno-leader gap\t")
 	for _, s := range d.steps {
@@ -535,7 +508,7 @@ func (d *demo) summary() bool {
 			fmt.Fprintf(tw, "%s\t%s\t-\tnone\t-\t\n", s.kind, s.victim)
 		default:
 			gap := "-"
-			if g, ok := d.gap(s); ok {
+			if g, ok := failoverGap(spans, s); ok {
 				gap = fmt.Sprintf("%d ms", g.Milliseconds())
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d ms\t%s\t\n", s.kind, s.victim, s.successor,
@@ -550,15 +523,12 @@ func (d *demo) summary() bool {
 	d.say("leader's last action to the new leader's first (actions are task runs that saw IsLeader true).")
 	d.say("")
 
-	overlaps, runs, closest := checkSpans(d.spans)
-	members := map[string]bool{}
-	for _, s := range d.spans {
-		members[s.name] = true
-	}
+	overlaps := verdict.Overlaps(spans)
 	if len(overlaps) == 0 {
-		d.say("overlap check: PASSED: %d leader actions by %d members, no two members acted as leader at the same instant", runs, len(members))
-		if closest >= 0 {
-			d.say("(closest handover: %d ms between one member's last action and the next member's first)", closest.Milliseconds())
+		runs, members := verdict.Acts(spans)
+		d.say("overlap check: PASSED: %d leader actions by %d members, no two members acted as leader at the same instant", runs, members)
+		if closest, ok := verdict.ClosestHandover(spans); ok {
+			d.say("(closest handover: %d ms between one member's last action and the next member's first)", closest.Duration().Milliseconds())
 		}
 	} else {
 		d.say("overlap check: FAILED: %d overlapping pairs of leader actions, for example:", len(overlaps))
@@ -566,7 +536,7 @@ func (d *demo) summary() bool {
 			if i == 5 {
 				break
 			}
-			d.say("  %s", o)
+			d.say("  %s acted %s..%s while %s acted %s..%s", o.A.Who, clock(o.A.From), clock(o.A.To), o.B.Who, clock(o.B.From), clock(o.B.To))
 		}
 	}
 	for _, p := range d.problems {
@@ -596,55 +566,31 @@ func (d *demo) missing() []string {
 	return out
 }
 
-// gap is the time without any leader action around a failover.
-func (d *demo) gap(s *step) (time.Duration, bool) {
-	var last, first int64
-	for _, sp := range d.spans {
-		if sp.name == s.victim && sp.from < s.successorAt && sp.to > last {
-			last = sp.to
+// failoverGap is the time without any leader action around a failover: from the victim's last action
+// before the successor acquired to the successor's first action after.
+func failoverGap(spans []verdict.Span, s *step) (time.Duration, bool) {
+	var last, first time.Time
+	acquired := time.Unix(0, s.successorAt)
+	for _, sp := range spans {
+		if sp.Who == s.victim && sp.From.Before(acquired) && sp.To.After(last) {
+			last = sp.To
 		}
-		if sp.name == s.successor && sp.from >= s.successorAt && (first == 0 || sp.from < first) {
-			first = sp.from
+		if sp.Who == s.successor && !sp.From.Before(acquired) && (first.IsZero() || sp.From.Before(first)) {
+			first = sp.From
 		}
 	}
-	if last == 0 || first == 0 {
+	if last.IsZero() || first.IsZero() {
 		return 0, false
 	}
-	return time.Duration(first - last), true
+	return first.Sub(last), true
 }
 
-// checkSpans looks for two members whose action spans overlap, counting closed intervals: a span
-// [From, To] says IsLeader was true at both ends. It also returns the total actions and the
-// shortest gap between spans of different members (-1 if there is none).
-func checkSpans(spans []span) (overlaps []string, runs int64, closest time.Duration) {
-	sorted := append([]span(nil), spans...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].from < sorted[j].from })
-	closest = -1
-	for i, a := range sorted {
-		runs += a.runs
-		for _, b := range sorted[i+1:] {
-			if b.from > a.to {
-				if b.name != a.name && (closest < 0 || time.Duration(b.from-a.to) < closest) {
-					closest = time.Duration(b.from - a.to)
-				}
-				break
-			}
-			if b.name != a.name {
-				overlaps = append(overlaps, fmt.Sprintf("%s acted %s..%s while %s acted %s..%s",
-					a.name, clock(a.from), clock(a.to), b.name, clock(b.from), clock(b.to)))
-			}
-		}
-	}
-	return overlaps, runs, closest
-}
-
-func clock(ns int64) string {
-	return time.Unix(0, ns).Format("15:04:05.000000")
+func clock(t time.Time) string {
+	return t.Format("15:04:05.000000")
 }
 
 // lastLines renders a member's last stderr lines on one line for a problem report.
-func lastLines(t *member.Tail) string {
-	lines := t.Lines()
+func lastLines(lines []string) string {
 	if len(lines) == 0 {
 		return "(none)"
 	}

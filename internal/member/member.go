@@ -11,7 +11,6 @@ package member
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -246,19 +245,4 @@ func stderrScribe(level string) scribe.Scribe {
 	}
 	s.SetEnabled(spec.Level)
 	return s
-}
-
-// ParseLines reads member output, skipping lines that are not JSON (a panic trace, say).
-func ParseLines(r io.Reader, each func(Line)) error {
-	dec := json.NewDecoder(r)
-	for {
-		var l Line
-		if err := dec.Decode(&l); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		each(l)
-	}
 }

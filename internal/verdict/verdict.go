@@ -1,0 +1,262 @@
+// Package verdict judges what member processes (internal/member) reported, read on one wall
+// clock: whether two of them ever acted as leader at the same instant, whether each one's events
+// came in the documented order, how long the group went without anyone acting, and what
+// leadership did after each injected fault.
+//
+// It reads only the lines. How the processes were run (internal/fleet) and how they were
+// disturbed is the caller's business, which is what lets the demo, the benchmarks and the chaos
+// suite share one judge.
+package verdict
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/goneli/goneli/internal/member"
+)
+
+// Span is a stretch in which one process acted as leader: IsLeader was true at From and at To
+// (member.Line's act semantics), with actions at least every flush interval in between. An
+// Interval's stretch is carried in a Span too, with no runs.
+type Span struct {
+	Who      string // process incarnation
+	From, To time.Time
+	Runs     int64 // task runs the span covers
+}
+
+// Interval is a stretch from a LeaderAcquired to the LeaderFenced or LeaderRevoked that ended it,
+// or to the process's death. It over-states leadership: the barrier hears of acquisition before
+// IsLeader turns true and of fencing after, and a frozen process hears of nothing.
+type Interval struct {
+	Span
+	Open bool // no end event: the process died or the run ended first
+}
+
+// Overlap is a range of instants at which two processes both claimed leadership.
+type Overlap struct {
+	A, B     Span      // the two claims; A began no later than B
+	From, To time.Time // the instants both cover, a closed interval
+}
+
+// Duration is the length of the overlap; zero when the two claims share a single instant.
+func (o Overlap) Duration() time.Duration { return o.To.Sub(o.From) }
+
+func (o Overlap) String() string {
+	return fmt.Sprintf("%s and %s from %s for %v", o.A.Who, o.B.Who, o.From.Format("15:04:05.000000"), o.Duration())
+}
+
+// ByName groups a merged log by the Name of each line, keeping each process's lines in the order
+// it wrote them.
+func ByName(lines []member.Line) map[string][]member.Line {
+	out := map[string][]member.Line{}
+	for _, l := range lines {
+		out[l.Name] = append(out[l.Name], l)
+	}
+	return out
+}
+
+// names returns the keys of lines in a fixed order, so that results do not depend on map order.
+func names(lines map[string][]member.Line) []string {
+	out := make([]string, 0, len(lines))
+	for who := range lines {
+		out = append(out, who)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ActSpans collects every process's act spans, sorted by From.
+func ActSpans(lines map[string][]member.Line) []Span {
+	var spans []Span
+	for _, who := range names(lines) {
+		for _, l := range lines[who] {
+			if l.Event == member.EventAct {
+				spans = append(spans, Span{Who: who, From: time.Unix(0, l.From), To: time.Unix(0, l.To), Runs: l.Runs})
+			}
+		}
+	}
+	sortSpans(spans)
+	return spans
+}
+
+func sortSpans(spans []Span) {
+	sort.SliceStable(spans, func(i, j int) bool { return spans[i].From.Before(spans[j].From) })
+}
+
+// Intervals collects every process's acquired..fenced/revoked intervals, sorted by From. A tenure
+// still open at the end of a process's lines ends at its death, if deaths has it before end, and
+// at end otherwise.
+func Intervals(lines map[string][]member.Line, deaths map[string]time.Time, end time.Time) []Interval {
+	var out []Interval
+	for _, who := range names(lines) {
+		var open *Interval
+		for _, l := range lines[who] {
+			at := time.Unix(0, l.At)
+			switch l.Event {
+			case member.EventAcquired:
+				if open == nil {
+					open = &Interval{Span: Span{Who: who, From: at}}
+				}
+			case member.EventFenced, member.EventRevoked:
+				if open != nil {
+					open.To = at
+					out = append(out, *open)
+					open = nil
+				}
+			}
+		}
+		if open != nil {
+			open.Open = true
+			open.To = end
+			if d, ok := deaths[who]; ok && d.Before(end) {
+				open.To = d
+			}
+			out = append(out, *open)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].From.Before(out[j].From) })
+	return out
+}
+
+// Overlaps finds every pair of spans of different processes that share an instant. Spans are
+// closed intervals: one ending at the very instant another begins is an overlap of length zero,
+// because IsLeader was true for both at that instant.
+func Overlaps(spans []Span) []Overlap {
+	sorted := append([]Span(nil), spans...)
+	sortSpans(sorted)
+	var out []Overlap
+	var active []Span // spans begun so far that reach at least the current one's start
+	for _, s := range sorted {
+		kept := active[:0]
+		for _, a := range active {
+			if a.To.Before(s.From) {
+				continue
+			}
+			kept = append(kept, a)
+			if a.Who != s.Who {
+				end := s.To
+				if a.To.Before(end) {
+					end = a.To
+				}
+				out = append(out, Overlap{A: a, B: s, From: s.From, To: end})
+			}
+		}
+		active = append(kept, s)
+	}
+	return out
+}
+
+// Pause is a stretch in which nobody acted, between two act spans.
+type Pause struct {
+	From, To      time.Time // the last action before the pause and the first after it
+	Before, After string    // who acted last before the pause and first after it
+}
+
+// Duration is the length of the pause.
+func (p Pause) Duration() time.Duration { return p.To.Sub(p.From) }
+
+// pauses lists the stretches without any action, in time order, from the first action to the
+// last.
+func pauses(spans []Span) []Pause {
+	sorted := append([]Span(nil), spans...)
+	sortSpans(sorted)
+	var out []Pause
+	var last Span // the span that reached furthest so far
+	for i, s := range sorted {
+		if i > 0 && s.From.After(last.To) {
+			out = append(out, Pause{From: last.To, To: s.From, Before: last.Who, After: s.Who})
+		}
+		if i == 0 || s.To.After(last.To) {
+			last = s
+		}
+	}
+	return out
+}
+
+// WorstGap is the longest pause between actions of anyone; ok is false if there is none.
+func WorstGap(spans []Span) (gap Pause, ok bool) {
+	for _, p := range pauses(spans) {
+		if !ok || p.Duration() > gap.Duration() {
+			gap, ok = p, true
+		}
+	}
+	return gap, ok
+}
+
+// ClosestHandover is the shortest pause after which a process other than the last one acted; ok is
+// false if leadership never passed without an overlap.
+func ClosestHandover(spans []Span) (closest Pause, ok bool) {
+	for _, p := range pauses(spans) {
+		if p.Before != p.After && (!ok || p.Duration() < closest.Duration()) {
+			closest, ok = p, true
+		}
+	}
+	return closest, ok
+}
+
+// Acts totals act spans: the task runs they cover and how many processes acted.
+func Acts(spans []Span) (runs int64, processes int) {
+	seen := map[string]bool{}
+	for _, s := range spans {
+		runs += s.Runs
+		seen[s.Who] = true
+	}
+	return runs, len(seen)
+}
+
+// LastActs returns the end of each process's latest act span in a merged log.
+func LastActs(lines []member.Line) map[string]time.Time {
+	out := map[string]time.Time{}
+	for _, l := range lines {
+		if l.Event != member.EventAct {
+			continue
+		}
+		if to := time.Unix(0, l.To); to.After(out[l.Name]) {
+			out[l.Name] = to
+		}
+	}
+	return out
+}
+
+// EventOrder checks that one process's leadership events follow the documented order,
+// Acquired (Fenced Acquired)* [Fenced] Revoked, repeated. A process that died (died) may stop
+// anywhere; one that closed must have ended its tenure.
+func EventOrder(lines []member.Line, died bool) error {
+	var seq strings.Builder
+	for _, l := range lines {
+		switch l.Event {
+		case member.EventAcquired:
+			seq.WriteByte('A')
+		case member.EventFenced:
+			seq.WriteByte('F')
+		case member.EventRevoked:
+			seq.WriteByte('R')
+		}
+	}
+	if !orderOK(seq.String(), died) {
+		return fmt.Errorf("events %q break the order Acquired (Fenced Acquired)* [Fenced] Revoked", seq.String())
+	}
+	return nil
+}
+
+// orderOK reports whether seq (A, F, R for acquired, fenced, revoked) follows the order.
+func orderOK(seq string, mayBeCut bool) bool {
+	// The state is what may come next: 'A' only Acquired (no tenure open), 'x' Fenced or Revoked
+	// (leading), 'y' Acquired or Revoked (fenced).
+	state := byte('A')
+	for i := 0; i < len(seq); i++ {
+		switch c := seq[i]; {
+		case (state == 'A' || state == 'y') && c == 'A':
+			state = 'x'
+		case state == 'x' && c == 'F':
+			state = 'y'
+		case (state == 'x' || state == 'y') && c == 'R':
+			state = 'A'
+		default:
+			return false
+		}
+	}
+	return mayBeCut || state == 'A'
+}
