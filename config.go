@@ -97,8 +97,8 @@ type Config struct {
 	ObserveLeader bool
 
 	// OnLeaderChange, if set, is called with the new LeaderInfo whenever the observed leader
-	// changes, and implies ObserveLeader. It runs on the pulsing goroutine, like the barrier, and
-	// must not block for long. Default: nil.
+	// changes, and implies ObserveLeader. It runs on the barrier's goroutine, in order with the
+	// events, and must not block for long. Default: nil.
 	OnLeaderChange func(LeaderInfo)
 }
 
@@ -157,21 +157,6 @@ func (c *Config) SetDefaults() {
 	if c.MinPollInterval == nil {
 		c.MinPollInterval = Duration(min(DefaultMinPollInterval, max(*c.HeartbeatTimeout/20, time.Millisecond)))
 	}
-}
-
-// ConfigError reports one invalid setting: a Config field, or a key of KafkaConfig written as
-// KafkaConfig["key"].
-type ConfigError struct {
-	Field  string
-	Value  interface{}
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Value == nil {
-		return fmt.Sprintf("goneli: invalid %s: %s", e.Field, e.Reason)
-	}
-	return fmt.Sprintf("goneli: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
 }
 
 // ownedKafkaKeys are managed by goneli because the lease argument depends on them.

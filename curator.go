@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -111,52 +110,39 @@ type Stats struct {
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
 }
 
-// counters hold what Stats reports in atomics, so that Stats never waits for the mutex that a
-// blocked barrier may be holding.
-type counters struct {
-	leading, assigned          atomic.Bool
-	tenure                     atomic.Uint64
-	token, since, renewedEnd   atomic.Int64
-	rtt, renewalLag            atomic.Int64
-	acquired, fenced, revoked  atomic.Uint64
-	sent, confirmed            atomic.Uint64
-	stale, late, commitRejects atomic.Uint64
-	conflict                   atomic.Pointer[GroupConflictError]
-}
-
 func (n *neli) Stats() Stats {
-	now := n.now()
+	l := n.primary()
+	v := l.load()
+	now := l.now()
+	c := v.counts
 	s := Stats{
 		State:               n.State(),
 		Leader:              n.IsLeader(),
-		Leading:             n.stats.leading.Load(),
-		Assigned:            n.stats.assigned.Load(),
-		HeartbeatRTT:        time.Duration(n.stats.rtt.Load()),
-		RenewalLag:          time.Duration(n.stats.renewalLag.Load()),
-		Acquired:            n.stats.acquired.Load(),
-		Fenced:              n.stats.fenced.Load(),
-		Revoked:             n.stats.revoked.Load(),
-		HeartbeatsSent:      n.stats.sent.Load(),
-		HeartbeatsConfirmed: n.stats.confirmed.Load(),
-		StaleHeartbeats:     n.stats.stale.Load(),
-		LateHeartbeats:      n.stats.late.Load(),
-		CommitRejections:    n.stats.commitRejects.Load(),
-	}
-	if c := n.stats.conflict.Load(); c != nil && s.Assigned {
-		s.GroupConflict = c
+		Leading:             v.leading && l.delivered.Load() >= v.epoch,
+		Assigned:            v.assigned,
+		HeartbeatRTT:        v.rtt,
+		RenewalLag:          v.lag,
+		Acquired:            c.acquired,
+		Fenced:              c.fenced,
+		Revoked:             c.revoked,
+		HeartbeatsSent:      c.sent,
+		HeartbeatsConfirmed: c.confirmed,
+		StaleHeartbeats:     c.stale,
+		LateHeartbeats:      c.late,
+		CommitRejections:    c.rejected,
 	}
 	if s.Assigned {
-		s.Tenure = strconv.FormatUint(n.stats.tenure.Load(), 16)
+		s.Tenure = strconv.FormatUint(v.tenure, 16)
+		s.GroupConflict = v.conflict
 	}
 	if s.Leading {
-		s.Token = n.stats.token.Load()
-		s.Since = time.Unix(0, n.stats.since.Load())
-		end := time.Duration(n.stats.renewedEnd.Load())
-		s.LeaseAge = now - (end - *n.config.HeartbeatTimeout)
-		if end > now {
-			s.LeaseRemaining = end - now
+		s.Token = v.token
+		s.Since = v.since
+		s.LeaseAge = now - (v.end - *n.config.HeartbeatTimeout)
+		if v.end > now {
+			s.LeaseRemaining = v.end - now
 		} else {
-			s.LeaseOverdue = now - end
+			s.LeaseOverdue = now - v.end
 		}
 	}
 	if !s.Leader {
@@ -169,19 +155,21 @@ func (n *neli) Stats() Stats {
 }
 
 func (n *neli) Token() int64 {
+	v := n.primary().load()
 	if !n.IsLeader() {
 		return 0
 	}
-	return n.stats.token.Load()
+	return v.token
 }
 
 func (n *neli) Leader() (LeaderInfo, bool) {
+	v := n.primary().load()
 	if n.IsLeader() {
 		return LeaderInfo{
 			Name:          n.config.Name,
-			Tenure:        strconv.FormatUint(n.stats.tenure.Load(), 16),
-			Token:         n.stats.token.Load(),
-			Since:         time.Unix(0, n.stats.since.Load()),
+			Tenure:        strconv.FormatUint(v.tenure, 16),
+			Token:         v.token,
+			Since:         v.since,
 			LastHeartbeat: time.Now(),
 		}, true
 	}
@@ -204,25 +192,24 @@ func (n *neli) Yield(d time.Duration) error {
 		// A duration too long to add to the clock means for as long as the instance lives.
 		until = math.MaxInt64
 	}
-	// However briefly it lasts, a yield leaves the group once: the time may be up before this
-	// goroutine gets the lock, and a yield that then did nothing would hand nothing over.
-	n.yieldRequested.Store(true)
 	for {
 		old := n.yieldUntil.Load()
 		if old >= until || n.yieldUntil.CompareAndSwap(old, until) {
 			break
 		}
 	}
-	n.leaseEnd.Store(0)
-	if g := n.barrierG.Load(); g != 0 && g == goid() {
-		// Inside a callback this goroutine may be polling with the mutex held; the next cycle
-		// leaves the group.
-		return nil
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.State() == Live {
-		n.applyYield()
+	// However briefly it lasts, a yield leaves the group once: the time may be up before the next
+	// cycle, and a yield that then did nothing would hand nothing over. IsLeader is false from
+	// here on.
+	n.yieldRequested.Store(true)
+	// The group is left now if nothing else holds the consumer, else by the next cycle. From the
+	// barrier it is always the next cycle: leaving waits for the barrier to see LeaderRevoked,
+	// and the barrier would be waiting for itself.
+	if !n.events.inCall() && n.mu.TryLock() {
+		defer n.mu.Unlock()
+		if n.State() == Live {
+			n.applyYield()
+		}
 	}
 	return nil
 }
@@ -232,9 +219,7 @@ func (n *neli) applyYield() {
 	yielding := n.yieldUntil.Load() > int64(n.now())
 	switch {
 	case (yielding || n.yieldRequested.Load()) && !n.unsubscribed:
-		if n.ten.active {
-			n.endTenure(false)
-		}
+		n.endTenures(n.parts, false)
 		if err := n.consumer.Unsubscribe(); err != nil {
 			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
 			// tries again, and resumeTenure contends again if the yield ends first.
@@ -259,11 +244,13 @@ func (n *neli) applyYield() {
 	}
 }
 
-// resumeTenure starts a tenure when this instance owns partition 0 without one, which happens
-// when a yield ended its tenure but could not take it out of the group. Called with mu held.
+// resumeTenure starts a tenure for every partition this instance owns without one, which happens
+// when a yield ended its tenures but could not take it out of the group. Called with mu held.
 func (n *neli) resumeTenure() {
-	if !n.ten.active && n.groupParts[0] {
-		n.log.I()("goneli %s: still assigned partition 0 after yielding; contending again", n.config.Name)
-		n.beginTenure()
+	for _, p := range n.parts {
+		if !p.lease.t.active && n.groupParts[p.id] {
+			n.log.I()("goneli %s: still assigned partition %d after yielding; contending again", n.config.Name, p.id)
+			n.beginTenure(p)
+		}
 	}
 }

@@ -186,10 +186,7 @@ func TestFollowerObservesLeader(t *testing.T) {
 func TestYieldHandsOverAndRejoins(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := contender(t, testConfig(b, group, "a", log), r).(Curator)
-	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	contender(t, testConfig(b, group, "c", log), r)
-	awaitStable(t, b, group, 2)
+	a := leaderAndFollower(t, b, group, log, r)
 
 	if err := a.Yield(3 * time.Second); err != nil {
 		t.Fatal(err)

@@ -20,13 +20,14 @@ type Event interface {
 	fmt.Stringer
 }
 
-// Barrier receives leadership events. It is called synchronously and never concurrently with
-// itself: from the goroutine that calls Pulse (or the Background pulser) for LeaderAcquired and for
-// events that Pulse discovers, from a lease timer goroutine for a LeaderFenced on lease expiry, and
-// from a goroutine of Close's for the final LeaderRevoked, which Close waits for up to the
-// rebalance timeout (max.poll.interval.ms) before it leaves the group regardless. The barrier may
-// call IsLeader, State and Close; a Close from inside the barrier starts the shutdown and returns
-// at once.
+// Barrier receives leadership events. It is called from a goroutine of the instance's own, one
+// event at a time and in order, never with a lock of goneli's held; OnLeaderChange is called from
+// the same goroutine. Pulse does not wait for it, except that leadership (IsLeader) begins only
+// once the barrier has returned from LeaderAcquired, and a revocation of partition 0 waits for it
+// to return from LeaderRevoked, for up to the rebalance timeout (max.poll.interval.ms), so that
+// the successor is assigned the partition only after it. Close waits likewise for the final
+// LeaderRevoked. The barrier may call IsLeader, State, Token, Leader, Stats, Yield and Close
+// (Close then returns once the instance has left the group; see Neli.Close), but not Pulse.
 type Barrier func(e Event)
 
 // NopBarrier returns a barrier that ignores every event.

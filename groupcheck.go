@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -20,36 +20,7 @@ import (
 // topic in every generation it belongs to, and the coordinator keeps it in the group for as long as
 // its lease can run, so whichever of two such members is assigned later sees the other and holds
 // back. New makes the same check, so that a misconfigured instance is usually refused at once.
-
-// GroupConflictError reports members of the leader group that work on another leader topic. No
-// instance that sees such a member leads until it has gone: fix the configuration so that every
-// contender of the group names the same LeaderTopic.
-type GroupConflictError struct {
-	Group string
-	Topic string
-	// Members are the members holding partitions of other topics.
-	Members []ForeignMember
-}
-
-// ForeignMember is a member of the leader group that holds partitions of other topics.
-type ForeignMember struct {
-	ClientID string
-	Host     string
-	Topics   []string
-}
-
-func (e *GroupConflictError) Error() string {
-	var sb strings.Builder
-	for i, m := range e.Members {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		fmt.Fprintf(&sb, "%s on %s (%s)", m.ClientID, m.Host, strings.Join(m.Topics, ", "))
-	}
-	return fmt.Sprintf("goneli: group %s is shared with members that use another leader topic than %s: %s; "+
-		"every contender of a group must use the same LeaderTopic, and no other consumer may use the group",
-		e.Group, e.Topic, sb.String())
-}
+// The lease (lease.go) decides what a check's result means; this file only asks and reads.
 
 // groupDescriber is the part of *kafka.AdminClient that the check needs.
 type groupDescriber interface {
@@ -59,15 +30,15 @@ type groupDescriber interface {
 // groupVerdict is what a description of the group says about this instance's tenure.
 type groupVerdict struct {
 	conflict *GroupConflictError
-	// sawSelf is set when the description shows this instance holding partition 0 of its topic,
-	// which proves that it reflects a generation no older than the tenure's assignment. kfake, for
-	// one, shows no assignments while a group rebalances.
+	// sawSelf is set when the description shows this instance holding the tenure's partition of
+	// its topic, which proves that it reflects a generation no older than the tenure's
+	// assignment. kfake, for one, shows no assignments while a group rebalances.
 	sawSelf bool
 }
 
-// judgeGroup reads a group description. Topic names may be missing (kfake leaves them out under
-// KIP-848); a nameless partition counts as the instance's own topic.
-func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID string) groupVerdict {
+// judgeGroup reads a group description for a tenure of partition. Topic names may be missing
+// (kfake leaves them out under KIP-848); a nameless partition counts as the instance's own topic.
+func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID string, partition int32) groupVerdict {
 	var v groupVerdict
 	for _, m := range d.Members {
 		parts := m.Assignment.TopicPartitions
@@ -85,7 +56,7 @@ func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID string) groupV
 				if !slices.Contains(foreign, name) {
 					foreign = append(foreign, name)
 				}
-			case m.ClientID == clientID && tp.Partition == 0:
+			case m.ClientID == clientID && tp.Partition == partition:
 				v.sawSelf = true
 			}
 		}
@@ -118,9 +89,66 @@ func describeGroup(ctx context.Context, d groupDescriber, group string, timeout 
 	return desc, nil
 }
 
-// groupCheck is one check of the group for one tenure, running on its own goroutine.
+// groupCheck is the result of one check of the group for one tenure.
 type groupCheck struct {
-	tenure  uint64
 	verdict groupVerdict
 	err     error
+}
+
+// describedGroup is a description of the group, or why there is none.
+type describedGroup struct {
+	desc kafka.ConsumerGroupDescription
+	err  error
+}
+
+// groupChecker describes the group on a goroutine of its own, one description at a time: a
+// description can take up to a HeartbeatTimeout, which the pulsing goroutine cannot wait for.
+// Its methods other than stop are called with the driver's lock held.
+type groupChecker struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+	done    chan describedGroup
+	serving map[int32]uint64 // the tenures, by partition, that the description under way serves
+}
+
+func newGroupChecker() *groupChecker {
+	c := &groupChecker{done: make(chan describedGroup, 1)}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// busy reports whether a description is under way or waits to be collected.
+func (c *groupChecker) busy() bool {
+	return c.serving != nil
+}
+
+// start describes group through d on behalf of tenures, and calls release when done with d.
+func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64) {
+	c.serving = tenures
+	c.running.Add(1)
+	go func() {
+		defer c.running.Done()
+		defer release()
+		desc, err := describeGroup(c.ctx, d, group, timeout)
+		c.done <- describedGroup{desc: desc, err: err}
+	}()
+}
+
+// result returns the finished description, if there is one, with the tenures it serves.
+func (c *groupChecker) result() (describedGroup, map[int32]uint64, bool) {
+	select {
+	case res := <-c.done:
+		tenures := c.serving
+		c.serving = nil
+		return res, tenures, true
+	default:
+		return describedGroup{}, nil, false
+	}
+}
+
+// stop cancels a description under way and waits for its goroutine.
+func (c *groupChecker) stop() {
+	c.cancel()
+	c.running.Wait()
 }

@@ -34,7 +34,7 @@ func TestJudgeGroup(t *testing.T) {
 		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPart("t", 1))}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := judgeGroup(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}, "t", "me")
+			v := judgeGroup(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}, "t", "me", 0)
 			if v.sawSelf != tc.sawSelf {
 				t.Errorf("sawSelf = %v, want %v", v.sawSelf, tc.sawSelf)
 			}
@@ -51,7 +51,7 @@ func TestJudgeGroup(t *testing.T) {
 	}
 	target := member("x")
 	target.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPart("u", 0)}}
-	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}, "t", "me"); v.conflict == nil {
+	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}, "t", "me", 0); v.conflict == nil {
 		t.Error("a partition of another topic in a KIP-848 target assignment must count")
 	}
 }

@@ -84,10 +84,7 @@ func TestSingleLeaderAmongSeveral(t *testing.T) {
 func TestHandoffOnClose(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	a := contender(t, testConfig(b, group, "a", log), r)
-	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	contender(t, testConfig(b, group, "c", log), r)
-	awaitStable(t, b, group, 2)
+	a := leaderAndFollower(t, b, group, log, r)
 
 	if err := a.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -185,10 +182,7 @@ func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 		t.Run(faultName(mode), func(t *testing.T) {
 			b := startBroker(t)
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
-			a := contender(t, testConfig(b, group, "a", log), r)
-			r.await(t, "a to lead", has[LeaderAcquired]("a"))
-			contender(t, testConfig(b, group, "c", log), r)
-			awaitStable(t, b, group, 2)
+			a := leaderAndFollower(t, b, group, log, r)
 
 			b.Net.Cut("goneli-a", mode)
 			events := r.await(t, "c to take over", has[LeaderAcquired]("c"))
@@ -294,7 +288,7 @@ func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
 	released := len(r.snapshot())
 	close(release)
 	limit := time.Now().Add(awaitLimit)
-	for a.stats.late.Load() == 0 {
+	for a.Stats().LateHeartbeats == 0 {
 		if time.Now().After(limit) {
 			t.Fatal("the stalled heartbeats never came back")
 		}
@@ -339,6 +333,9 @@ func TestCloseIsBoundedWhileCutOff(t *testing.T) {
 			p := pulse(t, a)
 			r.await(t, "a to lead", has[LeaderAcquired]("a"))
 			b.Net.Cut("goneli-a", mode)
+			// Registered after newNeli's cleanup, so it runs first: a's background close must be
+			// able to finish even if the test stops early.
+			t.Cleanup(func() { b.Net.Heal("goneli-a") })
 			r.await(t, "a to be fenced", has[LeaderFenced]("a"))
 			p.Close()
 			_ = p.Await()
@@ -364,20 +361,30 @@ func TestCloseIsBoundedWhileCutOff(t *testing.T) {
 	}
 }
 
-func TestCloseFromBarrier(t *testing.T) {
+// Everything but Pulse may be called from the barrier, on any event: a Yield from LeaderAcquired
+// hands leadership over and back, and a Close from the next LeaderAcquired ends the instance.
+func TestBarrierMayCallTheInstance(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	var n Neli
+	var c Curator
 	ready := make(chan struct{})
+	acquired := 0
 	config := testConfig(b, group, "a", log)
-	n, err := New(config, func(e Event) {
+	c, err := NewCurator(config, func(e Event) {
 		r.add("a", e)
 		<-ready
-		// Each of these must return without deadlocking.
-		_ = n.IsLeader()
-		_ = n.State()
+		_, _ = c.IsLeader(), c.State()
+		_, _, _ = c.Stats(), c.Token(), c.Deadline()
+		_, _ = c.Leader()
 		if _, ok := e.(LeaderAcquired); ok {
-			if err := n.Close(); err != nil {
+			acquired++
+			if acquired == 1 {
+				if err := c.Yield(100 * time.Millisecond); err != nil {
+					t.Errorf("Yield from barrier: %v", err)
+				}
+				return
+			}
+			if err := c.Close(); err != nil {
 				t.Errorf("Close from barrier: %v", err)
 			}
 		}
@@ -386,13 +393,14 @@ func TestCloseFromBarrier(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(ready)
-	pulse(t, n)
-	n.Await()
+	pulse(t, c)
+	c.Await()
+	awaitClientsClosed(t, c)
 	events := r.snapshot()
-	if len(events) != 2 {
-		t.Fatalf("want LeaderAcquired then LeaderRevoked, got %s", describe(events))
-	}
 	checkGrammar(t, events)
+	if got := describe(events); len(events) != 4 {
+		t.Fatalf("want Acquired, Revoked (yield), Acquired, Revoked (close); got %s", got)
+	}
 }
 
 func TestNewCreatesLeaderTopic(t *testing.T) {
@@ -449,16 +457,7 @@ func TestPulseCtx(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	n := newNeli(t, testConfig(b, group, "a", log), r)
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	if leader, err := n.PulseCtx(cancelled); leader || !errors.Is(err, context.Canceled) {
-		t.Fatalf("PulseCtx(cancelled) = %v, %v; want false, context.Canceled", leader, err)
-	}
-	expired, cancel2 := context.WithDeadline(context.Background(), time.Now())
-	defer cancel2()
-	if leader, err := n.PulseCtx(expired); leader || err != nil {
-		t.Fatalf("PulseCtx(expired) = %v, %v; want false, nil", leader, err)
-	}
+	checkEndedContexts(t, n)
 	ctx, cancel3 := context.WithTimeout(context.Background(), awaitLimit)
 	defer cancel3()
 	if leader, err := n.PulseCtx(ctx); !leader || err != nil {

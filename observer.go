@@ -147,19 +147,9 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 	}
 	consumerConf, _, _ := config.clientConfigs(timing)
 	oc := observerConfig(consumerConf)
-	logs, stop := make(chan kafka.LogEvent, 64), make(chan struct{})
-	oc["go.logs.channel.enable"] = true
-	oc["go.logs.channel"] = logs
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		forwardLogs(config.Scribe, config.Name, logs, stop)
-	}()
-	defer func() {
-		close(stop)
-		wg.Wait()
-	}()
+	logs := startLogForwarder(config.Scribe, config.Name)
+	logs.attach(oc)
+	defer logs.close()
 	o, err := newObserver(config, oc, onChange)
 	if err != nil {
 		return err

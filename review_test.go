@@ -86,17 +86,7 @@ func TestYieldThatCannotLeaveContendsAgain(t *testing.T) {
 func TestPulseCtxOnLeaderAnswersAnEndedContext(t *testing.T) {
 	b := startBroker(t)
 	log, r := newTestLog(t), newRecorder()
-	a := soloLeader(t, b, log, r)
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	if leader, err := a.PulseCtx(cancelled); leader || !errors.Is(err, context.Canceled) {
-		t.Fatalf("PulseCtx(cancelled) on a leader = %v, %v; want false, context.Canceled", leader, err)
-	}
-	expired, cancel2 := context.WithDeadline(context.Background(), time.Now())
-	defer cancel2()
-	if leader, err := a.PulseCtx(expired); leader || err != nil {
-		t.Fatalf("PulseCtx(expired) on a leader = %v, %v; want false, nil", leader, err)
-	}
+	checkEndedContexts(t, soloLeader(t, b, log, r))
 }
 
 // A barrier that blocks in the final LeaderRevoked holds Close back for at most the rebalance

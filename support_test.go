@@ -3,6 +3,7 @@ package goneli
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -244,6 +245,32 @@ func contender(t *testing.T, config Config, r *recorder) Neli {
 	n := newNeli(t, config, r)
 	pulse(t, n)
 	return n
+}
+
+// leaderAndFollower starts a, waits for it to lead, then adds c and waits for the group to settle;
+// it returns a.
+func leaderAndFollower(t *testing.T, b *kafkatest.Broker, group string, log *testLog, r *recorder) Curator {
+	t.Helper()
+	a := contender(t, testConfig(b, group, "a", log), r).(Curator)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	contender(t, testConfig(b, group, "c", log), r)
+	awaitStable(t, b, group, 2)
+	return a
+}
+
+// checkEndedContexts checks PulseCtx's answers to a cancelled and to an expired context.
+func checkEndedContexts(t *testing.T, n Neli) {
+	t.Helper()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if leader, err := n.PulseCtx(cancelled); leader || !errors.Is(err, context.Canceled) {
+		t.Fatalf("PulseCtx(cancelled) = %v, %v; want false, context.Canceled", leader, err)
+	}
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now())
+	defer cancel2()
+	if leader, err := n.PulseCtx(expired); leader || err != nil {
+		t.Fatalf("PulseCtx(expired) = %v, %v; want false, nil", leader, err)
+	}
 }
 
 // faultName names a network fault for subtests.

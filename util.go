@@ -1,7 +1,6 @@
 package goneli
 
 import (
-	"runtime"
 	"time"
 
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -39,21 +38,4 @@ func (t *logThrottle) log(logger scribe.Logger, kind, format string, args ...int
 	}
 	s.last, s.suppressed = now, 0
 	logger(format, args...)
-}
-
-// goid returns the current goroutine's id, parsed from the first line of its stack trace
-// ("goroutine 42 [running]:"). It is used only to recognise a Close made from inside the barrier,
-// which would otherwise wait on itself.
-func goid() int64 {
-	var buf [64]byte
-	n := runtime.Stack(buf[:], false)
-	const prefix = len("goroutine ")
-	var id int64
-	for _, c := range buf[prefix:n] {
-		if c < '0' || c > '9' {
-			break
-		}
-		id = id*10 + int64(c-'0')
-	}
-	return id
 }

@@ -1,0 +1,123 @@
+package goneli
+
+import (
+	"sync"
+	"time"
+)
+
+// dispatcher calls the application (the barrier, OnLeaderChange) from a goroutine of its own, one
+// call at a time, in the order the calls were posted. So the application is never called with a
+// lock of goneli's held, and may call back into the instance (IsLeader, State, Stats, Token, Yield,
+// Close) without deadlock.
+type dispatcher struct {
+	mu      sync.Mutex
+	queue   []*delivery
+	wake    chan struct{}
+	busy    bool // a call is under way
+	stopped bool // stop was called: exit once the queue is empty
+	done    chan struct{}
+}
+
+// delivery is one call into the application. done is closed once it has returned.
+type delivery struct {
+	call func()
+	done chan struct{}
+}
+
+func newDispatcher() *dispatcher {
+	d := &dispatcher{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go d.run()
+	return d
+}
+
+// post queues calls and returns the last one's delivery, or nil if there were none.
+func (d *dispatcher) post(calls ...func()) *delivery {
+	if len(calls) == 0 {
+		return nil
+	}
+	var last *delivery
+	d.mu.Lock()
+	for _, c := range calls {
+		last = &delivery{call: c, done: make(chan struct{})}
+		d.queue = append(d.queue, last)
+	}
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+	return last
+}
+
+// inCall reports whether an application call is under way at this moment.
+func (d *dispatcher) inCall() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.busy
+}
+
+// await waits until dl has been delivered, limit has passed, or abort is closed, and reports
+// whether it was delivered.
+func (d *dispatcher) await(dl *delivery, limit time.Duration, abort <-chan struct{}) bool {
+	if dl == nil {
+		return true
+	}
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-dl.done:
+		return true
+	case <-t.C:
+	case <-abort:
+	}
+	return false
+}
+
+// awaitAll is await for several deliveries under one limit.
+func (d *dispatcher) awaitAll(dls []*delivery, limit time.Duration, abort <-chan struct{}) bool {
+	deadline := time.Now().Add(limit)
+	for _, dl := range dls {
+		if !d.await(dl, time.Until(deadline), abort) {
+			return false
+		}
+	}
+	return true
+}
+
+// stop lets the goroutine exit once everything posted so far has been delivered; Done is closed
+// then. It does not wait.
+func (d *dispatcher) stop() {
+	d.mu.Lock()
+	d.stopped = true
+	d.mu.Unlock()
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (d *dispatcher) run() {
+	defer close(d.done)
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			stopped := d.stopped
+			d.mu.Unlock()
+			if stopped {
+				return
+			}
+			<-d.wake
+			continue
+		}
+		dl := d.queue[0]
+		d.queue[0] = nil
+		d.queue = d.queue[1:]
+		d.busy = true
+		d.mu.Unlock()
+		dl.call()
+		d.mu.Lock()
+		d.busy = false
+		d.mu.Unlock()
+		close(dl.done)
+	}
+}

@@ -1,0 +1,472 @@
+package goneli
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// The Kafka side of an instance: the poll cycle, the rebalance callback and the heartbeat
+// producer. It tells the lease of each partition it contends for what happened there, and carries
+// out what that lease answers (apply). Every method here is called with mu held.
+
+// part is one partition of the leader topic that this instance contends for: its lease and what
+// the driver keeps beside it. There is one today, partition 0; the driver finds them by partition
+// (neli.part) and walks them in order (neli.parts), so more partitions are more entries.
+type part struct {
+	id    int32
+	lease *lease
+	// stored is set once an offset has been stored since the partition was assigned: librdkafka
+	// then commits it again when the partition is revoked (see neli.owedCommit).
+	stored bool
+	// wantCheck says that the lease asked for a group check that has not been started yet.
+	wantCheck bool
+}
+
+// cycle polls the consumer dry (within bounds), lets the lease act on the time that has passed and
+// starts what it asks for.
+func (n *neli) cycle() error {
+	n.applyYield()
+	if n.observer != nil {
+		n.observer.poll()
+	}
+	var fatal error
+	ev := n.consumer.Poll(int(n.config.PollDuration.Milliseconds()))
+	for i := 0; ev != nil; i++ {
+		if err := n.handle(ev); err != nil && fatal == nil {
+			fatal = err
+		}
+		if i+1 >= maxEventsPerCycle || n.State() != Live {
+			break
+		}
+		ev = n.consumer.Poll(0)
+	}
+	n.drainProducer()
+	n.collectGroupCheck()
+	if n.State() == Live {
+		for _, p := range n.parts {
+			n.apply(p, p.lease.due())
+		}
+		n.startGroupCheck()
+	}
+	return fatal
+}
+
+// apply carries out what p's lease asked for after a transition, and returns the delivery of its
+// last event. A group check it asks for is started by the cycle, together with any others.
+func (n *neli) apply(p *part, out leaseOut) *delivery {
+	if out.heartbeat != nil {
+		n.produce(p, out.heartbeat)
+	}
+	if out.store != 0 {
+		n.store(p, out.store)
+	}
+	if out.commit != 0 {
+		n.commitBelow(p, out.commit)
+	}
+	if out.check {
+		p.wantCheck = true
+	}
+	n.watch()
+	return n.deliver(p, out.events)
+}
+
+func (n *neli) handle(ev kafka.Event) error {
+	switch e := ev.(type) {
+	case *kafka.Message:
+		n.onMessage(e)
+	case kafka.OffsetsCommitted:
+		n.owedCommit = false
+		n.onCommit(e)
+	case kafka.Error:
+		if e.IsFatal() {
+			for _, p := range n.parts {
+				n.apply(p, p.lease.fail("fatal consumer error: "+e.Error()))
+			}
+			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
+		}
+		n.logKafkaError("consumer", e)
+	}
+	return nil
+}
+
+func (n *neli) onMessage(m *kafka.Message) {
+	if m.TopicPartition.Error != nil {
+		n.throttle.log(n.log.W(), "fetch:"+m.TopicPartition.Error.Error(), "goneli %s: fetch from %s failed: %v",
+			n.config.Name, n.topic, m.TopicPartition.Error)
+		return
+	}
+	p := n.partOf(m.TopicPartition)
+	if p == nil {
+		return
+	}
+	var h heartbeat
+	if h.decode(m.Value) != nil || string(m.Key) != n.config.Name {
+		return
+	}
+	n.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
+}
+
+// partOf returns the part of tp, or nil if tp is not one this instance contends for.
+func (n *neli) partOf(tp kafka.TopicPartition) *part {
+	if tp.Topic == nil || *tp.Topic != n.topic || tp.Partition < 0 || int(tp.Partition) >= len(n.parts) {
+		return nil
+	}
+	return n.parts[tp.Partition]
+}
+
+// store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
+// coordinator; the answer arrives as an OffsetsCommitted event.
+func (n *neli) store(p *part, offset int64) {
+	if _, err := n.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &n.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
+		n.throttle.log(n.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", n.config.Name, err)
+		return
+	}
+	p.stored = true
+}
+
+func (n *neli) onCommit(e kafka.OffsetsCommitted) {
+	if e.Error != nil {
+		// The whole commit failed: it carried every partition's offset.
+		for _, p := range n.parts {
+			n.onCommitError(p, e.Error)
+		}
+		return
+	}
+	for _, tp := range e.Offsets {
+		p := n.partOf(tp)
+		if p == nil {
+			continue
+		}
+		if tp.Error != nil {
+			n.onCommitError(p, tp.Error)
+			continue
+		}
+		n.apply(p, p.lease.committed(int64(tp.Offset)))
+	}
+}
+
+// commitBelow commits an offset that is not above the last one committed, which librdkafka's
+// auto-commit would skip (see lease.readBack). The explicit commit is synchronous, but it is needed
+// only once per log restart.
+func (n *neli) commitBelow(p *part, offset int64) {
+	n.log.W()("goneli %s: partition %d restarted below the committed offset %d; committing %d explicitly",
+		n.config.Name, p.id, p.lease.lastCommitted, offset)
+	committed, err := n.consumer.CommitOffsets([]kafka.TopicPartition{{Topic: &n.topic, Partition: p.id, Offset: kafka.Offset(offset)}})
+	n.onCommit(kafka.OffsetsCommitted{Error: err, Offsets: committed})
+}
+
+func (n *neli) onCommitError(p *part, err error) {
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		n.throttle.log(n.log.W(), "commit", "goneli %s: heartbeat offset commit failed: %v", n.config.Name, err)
+		return
+	}
+	switch ke.Code() {
+	case kafka.ErrNoOffset:
+		return
+	case kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID, kafka.ErrFencedMemberEpoch:
+		n.apply(p, p.lease.rejected(ke.Error()))
+	default:
+		// Includes REBALANCE_IN_PROGRESS, and KIP-848's STALE_MEMBER_EPOCH, which says the member
+		// is still in the group at a newer epoch: the lease simply goes unrenewed by this commit.
+		n.throttle.log(n.log.D(), "commit:"+ke.Code().String(), "goneli %s: heartbeat offset commit not accepted: %v", n.config.Name, ke)
+	}
+}
+
+func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
+	if n.consumerClosing.Load() {
+		// A consumer finishing its close, perhaps in the background, must not touch state that
+		// the mutex no longer guards; confluent-kafka-go applies the change itself.
+		n.lateRebalances.Add(1)
+		return nil
+	}
+	n.rebalances++
+	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
+	n.trackGroupAssignment(ev, cooperative, c != nil && c.AssignmentLost())
+	if n.State() != Live {
+		// Close has ended the tenure already; confluent-kafka-go applies the change itself.
+		return nil
+	}
+	switch e := ev.(type) {
+	case kafka.AssignedPartitions:
+		mine := n.mine(e.Partitions)
+		for i := range mine {
+			// A tenure only needs the heartbeats it produces from now on. Starting from the end,
+			// rather than from the group's committed offset, also keeps librdkafka from learning a
+			// committed offset that lies beyond the end of a log that restarted (a broker that lost
+			// its data, an unclean leader election): it auto-commits only offsets above the one
+			// it knows, so no heartbeat could be confirmed until the log grew past it.
+			mine[i].Offset = kafka.OffsetEnd
+		}
+		if c != nil {
+			var err error
+			if cooperative {
+				err = c.IncrementalAssign(mine)
+			} else {
+				err = c.Assign(mine)
+			}
+			if err != nil {
+				n.throttle.log(n.log.E(), "assign", "goneli %s: cannot take assignment: %v", n.config.Name, err)
+				return err
+			}
+		}
+		for _, tp := range mine {
+			n.beginTenure(n.parts[tp.Partition])
+		}
+	case kafka.RevokedPartitions:
+		mine := n.mine(e.Partitions)
+		var ending []*part
+		for _, tp := range mine {
+			ending = append(ending, n.parts[tp.Partition])
+		}
+		n.endTenures(ending, c != nil && c.AssignmentLost())
+		if c != nil {
+			if cooperative {
+				return c.IncrementalUnassign(mine)
+			}
+			return c.Unassign()
+		}
+	}
+	return nil
+}
+
+// beginTenure starts p's tenure.
+func (n *neli) beginTenure(p *part) {
+	if p.lease.t.active {
+		return
+	}
+	n.apply(p, p.lease.assign())
+	n.log.D()("goneli %s: assigned partition %d (tenure %s)", n.config.Name, p.id, p.lease.t.name())
+}
+
+// endTenures ends the tenures of parts and, unless the assignment was lost, holds the revocation
+// back until the barrier has returned from their LeaderRevoked events: the successor cannot be
+// assigned a partition before. The wait is bounded by the rebalance timeout, after which the
+// coordinator would expel this instance anyway, and ends early if Close begins, since Close may be
+// waiting for it. The partitions are revoked together, so their waits run side by side.
+func (n *neli) endTenures(parts []*part, lost bool) {
+	var last []*delivery
+	for _, p := range parts {
+		if d := n.apply(p, p.lease.revoke(lost)); d != nil {
+			last = append(last, d)
+		}
+	}
+	if lost || len(last) == 0 {
+		return
+	}
+	deadline := time.Now().Add(n.timing.maxPoll)
+	for _, d := range last {
+		if !n.events.await(d, time.Until(deadline), n.closing) {
+			if n.State() == Live {
+				n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
+					n.config.Name, n.timing.maxPoll)
+			}
+			return
+		}
+	}
+}
+
+// trackGroupAssignment keeps the set of partitions the group has given this member, which Close
+// waits to see revoked.
+func (n *neli) trackGroupAssignment(ev kafka.Event, cooperative, lost bool) {
+	switch e := ev.(type) {
+	case kafka.AssignedPartitions:
+		if !cooperative {
+			clear(n.groupParts)
+		}
+		for _, tp := range e.Partitions {
+			n.groupParts[tp.Partition] = true
+		}
+	case kafka.RevokedPartitions:
+		for _, p := range n.parts {
+			if n.groupParts[p.id] && (!cooperative || slices.ContainsFunc(e.Partitions, func(tp kafka.TopicPartition) bool { return tp.Partition == p.id })) {
+				n.owedCommit = n.owedCommit || (p.stored && !lost)
+				p.stored = false
+			}
+		}
+		if !cooperative {
+			clear(n.groupParts)
+		}
+		for _, tp := range e.Partitions {
+			delete(n.groupParts, tp.Partition)
+		}
+	}
+}
+
+// mine picks, from a rebalance's partitions, those this instance contends for. The others (a leader
+// topic with more partitions than parts) are taken and released with the rest but never used.
+func (n *neli) mine(tps []kafka.TopicPartition) []kafka.TopicPartition {
+	out := []kafka.TopicPartition{}
+	for _, tp := range tps {
+		if n.partOf(tp) != nil {
+			out = append(out, tp)
+		}
+	}
+	return out
+}
+
+// ensureProducer opens the heartbeat producer on the first heartbeat or group check; it is kept from
+// then on.
+func (n *neli) ensureProducer() bool {
+	if n.producer == nil {
+		p, err := n.config.KafkaProducerProvider(n.prodConf)
+		if err != nil {
+			n.throttle.log(n.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", n.config.Name, err)
+			return false
+		}
+		n.producer = p
+	}
+	return true
+}
+
+func (n *neli) produce(p *part, h *heartbeat) {
+	if !n.ensureProducer() {
+		return
+	}
+	err := n.producer.Produce(&kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &n.topic, Partition: p.id},
+		Key:            n.key,
+		Value:          h.appendTo(make([]byte, 0, heartbeatSize)),
+	}, nil)
+	if err != nil {
+		n.throttle.log(n.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", n.config.Name, err)
+		return
+	}
+	p.lease.sent()
+}
+
+func (n *neli) drainProducer() {
+	if n.producer == nil {
+		return
+	}
+	for i := 0; i < maxEventsPerCycle; i++ {
+		select {
+		case ev := <-n.producer.Events():
+			switch e := ev.(type) {
+			case *kafka.Message:
+				if e.TopicPartition.Error != nil {
+					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
+				}
+			case kafka.Error:
+				n.logKafkaError("producer", e)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// startGroupCheck describes the group, off the pulsing goroutine, for every part whose lease has
+// asked for a check; collectGroupCheck takes the result in a later cycle. One description is under
+// way at a time and serves every part that asked before it began.
+func (n *neli) startGroupCheck() {
+	if n.checker.busy() {
+		return
+	}
+	tenures := map[int32]uint64{}
+	for _, p := range n.parts {
+		if p.wantCheck {
+			p.wantCheck = false
+			tenures[p.id] = p.lease.t.id
+		}
+	}
+	if len(tenures) == 0 {
+		return
+	}
+	d, release, err := n.describer()
+	if err != nil {
+		n.throttle.log(n.log.W(), "check", "goneli %s: cannot check the group's members: %v", n.config.Name, err)
+		for id, tenure := range tenures {
+			p := n.parts[id]
+			n.apply(p, p.lease.checked(tenure, groupCheck{err: err}))
+		}
+		return
+	}
+	n.checker.start(d, release, n.config.LeaderGroupID, *n.config.HeartbeatTimeout, tenures)
+}
+
+func (n *neli) collectGroupCheck() {
+	res, tenures, ok := n.checker.result()
+	if !ok {
+		return
+	}
+	switch {
+	case res.err != nil:
+		n.throttle.log(n.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
+			n.config.Name, n.config.LeaderGroupID, res.err)
+	default:
+		if conflict := judgeGroup(res.desc, n.topic, n.clientID, 0).conflict; conflict != nil {
+			n.throttle.log(n.log.E(), "conflict", "goneli %s: not leading: %v", n.config.Name, conflict)
+		}
+	}
+	for id, tenure := range tenures {
+		c := groupCheck{err: res.err}
+		if res.err == nil {
+			c.verdict = judgeGroup(res.desc, n.topic, n.clientID, id)
+		}
+		p := n.parts[id]
+		n.apply(p, p.lease.checked(tenure, c))
+	}
+}
+
+// describer returns an admin client for the group check. The producer's own is preferred: it
+// shares the producer's connections, which, unlike the consumer's, never wait in a long fetch.
+func (n *neli) describer() (groupDescriber, func(), error) {
+	if !n.ensureProducer() {
+		return nil, nil, errors.New("no producer")
+	}
+	if p, ok := n.producer.(*kafka.Producer); ok {
+		a, err := kafka.NewAdminClientFromProducer(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		return a, func() {}, nil
+	}
+	a, err := n.config.KafkaAdminProvider(n.adminConf)
+	if err != nil {
+		return nil, nil, err
+	}
+	return a, a.Close, nil
+}
+
+// watch aims the watchdog at the earliest end of a lease held.
+func (n *neli) watch() {
+	end, ok := time.Duration(0), false
+	for _, p := range n.parts {
+		if e, leading := p.lease.deadline(); leading && (!ok || e < end) {
+			end, ok = e, true
+		}
+	}
+	if ok {
+		n.watchdog.aim(end)
+	}
+}
+
+// expireLeases fences every lease that has run out; the watchdog calls it.
+func (n *neli) expireLeases() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.State() == Live {
+		for _, p := range n.parts {
+			n.deliver(p, p.lease.expire().events)
+		}
+		n.watch()
+	}
+}
+
+func (n *neli) logKafkaError(client string, e kafka.Error) {
+	hint := ""
+	if e.Code() == kafka.ErrInconsistentGroupProtocol {
+		hint = fmt.Sprintf(" (members of group %s use another assignment strategy; goneli v0.5.0 members use librdkafka's "+
+			"eager default and cannot share a group with cooperative-sticky ones: see the README's Migrating section)", n.config.LeaderGroupID)
+	}
+	if e.Code() == kafka.ErrInvalidSessionTimeout {
+		hint = fmt.Sprintf(" (the derived session.timeout.ms=%d is outside the broker's group.min/max.session.timeout.ms; "+
+			"raise HeartbeatTimeout or lower the broker's group.min.session.timeout.ms)", n.timing.session.Milliseconds())
+	}
+	n.throttle.log(n.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", n.config.Name, client, e, hint)
+}

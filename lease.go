@@ -1,0 +1,454 @@
+package goneli
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// The lease of one partition of the leader topic, as a state machine. It is told what happened
+// (the partition was assigned or revoked, time passed, an own heartbeat came back at an offset, the
+// group coordinator accepted or refused a commit, the group check finished) and answers what
+// follows: events for the barrier, a heartbeat to produce, an offset to store or commit, a group
+// check to start. It does no I/O, starts no goroutine and logs nothing; the driver (driver.go)
+// does all of that. Its methods are called with the driver's lock held. What other goroutines may
+// read (IsLeader, Token, Stats) is published as an immutable leaseView after every change.
+//
+// This file follows the protocol in its order: a tenure begins on assignment (assign), produces
+// heartbeats (due), takes its own ones back (readBack), is renewed when the coordinator accepts a
+// heartbeat's commit (committed) once a group check has cleared it (checked), acquires leadership
+// on its first renewal (renew), is fenced when its lease runs out or a commit is refused (expire,
+// rejected), and ends on revocation (revoke). Each step's safety argument is written next to its
+// code.
+//
+// Leadership is visible (IsLeader) only once the driver reports that the barrier has returned from
+// the LeaderAcquired event, so that the application can set up leader state first.
+type lease struct {
+	timeout  time.Duration // HeartbeatTimeout
+	interval time.Duration // between heartbeats
+	clock    clock
+	base     time.Time // origin of the monotonic durations below
+	random   func() uint64
+
+	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
+	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
+	lastCommitted int64
+
+	t   tenure
+	c   leaseCounts
+	rtt time.Duration
+	lag time.Duration
+
+	// epoch numbers the LeaderAcquired events; delivered is the newest one whose barrier call has
+	// returned. It is the only field written outside the driver's lock (by the event dispatcher).
+	epoch     uint64
+	delivered atomic.Uint64
+
+	view atomic.Pointer[leaseView]
+}
+
+// tenure is one assignment of the partition.
+type tenure struct {
+	active       bool
+	id           uint64
+	seq          uint64 // last heartbeat produced
+	confirmedSeq uint64 // newest heartbeat read back
+	next         time.Duration
+	pending      map[int64]confirmed // stored offset -> the heartbeat just before it
+
+	leading     bool // acquired, and not fenced since
+	acquired    bool // acquired at least once: since and token are fixed
+	since       time.Time
+	token       int64
+	renewedSent time.Duration // send time of the heartbeat behind the lease
+
+	verified   bool
+	checking   bool
+	checkAt    time.Duration
+	checkDelay time.Duration
+	held       *confirmed // newest renewal that waits for the group check
+	conflict   *GroupConflictError
+}
+
+// confirmed is an own heartbeat that came back, by its send time and offset.
+type confirmed struct {
+	sent   time.Duration
+	offset int64
+}
+
+type leaseCounts struct {
+	acquired, fenced, revoked    uint64
+	sent, confirmed, stale, late uint64
+	rejected                     uint64
+}
+
+// leaseView is what a lease publishes for lock-free readers. It never changes once published.
+type leaseView struct {
+	assigned bool
+	leading  bool   // the protocol believes it leads
+	epoch    uint64 // the LeaderAcquired behind leading
+	tenure   uint64
+	token    int64
+	since    time.Time
+	end      time.Duration // lease end, on the lease's clock; meaningful while leading
+	rtt, lag time.Duration
+	conflict *GroupConflictError
+	counts   leaseCounts
+}
+
+// leaseOut is what the driver must do after a transition.
+type leaseOut struct {
+	events    []Event
+	heartbeat *heartbeat // produce it
+	store     int64      // store this offset for librdkafka to commit; 0 for none
+	commit    int64      // commit this offset explicitly; 0 for none
+	check     bool       // start a group check for the current tenure
+}
+
+// clock reads the time. Lease arithmetic uses the monotonic reading of what Now returns.
+type clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// randomTenure draws a tenure id.
+func randomTenure() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// newLease makes the lease of one partition. Its instants are durations since base, which the
+// leases of one instance share so that their deadlines compare.
+func newLease(timeout, interval time.Duration, c clock, base time.Time) *lease {
+	l := &lease{timeout: timeout, interval: interval, clock: c, base: base, random: randomTenure}
+	l.publish()
+	return l
+}
+
+func (t *tenure) name() string {
+	return strconv.FormatUint(t.id, 16)
+}
+
+// # 1. Assignment
+
+// assign starts a tenure when the group assigns the partition: a random id, and heartbeats
+// numbered from 1. Its first heartbeat and its group check are due at once.
+func (l *lease) assign() leaseOut {
+	if l.t.active {
+		return leaseOut{}
+	}
+	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}}
+	l.publish()
+	return leaseOut{}
+}
+
+// # 2. Heartbeats
+
+// due produces what the passage of time calls for: a fence if the lease ran out, a heartbeat if
+// one is due (every interval: the tenure, a sequence number and the send time), and a group check
+// if the tenure needs one. Called from every cycle.
+func (l *lease) due() leaseOut {
+	out := l.expire()
+	if !l.t.active {
+		return out
+	}
+	now := l.now()
+	if now >= l.t.next {
+		l.t.seq++
+		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now}
+		if l.t.acquired {
+			h.since, h.token = l.t.since.UnixNano(), l.t.token
+		}
+		out.heartbeat = h
+		l.t.next = now + l.interval
+	}
+	if !l.t.verified && !l.t.checking && now >= l.t.checkAt {
+		l.t.checking = true
+		out.check = true
+	}
+	return out
+}
+
+// sent records that a heartbeat was handed to the producer.
+func (l *lease) sent() {
+	l.c.sent++
+	l.publish()
+}
+
+// # 3. Reading them back
+
+// readBack takes an own heartbeat (keyed with this instance's name) read back from the partition
+// at offset. Only a heartbeat of the current tenure with a higher sequence number than any before
+// it is stored for commit: an earlier tenure's, a retry that lost the race, or another instance's
+// proves nothing about the present. What a renewal rests on is the send time the heartbeat
+// carries, never the time it came back, so a heartbeat delayed in transit cannot pass for fresh.
+func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
+	var out leaseOut
+	if !l.t.active || h.tenure != l.t.id || h.seq <= l.t.confirmedSeq {
+		// An earlier tenure's heartbeat, or a retry arriving after a newer one.
+		l.c.stale++
+		l.publish()
+		return out
+	}
+	l.t.confirmedSeq = h.seq
+	next := offset + 1
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset}
+	l.c.confirmed++
+	l.rtt = l.now() - h.sentMono
+	out.store = next
+	if next <= l.lastCommitted {
+		// The log restarted below what librdkafka last committed (lost broker data, an unclean
+		// leader election): it auto-commits only offsets above that, so no heartbeat would be
+		// confirmed until the new log grew past it. One explicit commit resets it.
+		out.commit = next
+	}
+	l.publish()
+	return out
+}
+
+// # 4. Renewal
+
+// committed takes a commit of offset that the coordinator accepted, which renews the lease from
+// the heartbeat stored at that offset.
+//
+// Why an accepted commit is proof: the commit reached the coordinator after the heartbeat was
+// sent, and the coordinator checked the member id and generation, so it still counted this
+// instance as a member at the heartbeat's send time. It cannot expel a member sooner than a session
+// timeout after the last group heartbeat it had from it, which was at most one group heartbeat
+// interval before that send time; goneli derives the session timeout (config.go, groupTiming) to
+// exceed HeartbeatTimeout plus two such intervals. So a lease that ends HeartbeatTimeout after the
+// send time ends before any successor can be assigned the partition.
+func (l *lease) committed(offset int64) leaseOut {
+	var out leaseOut
+	l.lastCommitted = offset
+	if !l.t.active {
+		return out
+	}
+	hb, ok := l.t.pending[offset]
+	for off := range l.t.pending {
+		if off <= offset {
+			delete(l.t.pending, off)
+		}
+	}
+	if ok {
+		l.renew(&out, hb)
+	}
+	l.publish()
+	return out
+}
+
+// # 5. The group check
+
+// checked takes the result of the group check started for tenure.
+//
+// The commit of step 4 proves membership of the current generation, not ownership of the
+// partition: the coordinator checks no ownership, and members of the group that subscribe to
+// another topic are assigned "partition 0" of that topic, whose commits pass as well. So a tenure
+// leads only once a check made after its assignment found no member holding partitions of another
+// topic (groupcheck.go). Renewals that come first are held back until then.
+func (l *lease) checked(tenure uint64, r groupCheck) leaseOut {
+	var out leaseOut
+	if !l.t.active || tenure != l.t.id {
+		return out
+	}
+	l.t.checking = false
+	now := l.now()
+	switch {
+	case r.err != nil:
+		l.t.checkDelay = clampDuration(2*l.t.checkDelay, l.interval, l.timeout)
+		l.t.checkAt = now + l.t.checkDelay
+	case r.verdict.conflict != nil:
+		l.t.conflict = r.verdict.conflict
+		l.t.checkAt = now + l.timeout
+	case !r.verdict.sawSelf:
+		// The description predates the assignment, or hides assignments while the group
+		// rebalances (kfake does); the group is about to settle, so look again soon.
+		l.t.checkAt = now + inconclusiveCheckRetry
+	default:
+		l.t.verified, l.t.conflict = true, nil
+		if hb := l.t.held; hb != nil {
+			l.t.held = nil
+			l.renew(&out, *hb)
+		}
+	}
+	l.publish()
+	return out
+}
+
+// inconclusiveCheckRetry is how soon a group check that could not see this instance's own
+// assignment is made again: two small requests to the coordinator each time, while a rebalance
+// settles.
+const inconclusiveCheckRetry = 20 * time.Millisecond
+
+// # 6. Acquisition
+
+// renew extends the lease to the confirmed heartbeat's send time plus HeartbeatTimeout, unless that
+// moment has passed already (a late heartbeat never revives a lease). The first renewal of a
+// tenure acquires leadership and fixes its fencing token: the heartbeat's offset plus one. Offsets
+// only grow within a log, and a tenure can confirm a heartbeat only after the previous holder's
+// lease ended, so tokens grow from tenure to tenure. A fenced tenure that is renewed again acquires
+// again, with the same token.
+func (l *lease) renew(out *leaseOut, hb confirmed) {
+	now := l.now()
+	if now >= hb.sent+l.timeout {
+		l.c.late++
+		return
+	}
+	l.lag = now - hb.sent
+	if !l.t.verified {
+		if l.t.held == nil || hb.sent > l.t.held.sent {
+			l.t.held = &hb
+		}
+		return
+	}
+	l.t.renewedSent = max(l.t.renewedSent, hb.sent)
+	if l.t.leading {
+		return
+	}
+	l.t.leading = true
+	if !l.t.acquired {
+		l.t.acquired = true
+		l.t.since = l.clock.Now().Round(0) // a wall time for events and heartbeats, not for leases
+		l.t.token = hb.offset + 1
+	}
+	l.c.acquired++
+	l.epoch++
+	out.events = append(out.events, LeaderAcquired{Tenure: l.t.name(), Token: l.t.token, Since: l.t.since})
+}
+
+// # 7. Fencing
+
+// expire fences a lease that has run out: HeartbeatTimeout after the send time of the newest
+// renewing heartbeat. The watchdog calls it at that instant, so that LeaderFenced arrives even when
+// nobody pulses; IsLeader turns false at the instant itself (valid), whoever calls what.
+func (l *lease) expire() leaseOut {
+	var out leaseOut
+	if l.t.leading && l.now() >= l.t.renewedSent+l.timeout {
+		l.fence(&out, l.lapsedReason())
+		l.publish()
+	}
+	return out
+}
+
+// deadline is when the current lease ends, and whether there is one to watch.
+func (l *lease) deadline() (time.Duration, bool) {
+	return l.t.renewedSent + l.timeout, l.t.leading
+}
+
+func (l *lease) lapsedReason() string {
+	return fmt.Sprintf("no own heartbeat confirmed within HeartbeatTimeout (%v)", l.timeout)
+}
+
+// rejected takes a commit that the coordinator refused because the member or its generation is
+// gone: the group no longer counts this instance as the owner.
+func (l *lease) rejected(reason string) leaseOut {
+	l.c.rejected++
+	return l.fail("group coordinator rejected the heartbeat commit: " + reason)
+}
+
+// fail fences for a reason found outside the protocol, such as a fatal client error.
+func (l *lease) fail(reason string) leaseOut {
+	var out leaseOut
+	if l.t.active {
+		l.fence(&out, reason)
+	}
+	l.publish()
+	return out
+}
+
+func (l *lease) fence(out *leaseOut, reason string) {
+	if !l.t.leading {
+		return
+	}
+	l.t.leading = false
+	l.c.fenced++
+	out.events = append(out.events, LeaderFenced{Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
+}
+
+// # 8. Revocation
+
+// revoke ends the tenure when the group takes the partition back: fenced first if the assignment
+// was lost (the group moved on without this member, so a successor may already hold it) or the
+// lease had lapsed unnoticed, then revoked if the tenure ever acquired.
+func (l *lease) revoke(lost bool) leaseOut {
+	var out leaseOut
+	if !l.t.active {
+		return out
+	}
+	switch {
+	case lost:
+		l.fence(&out, "partition assignment lost")
+	case l.t.leading && l.now() >= l.t.renewedSent+l.timeout:
+		// The lease ran out before anything noticed (the pulsing goroutine was in the poll that
+		// ended with this revocation): the events must still say so.
+		l.fence(&out, l.lapsedReason())
+	}
+	l.t.leading, l.t.active = false, false
+	if l.t.acquired {
+		l.c.revoked++
+		out.events = append(out.events, LeaderRevoked{Tenure: l.t.name(), Token: l.t.token})
+	}
+	l.t.pending = nil
+	l.publish()
+	return out
+}
+
+// # What other goroutines read
+
+func (l *lease) publish() {
+	v := &leaseView{
+		assigned: l.t.active,
+		leading:  l.t.leading,
+		epoch:    l.epoch,
+		tenure:   l.t.id,
+		token:    l.t.token,
+		since:    l.t.since,
+		end:      l.t.renewedSent + l.timeout,
+		rtt:      l.rtt,
+		lag:      l.lag,
+		conflict: l.t.conflict,
+		counts:   l.c,
+	}
+	if !l.t.acquired {
+		v.token, v.since = 0, time.Time{}
+	}
+	l.view.Store(v)
+}
+
+// load returns the published view.
+func (l *lease) load() *leaseView {
+	return l.view.Load()
+}
+
+// now is the time on the lease's monotonic scale.
+func (l *lease) now() time.Duration {
+	return l.clock.Now().Sub(l.base)
+}
+
+// valid reports whether v grants leadership at instant now: the protocol leads, the barrier has
+// seen the LeaderAcquired behind it, and the lease has not run out.
+func (l *lease) valid(v *leaseView, now time.Duration) bool {
+	return v.leading && l.delivered.Load() >= v.epoch && now < v.end
+}
+
+// isLeader is valid for the current view and time.
+func (l *lease) isLeader() bool {
+	return l.valid(l.load(), l.now())
+}
+
+// acquiredDelivered records that the barrier has returned from the LeaderAcquired numbered epoch.
+func (l *lease) acquiredDelivered(epoch uint64) {
+	for {
+		old := l.delivered.Load()
+		if old >= epoch || l.delivered.CompareAndSwap(old, epoch) {
+			return
+		}
+	}
+}

@@ -1,0 +1,426 @@
+package goneli
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock that moves only when told to.
+type fakeClock struct{ now time.Time }
+
+func (c *fakeClock) Now() time.Time          { return c.now }
+func (c *fakeClock) advance(d time.Duration) { c.now = c.now.Add(d) }
+
+const (
+	rigLease    = time.Second
+	rigInterval = 100 * time.Millisecond
+)
+
+// rig drives one lease the way the driver does, with a fake clock and a pretend log in which every
+// produced heartbeat lands at the next offset.
+type rig struct {
+	t       *testing.T
+	clock   *fakeClock
+	l       *lease
+	events  []Event
+	sent    []heartbeat
+	offset  int64 // where the next record lands
+	stored  []int64
+	commits []int64 // explicit commits asked for
+	checks  int
+}
+
+func newRig(t *testing.T) *rig {
+	c := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	l := newLease(rigLease, rigInterval, c, c.now)
+	ids := uint64(0xa0)
+	l.random = func() uint64 { ids++; return ids }
+	return &rig{t: t, clock: c, l: l}
+}
+
+func (r *rig) take(out leaseOut) {
+	r.events = append(r.events, out.events...)
+	if out.heartbeat != nil {
+		r.sent = append(r.sent, *out.heartbeat)
+		r.l.sent()
+	}
+	if out.store != 0 {
+		r.stored = append(r.stored, out.store)
+	}
+	if out.commit != 0 {
+		r.commits = append(r.commits, out.commit)
+	}
+	if out.check {
+		r.checks++
+	}
+}
+
+// deliver stands for the dispatcher: the barrier has returned from every event so far.
+func (r *rig) deliver() {
+	for _, e := range r.events {
+		if _, ok := e.(LeaderAcquired); ok {
+			r.l.acquiredDelivered(r.l.load().epoch)
+		}
+	}
+}
+
+func (r *rig) assign()              { r.take(r.l.assign()) }
+func (r *rig) revoke(lost bool)     { r.take(r.l.revoke(lost)) }
+func (r *rig) due()                 { r.take(r.l.due()) }
+func (r *rig) expire()              { r.take(r.l.expire()) }
+func (r *rig) wait(d time.Duration) { r.clock.advance(d) }
+
+// heartbeat produces the next heartbeat now and returns it with the offset it lands at.
+func (r *rig) heartbeat() (heartbeat, int64) {
+	r.t.Helper()
+	r.l.t.next = 0 // due now, whatever the interval says
+	n := len(r.sent)
+	r.due()
+	if len(r.sent) != n+1 {
+		r.t.Fatalf("no heartbeat produced")
+	}
+	off := r.offset
+	r.offset++
+	return r.sent[n], off
+}
+
+func (r *rig) back(h heartbeat, off int64) { r.take(r.l.readBack(h, off)) }
+func (r *rig) commit(off int64)            { r.take(r.l.committed(off)) }
+func (r *rig) verify()                     { r.check(groupCheck{verdict: groupVerdict{sawSelf: true}}) }
+func (r *rig) check(c groupCheck)          { r.take(r.l.checked(r.l.t.id, c)) }
+
+// renewal sends a heartbeat, reads it back after rtt, and has its offset commit accepted after a
+// further lag.
+func (r *rig) renewal(rtt, lag time.Duration) {
+	h, off := r.heartbeat()
+	r.wait(rtt)
+	r.back(h, off)
+	r.wait(lag)
+	r.commit(off + 1)
+}
+
+// acquire assigns, verifies and renews, and lets the barrier see LeaderAcquired.
+func (r *rig) acquire() {
+	r.assign()
+	r.verify()
+	r.renewal(10*time.Millisecond, 10*time.Millisecond)
+	r.deliver()
+}
+
+// kinds renders the events as letters: A(cquired), F(enced), R(evoked).
+func (r *rig) kinds() string {
+	var sb strings.Builder
+	for _, e := range r.events {
+		sb.WriteString(map[string]string{"goneli.LeaderAcquired": "A", "goneli.LeaderFenced": "F", "goneli.LeaderRevoked": "R"}[fmt.Sprintf("%T", e)])
+	}
+	return sb.String()
+}
+
+func TestLeaseTransitions(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		steps  func(r *rig)
+		events string
+		leader bool
+	}{
+		{"assigned, nothing confirmed", func(r *rig) { r.assign(); r.verify(); r.heartbeat() }, "", false},
+		{"read back but not committed", func(r *rig) {
+			r.assign()
+			r.verify()
+			h, off := r.heartbeat()
+			r.back(h, off)
+		}, "", false},
+		{"committed: acquires", func(r *rig) { r.acquire() }, "A", true},
+		{"acquired, barrier still busy", func(r *rig) {
+			r.assign()
+			r.verify()
+			r.renewal(time.Millisecond, time.Millisecond)
+		}, "A", false},
+		{"lease runs out without renewal", func(r *rig) { r.acquire(); r.wait(rigLease); r.expire() }, "AF", false},
+		{"a pulse notices the lapse too", func(r *rig) { r.acquire(); r.wait(rigLease); r.due() }, "AF", false},
+		{"renewals keep it", func(r *rig) {
+			r.acquire()
+			for range 30 {
+				r.wait(rigInterval)
+				r.renewal(5*time.Millisecond, 5*time.Millisecond)
+				r.expire()
+			}
+		}, "A", true},
+		{"refused commit fences", func(r *rig) { r.acquire(); r.take(r.l.rejected("UNKNOWN_MEMBER_ID")) }, "AF", false},
+		{"fresh heartbeat resumes the fenced tenure", func(r *rig) {
+			r.acquire()
+			r.wait(rigLease)
+			r.expire()
+			r.renewal(time.Millisecond, time.Millisecond)
+			r.deliver()
+		}, "AFA", true},
+		{"late heartbeat never revives", func(r *rig) {
+			r.acquire()
+			h, off := r.heartbeat()
+			r.wait(rigLease)
+			r.expire()
+			r.back(h, off) // it took a whole lease to come back
+			r.commit(off + 1)
+		}, "AF", false},
+		{"orderly revoke", func(r *rig) { r.acquire(); r.revoke(false) }, "AR", false},
+		{"revoke after fence", func(r *rig) { r.acquire(); r.wait(rigLease); r.expire(); r.revoke(false) }, "AFR", false},
+		{"revoke of a lapse nobody noticed", func(r *rig) { r.acquire(); r.wait(rigLease); r.revoke(false) }, "AFR", false},
+		{"lost assignment", func(r *rig) { r.acquire(); r.revoke(true) }, "AFR", false},
+		{"revoke before acquiring is silent", func(r *rig) { r.assign(); r.verify(); r.heartbeat(); r.revoke(false) }, "", false},
+		{"fence while not leading is silent", func(r *rig) { r.assign(); r.take(r.l.rejected("ILLEGAL_GENERATION")) }, "", false},
+		{"a new tenure acquires anew", func(r *rig) { r.acquire(); r.revoke(false); r.acquire() }, "ARA", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			tc.steps(r)
+			if got := r.kinds(); got != tc.events {
+				t.Errorf("events %q, want %q: %v", got, tc.events, r.events)
+			}
+			if got := r.l.isLeader(); got != tc.leader {
+				t.Errorf("isLeader = %v, want %v", got, tc.leader)
+			}
+			if !grammar.MatchString(r.kinds()) {
+				t.Errorf("events %q break the documented order", r.kinds())
+			}
+		})
+	}
+}
+
+// The lease ends HeartbeatTimeout after the send time of the newest heartbeat behind a renewal,
+// however late the renewal itself came.
+func TestLeaseEndsATimeoutAfterTheSendTime(t *testing.T) {
+	r := newRig(t)
+	r.assign()
+	r.verify()
+	r.renewal(300*time.Millisecond, 200*time.Millisecond) // accepted 500 ms after it was sent
+	r.deliver()
+	r.wait(rigLease - 500*time.Millisecond - time.Nanosecond)
+	if !r.l.isLeader() {
+		t.Fatal("lease ended early")
+	}
+	r.wait(time.Nanosecond)
+	if r.l.isLeader() {
+		t.Fatal("lease outlived HeartbeatTimeout after the heartbeat's send time")
+	}
+	r.expire()
+	f, ok := r.events[len(r.events)-1].(LeaderFenced)
+	if !ok || f.LeaseAge != rigLease {
+		t.Fatalf("want LeaderFenced with LeaseAge %v, got %v", rigLease, r.events)
+	}
+	if d, ok := r.l.deadline(); ok {
+		t.Fatalf("a fenced lease still has a deadline %v", d)
+	}
+}
+
+// Only this tenure's own heartbeats, each newer than the last, renew.
+func TestLeaseIgnoresForeignAndStaleHeartbeats(t *testing.T) {
+	r := newRig(t)
+	r.acquire()
+	old, _ := r.heartbeat()
+	r.revoke(false)
+	r.assign()
+	r.verify()
+	r.back(old, 40) // the previous tenure's, read back late
+	h1, off1 := r.heartbeat()
+	h2, off2 := r.heartbeat()
+	r.back(h2, off2)
+	r.back(h1, off1) // a retry that lost the race to a newer one
+	if got := r.l.load().counts.stale; got != 2 {
+		t.Fatalf("stale heartbeats %d, want 2", got)
+	}
+	r.commit(off1 + 1) // librdkafka never stored it, but a commit of it must not renew either
+	if strings.Count(r.kinds(), "A") != 1 {
+		t.Fatalf("a stale heartbeat renewed: %q", r.kinds())
+	}
+	r.commit(off2 + 1)
+	r.deliver()
+	if !r.l.isLeader() || r.kinds() != "ARA" {
+		t.Fatalf("the newest own heartbeat should renew: %q, leader %v", r.kinds(), r.l.isLeader())
+	}
+}
+
+// A commit of a later offset accepts every earlier one, but renews from the heartbeat it names.
+func TestLeaseRenewsFromTheCommittedHeartbeat(t *testing.T) {
+	r := newRig(t)
+	r.assign()
+	r.verify()
+	h1, off1 := r.heartbeat()
+	r.back(h1, off1)
+	r.wait(300 * time.Millisecond)
+	h2, off2 := r.heartbeat()
+	r.back(h2, off2)
+	r.commit(off2 + 1)
+	r.deliver()
+	if end := r.l.load().end; end != h2.sentMono+rigLease {
+		t.Fatalf("lease ends at %v, want the second heartbeat's send time plus the lease (%v)", end, h2.sentMono+rigLease)
+	}
+	r.commit(off1 + 1) // an older commit result arriving late changes nothing
+	if end := r.l.load().end; end != h2.sentMono+rigLease {
+		t.Fatalf("an older commit moved the lease end to %v", end)
+	}
+}
+
+// The token is the offset of the tenure's first confirmed heartbeat plus one; a fenced tenure that
+// resumes keeps it, and so do its heartbeats.
+func TestLeaseToken(t *testing.T) {
+	r := newRig(t)
+	r.offset = 41
+	r.acquire()
+	acq := r.events[0].(LeaderAcquired)
+	if acq.Token != 42 || r.l.load().token != 42 {
+		t.Fatalf("token %d, want 42", acq.Token)
+	}
+	h, _ := r.heartbeat()
+	if h.token != 42 || h.since != acq.Since.UnixNano() {
+		t.Fatalf("heartbeat carries token %d since %d", h.token, h.since)
+	}
+	r.wait(rigLease)
+	r.expire()
+	r.renewal(time.Millisecond, time.Millisecond)
+	if again := r.events[2].(LeaderAcquired); again.Token != 42 || again.Tenure != acq.Tenure || !again.Since.Equal(acq.Since) {
+		t.Fatalf("resumed with %v, want %v", again, acq)
+	}
+	r.revoke(false)
+	r.offset = 90
+	r.acquire()
+	if next := r.events[len(r.events)-1].(LeaderAcquired); next.Token != 91 || next.Tenure == acq.Tenure {
+		t.Fatalf("new tenure acquired with %v", next)
+	}
+}
+
+// After partition 0's log restarts below what librdkafka last committed, the lease asks for an
+// explicit commit of the heartbeat's offset, and acquires once it is accepted.
+func TestLeaseLogRestartedBelowCommittedOffset(t *testing.T) {
+	r := newRig(t)
+	r.offset = 500
+	r.acquire()
+	r.revoke(false)
+	r.offset = 3 // the log starts again
+	r.assign()
+	r.verify()
+	h, off := r.heartbeat()
+	r.back(h, off)
+	if len(r.commits) != 1 || r.commits[0] != 4 {
+		t.Fatalf("explicit commits %v, want [4]", r.commits)
+	}
+	r.commit(4)
+	r.deliver()
+	if !r.l.isLeader() || r.l.load().token != 4 {
+		t.Fatalf("leader %v with token %d after the restart", r.l.isLeader(), r.l.load().token)
+	}
+}
+
+// Heartbeats go out once per interval, and a pulse in between produces nothing.
+func TestLeaseHeartbeatCadence(t *testing.T) {
+	r := newRig(t)
+	r.assign()
+	r.due()
+	r.due()
+	r.wait(rigInterval - time.Millisecond)
+	r.due()
+	if len(r.sent) != 1 {
+		t.Fatalf("%d heartbeats within one interval, want 1", len(r.sent))
+	}
+	r.wait(time.Millisecond)
+	r.due()
+	if len(r.sent) != 2 || r.sent[1].seq != 2 || r.sent[1].sentMono-r.sent[0].sentMono != rigInterval {
+		t.Fatalf("second heartbeat %+v", r.sent)
+	}
+	r.revoke(false)
+	r.wait(rigInterval)
+	r.due()
+	if len(r.sent) != 2 {
+		t.Fatal("a heartbeat without a tenure")
+	}
+}
+
+// A tenure does not lead before a group check made after its assignment found no member on another
+// topic; the renewal it held back then takes effect.
+func TestLeaseWaitsForTheGroupCheck(t *testing.T) {
+	conflict := &GroupConflictError{Group: "g", Topic: "t", Members: []ForeignMember{{ClientID: "x", Topics: []string{"u"}}}}
+	r := newRig(t)
+	r.assign()
+	r.due()
+	if r.checks != 1 {
+		t.Fatalf("%d checks started at assignment, want 1", r.checks)
+	}
+	r.renewal(time.Millisecond, time.Millisecond)
+	if r.kinds() != "" {
+		t.Fatalf("led before the group check: %q", r.kinds())
+	}
+
+	r.check(groupCheck{verdict: groupVerdict{conflict: conflict, sawSelf: true}})
+	if r.kinds() != "" || r.l.load().conflict != conflict {
+		t.Fatalf("conflict: events %q, view conflict %v", r.kinds(), r.l.load().conflict)
+	}
+	r.due()
+	if r.checks != 1 {
+		t.Fatal("a conflict is checked again only after a lease")
+	}
+	r.wait(rigLease)
+	r.due()
+	if r.checks != 2 {
+		t.Fatal("no second check a lease after the conflict")
+	}
+
+	r.check(groupCheck{verdict: groupVerdict{}}) // own assignment not visible yet
+	r.wait(inconclusiveCheckRetry)
+	r.due()
+	if r.checks != 3 {
+		t.Fatal("an inconclusive check must be repeated soon")
+	}
+	r.check(groupCheck{err: errors.New("coordinator unavailable")})
+	r.wait(rigInterval - time.Millisecond)
+	r.due()
+	if r.checks != 3 {
+		t.Fatal("a failed check is repeated only after a backoff")
+	}
+	r.wait(time.Millisecond)
+	r.due()
+	if r.checks != 4 {
+		t.Fatal("no retry after the backoff")
+	}
+
+	r.renewal(time.Millisecond, time.Millisecond) // held until the check passes
+	r.verify()
+	r.deliver()
+	if r.kinds() != "A" || !r.l.isLeader() || r.l.load().conflict != nil {
+		t.Fatalf("after a clean check: %q, leader %v, conflict %v", r.kinds(), r.l.isLeader(), r.l.load().conflict)
+	}
+	r.check(groupCheck{verdict: groupVerdict{conflict: conflict}}) // a stale result changes nothing
+	if !r.l.isLeader() {
+		t.Fatal("a late check result deposed the leader")
+	}
+}
+
+// A check result for an earlier tenure is ignored.
+func TestLeaseIgnoresAnEarlierTenuresCheck(t *testing.T) {
+	r := newRig(t)
+	r.assign()
+	first := r.l.t.id
+	r.revoke(false)
+	r.assign()
+	r.take(r.l.checked(first, groupCheck{verdict: groupVerdict{sawSelf: true}}))
+	r.renewal(time.Millisecond, time.Millisecond)
+	if r.kinds() != "" {
+		t.Fatalf("acquired on the previous tenure's check: %q", r.kinds())
+	}
+}
+
+func TestLeaseCounts(t *testing.T) {
+	r := newRig(t)
+	r.acquire()
+	r.wait(rigLease)
+	r.expire()
+	r.renewal(time.Millisecond, time.Millisecond)
+	r.take(r.l.rejected("ILLEGAL_GENERATION"))
+	r.revoke(false)
+	c := r.l.load().counts
+	want := leaseCounts{acquired: 2, fenced: 2, revoked: 1, sent: 2, confirmed: 2, rejected: 1}
+	if c != want {
+		t.Fatalf("counts %+v, want %+v", c, want)
+	}
+}
