@@ -24,16 +24,38 @@ func (n *neli) shutdown(during bool) {
 	// The pulsing goroutine gives up mu within a poll, or at once if it waits in the rebalance
 	// callback for the barrier: that wait ends when closing does.
 	n.mu.Lock()
+	// Leaving the group waits for the final LeaderRevoked events instead of writing release
+	// markers: Close promises the barrier that much, and nothing else is left to hold up. Earlier
+	// revocations whose barrier calls are still under way are waited for too, so that their
+	// released markers can be written before the producer closes.
 	var finals []*delivery
 	for _, p := range n.parts {
-		if d := n.apply(p, p.lease.revoke(false)); d != nil {
+		out := p.lease.revoke(false)
+		if d := n.apply(p, out); d != nil {
 			finals = append(finals, d)
+			if out.release != nil {
+				n.releases = append(n.releases, release{p: p, marker: *out.release, done: d})
+			}
 		}
 	}
-	delivered := during || n.events.awaitAll(finals, n.timing.maxPoll, nil)
+	for _, r := range n.releases {
+		finals = append(finals, r.done)
+	}
+	delivered := during || awaitDeliveries(finals, n.timing.maxPoll, nil)
 	if !delivered {
 		n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
 			n.config.Name, n.timing.maxPoll)
+	}
+	if len(n.releases) > 0 {
+		// Released markers tell observers at once that these roles have no leader, and earlier
+		// successors that they may stop waiting. They are written with delivery reports of their
+		// own and waited for briefly, so that the producer is not closed under them.
+		done := n.releases
+		n.releases = nil
+		for i := range done {
+			done[i].marker.kind = kindReleased
+		}
+		n.writeMarkers(done, n.releaseFlush())
 	}
 	// A group check may be using the producer's connections.
 	n.checker.stop()
@@ -63,7 +85,7 @@ func (n *neli) shutdown(during bool) {
 	go func() {
 		n.closers.Wait()
 		n.logs.close()
-		<-n.events.done
+		n.events.wait()
 		close(n.clientsClosed)
 	}()
 	n.closeErr = errors.Join(errs...)
@@ -73,8 +95,8 @@ func (n *neli) shutdown(during bool) {
 	close(n.kafkaClosed)
 	if delivered || during {
 		// The last event was delivered, or the call under way is about to return (it may be
-		// the one that closed): the dispatcher finishes at once.
-		<-n.events.done
+		// the one that closed): the dispatchers finish at once.
+		n.events.wait()
 	}
 	close(n.closed)
 }

@@ -51,6 +51,10 @@ func NewCurator(config Config, barrier ...Barrier) (Curator, error) {
 
 // LeaderInfo describes a leader as its heartbeats show it.
 type LeaderInfo struct {
+	// Role is the role led, as its heartbeats name it: empty for the single leader of New.
+	Role string
+	// Partition is the role's partition of the leader topic.
+	Partition int32
 	// Name is the leader's Config.Name; empty when no leader is known.
 	Name string
 	// Tenure and Token are those of the leader's LeaderAcquired event.
@@ -72,6 +76,8 @@ func (l LeaderInfo) String() string {
 
 // Stats is a snapshot of a Curator's state and counters. Durations are zero when they do not apply.
 type Stats struct {
+	// Role is the role these figures are for: empty for the single leader of New.
+	Role  string
 	State State
 	// Leader is IsLeader(): the lease is valid now.
 	Leader bool
@@ -98,8 +104,8 @@ type Stats struct {
 	RenewalLag time.Duration
 	// YieldRemaining is how long this instance stays out of the group after Yield.
 	YieldRemaining time.Duration
-	// GroupConflict is set while this instance owns partition 0 but will not lead because members
-	// of its group use another leader topic.
+	// GroupConflict is set while this instance owns the role's partition but will not lead
+	// because members of its group use another leader topic or other roles.
 	GroupConflict *GroupConflictError
 
 	Acquired, Fenced, Revoked uint64 // leadership transitions delivered, by kind
@@ -111,13 +117,19 @@ type Stats struct {
 }
 
 func (n *neli) Stats() Stats {
-	l := n.primary()
+	return n.statsOf(n.parts[0])
+}
+
+// statsOf is Stats for one role.
+func (n *neli) statsOf(p *part) Stats {
+	l := p.lease
 	v := l.load()
 	now := l.now()
 	c := v.counts
 	s := Stats{
+		Role:                p.name,
 		State:               n.State(),
-		Leader:              n.IsLeader(),
+		Leader:              n.isLeaderOf(p),
 		Leading:             v.leading && l.delivered.Load() >= v.epoch,
 		Assigned:            v.assigned,
 		HeartbeatRTT:        v.rtt,
@@ -155,17 +167,29 @@ func (n *neli) Stats() Stats {
 }
 
 func (n *neli) Token() int64 {
-	v := n.primary().load()
-	if !n.IsLeader() {
+	return n.tokenOf(n.parts[0])
+}
+
+// tokenOf is Token for one role.
+func (n *neli) tokenOf(p *part) int64 {
+	v := p.lease.load()
+	if !n.isLeaderOf(p) {
 		return 0
 	}
 	return v.token
 }
 
 func (n *neli) Leader() (LeaderInfo, bool) {
-	v := n.primary().load()
-	if n.IsLeader() {
+	return n.leaderOf(n.parts[0])
+}
+
+// leaderOf is Leader for one role.
+func (n *neli) leaderOf(p *part) (LeaderInfo, bool) {
+	v := p.lease.load()
+	if n.isLeaderOf(p) {
 		return LeaderInfo{
+			Role:          p.name,
+			Partition:     p.id,
 			Name:          n.config.Name,
 			Tenure:        strconv.FormatUint(v.tenure, 16),
 			Token:         v.token,
@@ -174,7 +198,7 @@ func (n *neli) Leader() (LeaderInfo, bool) {
 		}, true
 	}
 	if n.observer != nil {
-		return n.observer.current()
+		return n.observer.current(p.id)
 	}
 	return LeaderInfo{}, false
 }

@@ -56,9 +56,9 @@ func (d *dispatcher) inCall() bool {
 	return d.busy
 }
 
-// await waits until dl has been delivered, limit has passed, or abort is closed, and reports
-// whether it was delivered.
-func (d *dispatcher) await(dl *delivery, limit time.Duration, abort <-chan struct{}) bool {
+// awaitDelivery waits until dl has been delivered, limit has passed, or abort is closed, and
+// reports whether it was delivered. A nil dl counts as delivered.
+func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) bool {
 	if dl == nil {
 		return true
 	}
@@ -73,11 +73,11 @@ func (d *dispatcher) await(dl *delivery, limit time.Duration, abort <-chan struc
 	return false
 }
 
-// awaitAll is await for several deliveries under one limit.
-func (d *dispatcher) awaitAll(dls []*delivery, limit time.Duration, abort <-chan struct{}) bool {
+// awaitDeliveries is awaitDelivery for several deliveries under one limit.
+func awaitDeliveries(dls []*delivery, limit time.Duration, abort <-chan struct{}) bool {
 	deadline := time.Now().Add(limit)
 	for _, dl := range dls {
-		if !d.await(dl, time.Until(deadline), abort) {
+		if !awaitDelivery(dl, time.Until(deadline), abort) {
 			return false
 		}
 	}
@@ -119,5 +119,32 @@ func (d *dispatcher) run() {
 		d.busy = false
 		d.mu.Unlock()
 		close(dl.done)
+	}
+}
+
+// dispatchers are the dispatchers of an instance's roles.
+type dispatchers []*dispatcher
+
+// inCall reports whether any of them is calling the application at this moment.
+func (ds dispatchers) inCall() bool {
+	for _, d := range ds {
+		if d.inCall() {
+			return true
+		}
+	}
+	return false
+}
+
+// stop stops them all; see dispatcher.stop.
+func (ds dispatchers) stop() {
+	for _, d := range ds {
+		d.stop()
+	}
+}
+
+// wait returns once every one of them has finished.
+func (ds dispatchers) wait() {
+	for _, d := range ds {
+		<-d.done
 	}
 }

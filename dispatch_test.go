@@ -27,7 +27,7 @@ func TestDispatcherOrderAndExclusion(t *testing.T) {
 	for i := range 100 {
 		last = d.post(call(i))
 	}
-	if !d.await(last, awaitLimit, nil) {
+	if !awaitDelivery(last, awaitLimit, nil) {
 		t.Fatal("the last call was never delivered")
 	}
 	d.stop()
@@ -48,12 +48,12 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	blocked := d.post(func() { <-release })
 	var ran atomic.Bool
 	after := d.post(func() { ran.Store(true) })
-	if d.await(blocked, time.Millisecond, nil) {
+	if awaitDelivery(blocked, time.Millisecond, nil) {
 		t.Fatal("await reported a call that is still running as delivered")
 	}
 	abort := make(chan struct{})
 	close(abort)
-	if d.await(after, awaitLimit, abort) {
+	if awaitDelivery(after, awaitLimit, abort) {
 		t.Fatal("await ignored its abort channel")
 	}
 	if !d.inCall() {
@@ -68,7 +68,7 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	if d.post() != nil {
 		t.Fatal("posting nothing must return no delivery")
 	}
-	if !d.awaitAll([]*delivery{blocked, after, nil}, time.Millisecond, nil) {
+	if !awaitDeliveries([]*delivery{blocked, after, nil}, time.Millisecond, nil) {
 		t.Fatal("awaitAll of delivered calls must succeed")
 	}
 }

@@ -13,18 +13,36 @@ import (
 // producer. It tells the lease of each partition it contends for what happened there, and carries
 // out what that lease answers (apply). Every method here is called with mu held.
 
-// part is one partition of the leader topic that this instance contends for: its lease and what
-// the driver keeps beside it. There is one today, partition 0; the driver finds them by partition
-// (neli.part) and walks them in order (neli.parts), so more partitions are more entries.
+// part is one role: a partition of the leader topic that this instance contends for, its lease,
+// the dispatcher that calls the barrier with its events, and what the driver keeps beside them.
+// The driver finds parts by partition (partOf) and walks them in order (neli.parts).
 type part struct {
-	id    int32
-	lease *lease
+	id     int32
+	name   string // the role's name; empty for the single leader of New
+	lease  *lease
+	events *dispatcher
 	// stored is set once an offset has been stored since the partition was assigned: librdkafka
 	// then commits it again when the partition is revoked (see neli.owedCommit).
 	stored bool
 	// wantCheck says that the lease asked for a group check that has not been started yet.
 	wantCheck bool
+	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
+	signal chan struct{}
 }
+
+// release is a tenure that gave its partition up while the barrier still had its LeaderRevoked:
+// once the barrier has returned from it (done), the released marker is written.
+type release struct {
+	p      *part
+	marker heartbeat
+	done   *delivery
+}
+
+// releaseLookback is how many records before the end of a partition a new tenure starts reading,
+// so that it sees a predecessor's release marker (lease.foreign). Only the partition's owner
+// writes, and a revoked owner writes nothing after its marker but the released one, so a few
+// records are plenty.
+const releaseLookback = 8
 
 // cycle polls the consumer dry (within bounds), lets the lease act on the time that has passed and
 // starts what it asks for.
@@ -46,6 +64,7 @@ func (n *neli) cycle() error {
 	}
 	n.drainProducer()
 	n.collectGroupCheck()
+	n.finishReleases()
 	if n.State() == Live {
 		for _, p := range n.parts {
 			n.apply(p, p.lease.due())
@@ -104,10 +123,14 @@ func (n *neli) onMessage(m *kafka.Message) {
 		return
 	}
 	var h heartbeat
-	if h.decode(m.Value) != nil || string(m.Key) != n.config.Name {
+	if h.decode(m.Value) != nil {
 		return
 	}
-	n.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
+	if h.kind == kindHeartbeat && string(m.Key) == n.config.Name {
+		n.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
+		return
+	}
+	n.apply(p, p.lease.foreign(h))
 }
 
 // partOf returns the part of tp, or nil if tp is not one this instance contends for.
@@ -195,12 +218,13 @@ func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 	case kafka.AssignedPartitions:
 		mine := n.mine(e.Partitions)
 		for i := range mine {
-			// A tenure only needs the heartbeats it produces from now on. Starting from the end,
-			// rather than from the group's committed offset, also keeps librdkafka from learning a
+			// A tenure needs the heartbeats it produces from now on, and the last few records
+			// before them for a predecessor's release marker. Starting relative to the end, rather
+			// than from the group's committed offset, also keeps librdkafka from learning a
 			// committed offset that lies beyond the end of a log that restarted (a broker that lost
 			// its data, an unclean leader election): it auto-commits only offsets above the one
 			// it knows, so no heartbeat could be confirmed until the log grew past it.
-			mine[i].Offset = kafka.OffsetEnd
+			mine[i].Offset = kafka.OffsetTail(releaseLookback)
 		}
 		if c != nil {
 			var err error
@@ -243,24 +267,36 @@ func (n *neli) beginTenure(p *part) {
 	n.log.D()("goneli %s: assigned partition %d (tenure %s)", n.config.Name, p.id, p.lease.t.name())
 }
 
-// endTenures ends the tenures of parts and, unless the assignment was lost, holds the revocation
-// back until the barrier has returned from their LeaderRevoked events: the successor cannot be
-// assigned a partition before. The wait is bounded by the rebalance timeout, after which the
-// coordinator would expel this instance anyway, and ends early if Close begins, since Close may be
-// waiting for it. The partitions are revoked together, so their waits run side by side.
+// endTenures ends the tenures of parts. Unless the assignment was lost, a successor must not lead
+// before the barrier has returned from LeaderRevoked (or the rebalance timeout has passed). Holding
+// the revocation back until then would hold up the whole group, and with it the renewals of every
+// other role, so instead each tenure whose LeaderRevoked is still on its way writes a releasing
+// marker to its partition, which the successor waits on (lease.foreign), and a released marker
+// once the barrier has returned (finishReleases). Only if the markers cannot be written in time is
+// the revocation held back, as a rebalance would be, for up to the rebalance timeout; it ends
+// early if Close begins, since Close may be waiting for it.
 func (n *neli) endTenures(parts []*part, lost bool) {
-	var last []*delivery
+	var pending []release
 	for _, p := range parts {
-		if d := n.apply(p, p.lease.revoke(lost)); d != nil {
-			last = append(last, d)
+		out := p.lease.revoke(lost)
+		d := n.apply(p, out)
+		if out.release != nil && d != nil {
+			pending = append(pending, release{p: p, marker: *out.release, done: d})
 		}
 	}
-	if lost || len(last) == 0 {
+	if len(pending) == 0 {
 		return
 	}
+	written := n.writeMarkers(pending, n.releaseFlush())
+	if written {
+		n.releases = append(n.releases, pending...)
+		return
+	}
+	n.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
+		n.config.Name, n.releaseFlush())
 	deadline := time.Now().Add(n.timing.maxPoll)
-	for _, d := range last {
-		if !n.events.await(d, time.Until(deadline), n.closing) {
+	for _, r := range pending {
+		if !awaitDelivery(r.done, time.Until(deadline), n.closing) {
 			if n.State() == Live {
 				n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
 					n.config.Name, n.timing.maxPoll)
@@ -268,6 +304,59 @@ func (n *neli) endTenures(parts []*part, lost bool) {
 			return
 		}
 	}
+}
+
+// writeMarkers produces the release markers and waits up to limit for the broker to have them
+// all, reporting whether it did. Their delivery reports come on a channel of their own, which the
+// producer's own goroutine serves, so the wait needs no poll of ours.
+func (n *neli) writeMarkers(rs []release, limit time.Duration) bool {
+	if !n.ensureProducer() {
+		return false
+	}
+	reports := make(chan kafka.Event, len(rs))
+	for _, r := range rs {
+		if n.produceRecordTo(r.p, &r.marker, reports) != nil {
+			return false
+		}
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for range rs {
+		select {
+		case ev := <-reports:
+			if m, ok := ev.(*kafka.Message); !ok || m.TopicPartition.Error != nil {
+				return false
+			}
+		case <-timer.C:
+			return false
+		}
+	}
+	return true
+}
+
+// releaseFlush bounds the wait for release markers to reach the broker.
+func (n *neli) releaseFlush() time.Duration {
+	return *n.config.HeartbeatTimeout / 2
+}
+
+// finishReleases writes the released marker of every release whose barrier call has returned.
+func (n *neli) finishReleases() {
+	kept := n.releases[:0]
+	for _, r := range n.releases {
+		select {
+		case <-r.done.done:
+			r.marker.kind = kindReleased
+			r.marker.seq++
+			r.marker.sentWall, r.marker.sentMono = time.Now().UnixNano(), n.now()
+			if err := n.produceRecord(r.p, &r.marker); err != nil {
+				n.throttle.log(n.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", n.config.Name, r.p.id, err)
+			}
+		default:
+			kept = append(kept, r)
+		}
+	}
+	clear(n.releases[len(kept):])
+	n.releases = kept
 }
 
 // trackGroupAssignment keeps the set of partitions the group has given this member, which Close
@@ -324,19 +413,29 @@ func (n *neli) ensureProducer() bool {
 }
 
 func (n *neli) produce(p *part, h *heartbeat) {
-	if !n.ensureProducer() {
-		return
-	}
-	err := n.producer.Produce(&kafka.Message{
-		TopicPartition: kafka.TopicPartition{Topic: &n.topic, Partition: p.id},
-		Key:            n.key,
-		Value:          h.appendTo(make([]byte, 0, heartbeatSize)),
-	}, nil)
-	if err != nil {
+	if err := n.produceRecord(p, h); err != nil {
 		n.throttle.log(n.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", n.config.Name, err)
 		return
 	}
 	p.lease.sent()
+}
+
+// produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
+// comes through the producer's events.
+func (n *neli) produceRecord(p *part, h *heartbeat) error {
+	return n.produceRecordTo(p, h, nil)
+}
+
+// produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
+func (n *neli) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) error {
+	if !n.ensureProducer() {
+		return errors.New("no producer")
+	}
+	return n.producer.Produce(&kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &n.topic, Partition: p.id},
+		Key:            n.key,
+		Value:          h.appendTo(make([]byte, 0, heartbeatSize+len(h.role))),
+	}, reports)
 }
 
 func (n *neli) drainProducer() {

@@ -20,14 +20,34 @@ var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
 // TopicError reports that the leader topic is missing and could not be created.
 type TopicError struct {
 	Topic string
-	Err   error
+	// Partitions is how many partitions it needs, one per role; 0 means 1.
+	Partitions int
+	Err        error
 }
 
 func (e *TopicError) Error() string {
+	p := max(e.Partitions, 1)
 	return fmt.Sprintf("goneli: leader topic %q does not exist and could not be created (%v); "+
-		"create it with one partition, for example: kafka-topics.sh --create --topic %s --partitions 1",
-		e.Topic, e.Err, e.Topic)
+		"create it with %d partition(s), for example: kafka-topics.sh --create --topic %s --partitions %d",
+		e.Topic, e.Err, p, e.Topic, p)
 }
+
+// PartitionsError reports that the leader topic has fewer partitions than there are roles, and
+// that partitions could not be added to it.
+type PartitionsError struct {
+	Topic      string
+	Has, Needs int
+	Err        error
+}
+
+func (e *PartitionsError) Error() string {
+	return fmt.Sprintf("goneli: leader topic %q has %d partition(s) and needs %d, one per role, but none could be added (%v); "+
+		"add them, for example: kafka-topics.sh --alter --topic %s --partitions %d",
+		e.Topic, e.Has, e.Needs, e.Err, e.Topic, e.Needs)
+}
+
+// Unwrap returns the cause.
+func (e *PartitionsError) Unwrap() error { return e.Err }
 
 // Unwrap returns the cause.
 func (e *TopicError) Unwrap() error { return e.Err }
@@ -47,21 +67,28 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("goneli: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
 }
 
-// GroupConflictError reports members of the leader group that work on another leader topic. No
-// instance that sees such a member leads until it has gone: fix the configuration so that every
-// contender of the group names the same LeaderTopic.
+// GroupConflictError reports members of the leader group that work on another leader topic, or
+// with another list of roles. No instance that sees such a member leads until it has gone: fix the
+// configuration so that every contender of the group names the same LeaderTopic and the same
+// roles in the same order.
 type GroupConflictError struct {
 	Group string
 	Topic string
-	// Members are the members holding partitions of other topics.
+	// Roles is the digest of this instance's role list (see NewRoles); empty for New.
+	Roles string
+	// Members are the members that disagree.
 	Members []ForeignMember
 }
 
-// ForeignMember is a member of the leader group that holds partitions of other topics.
+// ForeignMember is a member of the leader group that holds partitions of other topics, or has
+// another role list.
 type ForeignMember struct {
 	ClientID string
 	Host     string
-	Topics   []string
+	// Topics are the other topics it holds partitions of.
+	Topics []string
+	// Roles is the digest of its role list when that differs from this instance's.
+	Roles string
 }
 
 func (e *GroupConflictError) Error() string {
@@ -70,9 +97,20 @@ func (e *GroupConflictError) Error() string {
 		if i > 0 {
 			sb.WriteString(", ")
 		}
-		fmt.Fprintf(&sb, "%s on %s (%s)", m.ClientID, m.Host, strings.Join(m.Topics, ", "))
+		var what []string
+		if len(m.Topics) > 0 {
+			what = append(what, "topics "+strings.Join(m.Topics, ", "))
+		}
+		if m.Roles != "" {
+			what = append(what, "roles "+m.Roles)
+		}
+		fmt.Fprintf(&sb, "%s on %s (%s)", m.ClientID, m.Host, strings.Join(what, "; "))
 	}
-	return fmt.Sprintf("goneli: group %s is shared with members that use another leader topic than %s: %s; "+
-		"every contender of a group must use the same LeaderTopic, and no other consumer may use the group",
-		e.Group, e.Topic, sb.String())
+	mine := "the single leader"
+	if e.Roles != "" {
+		mine = "roles " + e.Roles
+	}
+	return fmt.Sprintf("goneli: group %s is shared with members that use another leader topic than %s, or other roles than %s: %s; "+
+		"every contender of a group must use the same LeaderTopic and the same roles in the same order, and no other consumer may use the group",
+		e.Group, e.Topic, mine, sb.String())
 }

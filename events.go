@@ -9,25 +9,28 @@ import (
 // LeaderAcquired, LeaderRevoked and LeaderFenced; they are values, so a type switch on
 // `case LeaderAcquired:` works, and they may gain fields over time.
 //
-// For one instance the events of a tenure (one assignment of partition 0) always come in this
-// order:
+// For one instance and one role the events of a tenure (one assignment of the role's partition)
+// always come in this order:
 //
 //	LeaderAcquired (LeaderFenced LeaderAcquired)* [LeaderFenced] LeaderRevoked
 //
 // LeaderRevoked ends every tenure that began with LeaderAcquired, including on Close. A tenure that
-// never acquired (its first heartbeat never came back) ends silently.
+// never acquired (its first heartbeat never came back) ends silently. Each event names its Role:
+// empty for the single leader of New, the role's name for NewRoles.
 type Event interface {
 	fmt.Stringer
 }
 
-// Barrier receives leadership events. It is called from a goroutine of the instance's own, one
-// event at a time and in order, never with a lock of goneli's held; OnLeaderChange is called from
-// the same goroutine. Pulse does not wait for it, except that leadership (IsLeader) begins only
-// once the barrier has returned from LeaderAcquired, and a revocation of partition 0 waits for it
-// to return from LeaderRevoked, for up to the rebalance timeout (max.poll.interval.ms), so that
-// the successor is assigned the partition only after it. Close waits likewise for the final
-// LeaderRevoked. The barrier may call IsLeader, State, Token, Leader, Stats, Yield and Close
-// (Close then returns once the instance has left the group; see Neli.Close), but not Pulse.
+// Barrier receives leadership events. For each role it is called from a goroutine of the role's
+// own, one event at a time and in order, never with a lock of goneli's held; events of different
+// roles may be delivered at the same time, from different goroutines. OnLeaderChange is called
+// from the goroutine of the first role. Pulse does not wait for the barrier, except that a role's
+// leadership (IsLeader) begins only once the barrier has returned from its LeaderAcquired, and a
+// successor does not lead a revoked role before the barrier has returned from its LeaderRevoked,
+// or the rebalance timeout (max.poll.interval.ms) has passed, so that a leader may finish
+// in-flight work first. Close waits likewise for the final LeaderRevoked events. The barrier may
+// call IsLeader, State, Token, Leader, Stats, Yield and Close (Close then returns once the
+// instance has left the group; see Neli.Close), but not Pulse.
 type Barrier func(e Event)
 
 // NopBarrier returns a barrier that ignores every event.
@@ -40,8 +43,10 @@ func NopBarrier() Barrier {
 // heartbeat of the same tenure did. IsLeader returns true only after the barrier returns, so the
 // application can initialise leader state here before any leader work runs.
 type LeaderAcquired struct {
-	// Tenure identifies the assignment of partition 0 that this leadership belongs to; it stays the
-	// same when a fenced leader resumes.
+	// Role is the role led: empty for the single leader of New.
+	Role string
+	// Tenure identifies the assignment of the role's partition that this leadership belongs to; it
+	// stays the same when a fenced leader resumes.
 	Tenure string
 	// Token is the tenure's fencing token: it is larger than the token of every earlier tenure of
 	// the group, whoever held it, and stays the same when a fenced leader resumes. See
@@ -53,21 +58,31 @@ type LeaderAcquired struct {
 
 // String describes the event.
 func (e LeaderAcquired) String() string {
-	return fmt.Sprintf("LeaderAcquired[Tenure=%s, Token=%d]", e.Tenure, e.Token)
+	return fmt.Sprintf("LeaderAcquired[%sTenure=%s, Token=%d]", roleField(e.Role), e.Tenure, e.Token)
 }
 
-// LeaderRevoked is delivered when this instance's tenure ends in an orderly way: partition 0 was
-// revoked in a rebalance, or Close was called. IsLeader is already false. Blocking in the barrier
-// holds back the reassignment of partition 0 (for up to max.poll.interval.ms, which goneli sets
-// to the session timeout unless raised), so a leader may finish in-flight work first.
+// roleField renders a role for an event's String, nothing for the unnamed role.
+func roleField(role string) string {
+	if role == "" {
+		return ""
+	}
+	return "Role=" + role + ", "
+}
+
+// LeaderRevoked is delivered when this instance's tenure ends in an orderly way: the role's
+// partition was revoked in a rebalance, or Close or Yield was called. IsLeader is already false.
+// Blocking in the barrier holds back the successor (for up to max.poll.interval.ms, which goneli
+// sets to the session timeout unless raised), so a leader may finish in-flight work first; it
+// does not hold back the other roles.
 type LeaderRevoked struct {
+	Role   string
 	Tenure string
 	Token  int64
 }
 
 // String describes the event.
 func (e LeaderRevoked) String() string {
-	return fmt.Sprintf("LeaderRevoked[Tenure=%s]", e.Tenure)
+	return fmt.Sprintf("LeaderRevoked[%sTenure=%s]", roleField(e.Role), e.Tenure)
 }
 
 // LeaderFenced is delivered when this instance stops being leader without the group's agreement:
@@ -77,6 +92,7 @@ func (e LeaderRevoked) String() string {
 // barrier holds nothing back. Leadership resumes with LeaderAcquired if a fresh heartbeat of the
 // same tenure comes back.
 type LeaderFenced struct {
+	Role   string
 	Tenure string
 	Token  int64
 	// Reason says why, for logs.
@@ -87,5 +103,5 @@ type LeaderFenced struct {
 
 // String describes the event.
 func (e LeaderFenced) String() string {
-	return fmt.Sprintf("LeaderFenced[Tenure=%s, Reason=%s, LeaseAge=%v]", e.Tenure, e.Reason, e.LeaseAge)
+	return fmt.Sprintf("LeaderFenced[%sTenure=%s, Reason=%s, LeaseAge=%v]", roleField(e.Role), e.Tenure, e.Reason, e.LeaseAge)
 }

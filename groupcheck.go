@@ -2,9 +2,12 @@ package goneli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,15 +63,54 @@ func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID string, partit
 				v.sawSelf = true
 			}
 		}
-		if len(foreign) > 0 {
+		otherRoles := rolesDigestOf(m.ClientID) != rolesDigestOf(clientID)
+		if len(foreign) > 0 || otherRoles {
 			if v.conflict == nil {
-				v.conflict = &GroupConflictError{Group: d.GroupID, Topic: topic}
+				v.conflict = &GroupConflictError{Group: d.GroupID, Topic: topic, Roles: rolesDigestOf(clientID)}
 			}
 			sort.Strings(foreign)
-			v.conflict.Members = append(v.conflict.Members, ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign})
+			fm := ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign}
+			if otherRoles {
+				fm.Roles = rolesDigestOf(m.ClientID)
+				if fm.Roles == "" {
+					fm.Roles = singleRole
+				}
+			}
+			v.conflict.Members = append(v.conflict.Members, fm)
 		}
 	}
 	return v
+}
+
+// Members of one group must agree on which role each partition stands for: two instances whose
+// role lists differ would each lead "billing" on a partition of its own. Every instance made by
+// NewRoles therefore ends its consumer's client.id with rolesSuffix and a digest of its role list,
+// which the group's description shows for every member, and the group check treats a member with
+// another digest (or none, for New's single role) like a member on another topic: whichever is
+// assigned later sees the other and does not lead.
+const rolesSuffix = "--roles-"
+
+// singleRole stands for New's single unnamed role in a GroupConflictError.
+const singleRole = "(single leader)"
+
+// rolesDigest names a role list: eight hex digits of its SHA-256, order included, since the order
+// says which partition each role is.
+func rolesDigest(roles []string) string {
+	h := sha256.New()
+	for _, r := range roles {
+		_, _ = h.Write([]byte(r))
+		_, _ = h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:4])
+}
+
+// rolesDigestOf reads the digest from a member's client.id; empty for a member without one.
+func rolesDigestOf(clientID string) string {
+	i := strings.LastIndex(clientID, rolesSuffix)
+	if i < 0 {
+		return ""
+	}
+	return clientID[i+len(rolesSuffix):]
 }
 
 // describeGroup asks the coordinator for the group, waiting at most timeout.

@@ -6,17 +6,24 @@ import (
 	"time"
 )
 
-// A heartbeat is one record on partition 0 of the leader topic. Its key is the sender's Name; its
-// value is a fixed 51-byte binary layout, big-endian:
+// A heartbeat is one record on a partition of the leader topic. Its key is the sender's Name; its
+// value is a binary layout, big-endian, of 54 bytes plus the role's name:
 //
 //	0   2  magic "NL"
-//	2   1  version (1)
-//	3   8  tenure id, random per assignment of partition 0
+//	2   1  version (2)
+//	3   8  tenure id, random per assignment of the partition
 //	11  8  sequence number within the tenure, from 1
 //	19  8  send time, Unix nanoseconds (wall clock, for observers and logs)
 //	27  8  send time on the sender's monotonic clock, nanoseconds since its instance started
 //	35  8  tenure start, Unix nanoseconds (0 until the tenure first acquired)
-//	43  8  fencing token, one more than the partition-0 offset of the tenure's first confirmed heartbeat (0 until then)
+//	43  8  fencing token, one more than the partition offset of the tenure's first confirmed heartbeat (0 until then)
+//	51  1  kind: 0 a heartbeat, 1 the tenure is releasing the partition, 2 the tenure has released it
+//	52  2  length of the role's name
+//	54  n  the role's name (empty for the single leader of New)
+//
+// Version 1 records end at byte 51 and are heartbeats of the unnamed role. The first 51 bytes have
+// the same meaning in every version, so that instances of different versions read one another's
+// heartbeats.
 //
 // The monotonic send time means nothing to other processes; the sender uses it to date its own
 // heartbeats when they come back, so that wall-clock steps cannot stretch a lease.
@@ -27,11 +34,28 @@ type heartbeat struct {
 	sentMono time.Duration
 	since    int64
 	token    int64
+	kind     recordKind
+	role     string
 }
 
+// recordKind tells heartbeats from the markers a tenure writes when it gives its partition up.
+type recordKind uint8
+
 const (
-	heartbeatVersion = 1
-	heartbeatSize    = 51
+	// kindHeartbeat renews the sender's lease once it comes back and its offset is committed.
+	kindHeartbeat recordKind = iota
+	// kindReleasing says that the tenure's partition was revoked while its barrier was still
+	// busy with the revocation: a successor waits for kindReleased (see lease.released).
+	kindReleasing
+	// kindReleased says that the barrier has returned from the tenure's LeaderRevoked.
+	kindReleased
+)
+
+const (
+	heartbeatVersion = 2
+	heartbeatV1Size  = 51
+	heartbeatSize    = 54 // without the role's name
+	maxRoleName      = 255
 )
 
 var errNotHeartbeat = errors.New("goneli: not a heartbeat record")
@@ -44,13 +68,14 @@ func (h *heartbeat) appendTo(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(h.sentMono))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.since))
 	b = binary.BigEndian.AppendUint64(b, uint64(h.token))
-	return b
+	b = append(b, byte(h.kind))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(h.role)))
+	return append(b, h.role...)
 }
 
-// decode reads a heartbeat. Records of a later version are accepted as long as they keep the
-// version 1 prefix, so that mixed-version groups still recognise one another's heartbeats.
+// decode reads a heartbeat of any version. A later version is read by its version 2 prefix.
 func (h *heartbeat) decode(b []byte) error {
-	if len(b) < heartbeatSize || b[0] != 'N' || b[1] != 'L' || b[2] < heartbeatVersion {
+	if len(b) < heartbeatV1Size || b[0] != 'N' || b[1] != 'L' || b[2] < 1 {
 		return errNotHeartbeat
 	}
 	h.tenure = binary.BigEndian.Uint64(b[3:])
@@ -59,5 +84,18 @@ func (h *heartbeat) decode(b []byte) error {
 	h.sentMono = time.Duration(binary.BigEndian.Uint64(b[27:]))
 	h.since = int64(binary.BigEndian.Uint64(b[35:]))
 	h.token = int64(binary.BigEndian.Uint64(b[43:]))
+	h.kind, h.role = kindHeartbeat, ""
+	if b[2] == 1 {
+		return nil
+	}
+	if len(b) < heartbeatSize {
+		return errNotHeartbeat
+	}
+	n := int(binary.BigEndian.Uint16(b[52:]))
+	if len(b) < heartbeatSize+n {
+		return errNotHeartbeat
+	}
+	h.kind = recordKind(b[51])
+	h.role = string(b[heartbeatSize : heartbeatSize+n])
 	return nil
 }

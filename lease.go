@@ -27,11 +27,15 @@ import (
 // Leadership is visible (IsLeader) only once the driver reports that the barrier has returned from
 // the LeaderAcquired event, so that the application can set up leader state first.
 type lease struct {
+	role     string        // the role's name, for events and heartbeats
 	timeout  time.Duration // HeartbeatTimeout
 	interval time.Duration // between heartbeats
-	clock    clock
-	base     time.Time // origin of the monotonic durations below
-	random   func() uint64
+	// releaseWait is how long a new tenure waits for a predecessor that is releasing the
+	// partition: the rebalance timeout, which bounds a revocation's wait for the barrier.
+	releaseWait time.Duration
+	clock       clock
+	base        time.Time // origin of the monotonic durations below
+	random      func() uint64
 
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
@@ -69,8 +73,13 @@ type tenure struct {
 	checking   bool
 	checkAt    time.Duration
 	checkDelay time.Duration
-	held       *confirmed // newest renewal that waits for the group check
+	held       *confirmed // newest renewal that waits for the group check or a predecessor
 	conflict   *GroupConflictError
+
+	// releasing holds the tenures of predecessors seen releasing the partition and not yet
+	// released; the tenure does not lead while one is left and releaseBy has not passed.
+	releasing map[uint64]bool
+	releaseBy time.Duration
 }
 
 // confirmed is an own heartbeat that came back, by its send time and offset.
@@ -87,16 +96,17 @@ type leaseCounts struct {
 
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
 type leaseView struct {
-	assigned bool
-	leading  bool   // the protocol believes it leads
-	epoch    uint64 // the LeaderAcquired behind leading
-	tenure   uint64
-	token    int64
-	since    time.Time
-	end      time.Duration // lease end, on the lease's clock; meaningful while leading
-	rtt, lag time.Duration
-	conflict *GroupConflictError
-	counts   leaseCounts
+	assigned  bool
+	releasing bool   // waits for a predecessor to release the partition
+	leading   bool   // the protocol believes it leads
+	epoch     uint64 // the LeaderAcquired behind leading
+	tenure    uint64
+	token     int64
+	since     time.Time
+	end       time.Duration // lease end, on the lease's clock; meaningful while leading
+	rtt, lag  time.Duration
+	conflict  *GroupConflictError
+	counts    leaseCounts
 }
 
 // leaseOut is what the driver must do after a transition.
@@ -106,6 +116,10 @@ type leaseOut struct {
 	store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
 	check     bool       // start a group check for the current tenure
+	// release is set when the tenure ended while its LeaderRevoked was still to be delivered: the
+	// driver writes it (kind releasing) before it lets the partition go, and again, as kind
+	// released, once the barrier has returned from the last of events.
+	release *heartbeat
 }
 
 // clock reads the time. Lease arithmetic uses the monotonic reading of what Now returns.
@@ -124,10 +138,19 @@ func randomTenure() uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// newLease makes the lease of one partition. Its instants are durations since base, which the
-// leases of one instance share so that their deadlines compare.
-func newLease(timeout, interval time.Duration, c clock, base time.Time) *lease {
-	l := &lease{timeout: timeout, interval: interval, clock: c, base: base, random: randomTenure}
+// leaseConfig configures a lease. Its instants are durations since base, which the leases of one
+// instance share so that their deadlines compare.
+type leaseConfig struct {
+	role                           string
+	timeout, interval, releaseWait time.Duration
+	clock                          clock
+	base                           time.Time
+}
+
+// newLease makes the lease of one partition.
+func newLease(c leaseConfig) *lease {
+	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, releaseWait: c.releaseWait,
+		clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -144,7 +167,8 @@ func (l *lease) assign() leaseOut {
 	if l.t.active {
 		return leaseOut{}
 	}
-	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}}
+	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
+		releaseBy: l.now() + l.releaseWait}
 	l.publish()
 	return leaseOut{}
 }
@@ -162,7 +186,7 @@ func (l *lease) due() leaseOut {
 	now := l.now()
 	if now >= l.t.next {
 		l.t.seq++
-		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now}
+		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now, role: l.role}
 		if l.t.acquired {
 			h.since, h.token = l.t.since.UnixNano(), l.t.token
 		}
@@ -173,6 +197,7 @@ func (l *lease) due() leaseOut {
 		l.t.checking = true
 		out.check = true
 	}
+	l.release(&out)
 	return out
 }
 
@@ -211,6 +236,48 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	}
 	l.publish()
 	return out
+}
+
+// foreign takes a record read from the partition that is not one of this tenure's own: another
+// instance's, or an earlier tenure's of this one. Only a predecessor's release markers matter.
+//
+// A tenure that is revoked while its LeaderRevoked is still with the barrier writes a releasing
+// marker before the partition leaves it, and a released marker once the barrier has returned, so
+// that the revocation does not have to hold up the group (and every other role) while the barrier
+// finishes in-flight work. A successor reads the partition from a few records before its end on
+// assignment, so it has read any such marker before its own first heartbeat comes back; while a
+// predecessor is releasing it holds its renewals back, until the released marker comes or the
+// rebalance timeout has passed since its assignment, which is as long as a revocation would have
+// waited for the barrier.
+func (l *lease) foreign(h heartbeat) leaseOut {
+	var out leaseOut
+	if !l.t.active || h.tenure == l.t.id || (h.kind == kindReleasing && l.t.confirmedSeq > 0) {
+		// A releasing marker that lands after this tenure's own first heartbeat was not written
+		// in time, and its writer held its revocation back instead (driver.go, endTenures).
+		return out
+	}
+	switch h.kind {
+	case kindReleasing:
+		l.t.releasing[h.tenure] = true
+	case kindReleased:
+		delete(l.t.releasing, h.tenure)
+		l.release(&out)
+	}
+	l.publish()
+	return out
+}
+
+// waiting reports whether the tenure still waits for a predecessor to release the partition.
+func (l *lease) waiting() bool {
+	return len(l.t.releasing) > 0 && l.now() < l.t.releaseBy
+}
+
+// release applies a renewal held back by a predecessor, once nothing holds it back any longer.
+func (l *lease) release(out *leaseOut) {
+	if hb := l.t.held; hb != nil && l.t.verified && !l.waiting() {
+		l.t.held = nil
+		l.renew(out, *hb)
+	}
 }
 
 // # 4. Renewal
@@ -273,10 +340,7 @@ func (l *lease) checked(tenure uint64, r groupCheck) leaseOut {
 		l.t.checkAt = now + inconclusiveCheckRetry
 	default:
 		l.t.verified, l.t.conflict = true, nil
-		if hb := l.t.held; hb != nil {
-			l.t.held = nil
-			l.renew(&out, *hb)
-		}
+		l.release(&out)
 	}
 	l.publish()
 	return out
@@ -302,7 +366,7 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		return
 	}
 	l.lag = now - hb.sent
-	if !l.t.verified {
+	if !l.t.verified || l.waiting() {
 		if l.t.held == nil || hb.sent > l.t.held.sent {
 			l.t.held = &hb
 		}
@@ -320,7 +384,7 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 	}
 	l.c.acquired++
 	l.epoch++
-	out.events = append(out.events, LeaderAcquired{Tenure: l.t.name(), Token: l.t.token, Since: l.t.since})
+	out.events = append(out.events, LeaderAcquired{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Since: l.t.since})
 }
 
 // # 7. Fencing
@@ -369,7 +433,7 @@ func (l *lease) fence(out *leaseOut, reason string) {
 	}
 	l.t.leading = false
 	l.c.fenced++
-	out.events = append(out.events, LeaderFenced{Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
+	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }
 
 // # 8. Revocation
@@ -393,7 +457,13 @@ func (l *lease) revoke(lost bool) leaseOut {
 	l.t.leading, l.t.active = false, false
 	if l.t.acquired {
 		l.c.revoked++
-		out.events = append(out.events, LeaderRevoked{Tenure: l.t.name(), Token: l.t.token})
+		out.events = append(out.events, LeaderRevoked{Role: l.role, Tenure: l.t.name(), Token: l.t.token})
+		if !lost {
+			// A lost assignment went to a successor already; an orderly one may wait for the
+			// barrier, and says so to the successor (see foreign).
+			out.release = &heartbeat{tenure: l.t.id, seq: l.t.seq + 1, sentWall: l.clock.Now().UnixNano(), sentMono: l.now(),
+				since: l.t.since.UnixNano(), token: l.t.token, kind: kindReleasing, role: l.role}
+		}
 	}
 	l.t.pending = nil
 	l.publish()
@@ -404,17 +474,18 @@ func (l *lease) revoke(lost bool) leaseOut {
 
 func (l *lease) publish() {
 	v := &leaseView{
-		assigned: l.t.active,
-		leading:  l.t.leading,
-		epoch:    l.epoch,
-		tenure:   l.t.id,
-		token:    l.t.token,
-		since:    l.t.since,
-		end:      l.t.renewedSent + l.timeout,
-		rtt:      l.rtt,
-		lag:      l.lag,
-		conflict: l.t.conflict,
-		counts:   l.c,
+		assigned:  l.t.active,
+		releasing: l.t.active && len(l.t.releasing) > 0,
+		leading:   l.t.leading,
+		epoch:     l.epoch,
+		tenure:    l.t.id,
+		token:     l.t.token,
+		since:     l.t.since,
+		end:       l.t.renewedSent + l.timeout,
+		rtt:       l.rtt,
+		lag:       l.lag,
+		conflict:  l.t.conflict,
+		counts:    l.c,
 	}
 	if !l.t.acquired {
 		v.token, v.since = 0, time.Time{}

@@ -35,7 +35,7 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	c := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	l := newLease(rigLease, rigInterval, c, c.now)
+	l := newLease(leaseConfig{timeout: rigLease, interval: rigInterval, releaseWait: 2 * rigLease, clock: c, base: c.now})
 	ids := uint64(0xa0)
 	l.random = func() uint64 { ids++; return ids }
 	return &rig{t: t, clock: c, l: l}
@@ -422,5 +422,82 @@ func TestLeaseCounts(t *testing.T) {
 	want := leaseCounts{acquired: 2, fenced: 2, revoked: 1, sent: 2, confirmed: 2, rejected: 1}
 	if c != want {
 		t.Fatalf("counts %+v, want %+v", c, want)
+	}
+}
+
+// A tenure whose predecessor is still releasing the partition does not lead until the predecessor
+// says it has released it, or until the rebalance timeout has passed since the assignment.
+func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
+	releasing := heartbeat{tenure: 7, kind: kindReleasing}
+	released := heartbeat{tenure: 7, kind: kindReleased}
+	for _, tc := range []struct {
+		name   string
+		steps  func(r *rig)
+		events string
+	}{
+		{"released: leads", func(r *rig) {
+			r.take(r.l.foreign(releasing))
+			r.renewal(time.Millisecond, time.Millisecond)
+			if r.kinds() != "" || !r.l.load().releasing {
+				t.Errorf("led while the predecessor was releasing: %q", r.kinds())
+			}
+			r.take(r.l.foreign(released))
+		}, "A"},
+		{"released at once: never waits", func(r *rig) {
+			r.take(r.l.foreign(releasing))
+			r.take(r.l.foreign(released))
+			r.renewal(time.Millisecond, time.Millisecond)
+		}, "A"},
+		{"never released: leads after the rebalance timeout", func(r *rig) {
+			r.take(r.l.foreign(releasing))
+			r.wait(r.l.releaseWait - 500*time.Millisecond)
+			r.renewal(time.Millisecond, time.Millisecond)
+			if r.kinds() != "" {
+				t.Errorf("led before the rebalance timeout: %q", r.kinds())
+			}
+			r.wait(500 * time.Millisecond)
+			r.due() // the held renewal is still fresh: it takes effect at once
+		}, "A"},
+		{"a marker after the own first heartbeat is ignored", func(r *rig) {
+			h, off := r.heartbeat()
+			r.back(h, off)
+			r.take(r.l.foreign(releasing))
+			r.commit(off + 1)
+		}, "A"},
+		{"other records are ignored", func(r *rig) {
+			r.take(r.l.foreign(heartbeat{tenure: 7}))
+			r.take(r.l.foreign(released)) // a release nobody waited for
+			r.renewal(time.Millisecond, time.Millisecond)
+		}, "A"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.assign()
+			r.verify()
+			tc.steps(r)
+			r.deliver()
+			if got := r.kinds(); got != tc.events {
+				t.Errorf("events %q, want %q", got, tc.events)
+			}
+		})
+	}
+}
+
+// An orderly revocation of a tenure that led asks for a release marker; a lost assignment, or a
+// tenure that never led, has nothing to release.
+func TestLeaseReleaseMarker(t *testing.T) {
+	r := newRig(t)
+	r.acquire()
+	out := r.l.revoke(false)
+	if out.release == nil || out.release.kind != kindReleasing || out.release.tenure != r.sent[0].tenure || out.release.token == 0 {
+		t.Fatalf("orderly revocation: release %+v", out.release)
+	}
+	r.acquire()
+	if out := r.l.revoke(true); out.release != nil {
+		t.Fatal("a lost assignment must not ask for a release marker")
+	}
+	r.assign()
+	if out := r.l.revoke(false); out.release != nil {
+		t.Fatal("a tenure that never led must not ask for a release marker")
 	}
 }

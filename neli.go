@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -110,8 +111,9 @@ type neli struct {
 	prodConf  *KafkaConfigMap
 	adminConf *KafkaConfigMap
 	consumer  KafkaConsumer
-	observer  *observer // nil unless Config.ObserveLeader
-	events    *dispatcher
+	observer  *observer   // nil unless Config.ObserveLeader
+	events    dispatchers // one per part, in the same order
+	digest    string      // of the role list, as the group check sees it; empty for New's single role
 	// parts are the partitions contended for, by partition number: only partition 0 today, whose
 	// lease is what the Neli and Curator methods report.
 	parts []*part
@@ -120,7 +122,7 @@ type neli struct {
 
 	state        atomic.Int32
 	pollDeadline concurrent.Deadline
-	// leaderSignal wakes a waiting Pulse when the barrier has returned from LeaderAcquired.
+	// leaderSignal wakes a waiting Pulse when the barrier has returned from any LeaderAcquired.
 	leaderSignal chan struct{}
 
 	// Lifecycle. Close returns at kafkaClosed when made during a barrier call, else at closed.
@@ -147,6 +149,7 @@ type neli struct {
 	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
 	// commits once more, until that commit's result has been polled.
 	owedCommit bool
+	releases   []release // tenures whose released marker waits for the barrier
 
 	// consumerClosing is set once the group consumer's Close has been called; from then on its
 	// rebalance callback may run without mu, from a close that goes on in the background.
@@ -163,7 +166,21 @@ type neli struct {
 // another one, and joins the group. It does not wait for leadership; call Pulse or Background for
 // that. New is bounded in time: an unreachable broker costs at most one HeartbeatTimeout spent
 // looking for the topic, after which New succeeds and Pulse keeps trying.
+//
+// The instance contends for one leadership, partition 0 of the leader topic. It is the one-role
+// case of NewRoles, whose events have an empty Role.
 func New(config Config, barrier ...Barrier) (Neli, error) {
+	n, err := newInstance(config, []string{""}, "", barrier)
+	if err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// newInstance joins the group on behalf of an instance that contends for roles, role i being
+// partition i of the leader topic. digest names the role list in the group (see rolesDigest); it
+// is empty for the single unnamed role of New.
+func newInstance(config Config, roles []string, digest string, barrier []Barrier) (*neli, error) {
 	config, timing, err := config.prepare()
 	if err != nil {
 		return nil, err
@@ -183,16 +200,26 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 		closed:        make(chan struct{}),
 		clientsClosed: make(chan struct{}),
 		groupParts:    map[int32]bool{},
+		digest:        digest,
 	}
 	if len(barrier) > 0 && barrier[0] != nil {
 		n.barrier = barrier[0]
 	}
 	n.clock = systemClock{}
 	n.base = n.clock.Now()
-	n.parts = []*part{{id: 0, lease: newLease(*config.HeartbeatTimeout, *config.MinPollInterval, n.clock, n.base)}}
+	for i, role := range roles {
+		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
+			role: role, timeout: *config.HeartbeatTimeout, interval: *config.MinPollInterval, releaseWait: timing.maxPoll,
+			clock: n.clock, base: n.base,
+		})})
+	}
 	n.throttle.every = 10 * time.Second
 
 	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
+	if digest != "" {
+		// The group check tells members with another role list by this suffix (groupcheck.go).
+		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + rolesSuffix + digest
+	}
 	n.logs = startLogForwarder(n.log, config.Name)
 	n.logs.attach(consumerConf)
 	n.logs.attach(producerConf)
@@ -204,7 +231,7 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 	n.checker = newGroupChecker()
 	n.watchdog = newWatchdog(n.now, n.expireLeases, n.closing)
 
-	fail := func(err error) (Neli, error) {
+	fail := func(err error) (*neli, error) {
 		n.checker.stop()
 		n.logs.close()
 		return nil, err
@@ -221,28 +248,42 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 		return fail(fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", n.topic, err))
 	}
 	n.consumer = consumer
-	n.events = newDispatcher()
+	for _, p := range n.parts {
+		p.events = newDispatcher()
+		n.events = append(n.events, p.events)
+	}
 	if config.ObserveLeader || config.OnLeaderChange != nil {
-		o, err := newObserver(config, observerConfig(consumerConf), func(info LeaderInfo) {
+		o, err := newObserver(config, observerConfig(consumerConf), len(n.parts), func(info LeaderInfo) {
 			if config.OnLeaderChange != nil {
-				n.events.post(func() { config.OnLeaderChange(info) })
+				n.parts[0].events.post(func() { config.OnLeaderChange(info) })
 			}
 		})
 		if err != nil {
 			n.events.stop()
-			<-n.events.done
+			n.events.wait()
 			_ = consumer.Close()
 			return fail(err)
 		}
 		n.observer = o
 	}
-	n.log.I()("goneli %s: contending for leadership of group %s on topic %s (lease %v, session %v, group heartbeat %v)",
-		config.Name, config.LeaderGroupID, n.topic, *config.HeartbeatTimeout, timing.session, timing.interval)
+	what := fmt.Sprintf("%d roles", len(n.parts))
+	if digest == "" {
+		what = "leadership"
+	}
+	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, session %v, group heartbeat %v)",
+		config.Name, what, config.LeaderGroupID, n.topic, *config.HeartbeatTimeout, timing.session, timing.interval)
 	return n, nil
 }
 
-// prepareGroup makes sure that the leader topic exists and that the group has no members on other
-// leader topics.
+// partitionCreator is what ensureTopic asks of a KafkaAdmin to grow the leader topic. It is not
+// part of KafkaAdmin, so that wrappers written for earlier versions still satisfy it;
+// *kafka.AdminClient has it.
+type partitionCreator interface {
+	CreatePartitions(ctx context.Context, partitions []kafka.PartitionsSpecification, options ...kafka.CreatePartitionsAdminOption) ([]kafka.TopicResult, error)
+}
+
+// prepareGroup makes sure that the leader topic exists with a partition for every role and that
+// the group has no members on other leader topics or with other role lists.
 func (n *neli) prepareGroup() error {
 	admin, err := n.config.KafkaAdminProvider(n.adminConf)
 	if err != nil {
@@ -266,30 +307,50 @@ func (n *neli) prepareGroup() error {
 	return nil
 }
 
-// ensureTopic creates the leader topic if the broker says it is missing, and reports whether the
-// broker could be reached. If it could not be reached in time the check is skipped: the consumer
-// reports a missing topic later, through Pulse's logs.
+// ensureTopic creates the leader topic with a partition per role if the broker says it is missing,
+// or adds partitions to one that has too few, and reports whether the broker could be reached. If
+// it could not be reached in time the check is skipped: the consumer reports a missing topic
+// later, through Pulse's logs.
 func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 	timeout := *n.config.HeartbeatTimeout
+	need := len(n.parts)
 	md, err := admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
 	if err != nil {
 		n.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", n.config.Name, n.topic, timeout, err)
 		return false, nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	tm, ok := md.Topics[n.topic]
 	if ok && tm.Error.Code() == kafka.ErrNoError {
-		if len(tm.Partitions) > 1 {
-			n.log.W()("goneli %s: leader topic %s has %d partitions; only partition 0 is used", n.config.Name, n.topic, len(tm.Partitions))
+		has := len(tm.Partitions)
+		switch {
+		case has > need:
+			n.log.W()("goneli %s: leader topic %s has %d partitions; %d are used, and the others count towards the balance of the assignment",
+				n.config.Name, n.topic, has, need)
+		case has < need:
+			pc, ok := admin.(partitionCreator)
+			if !ok {
+				return true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
+			}
+			res, err := pc.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: n.topic, IncreaseTo: need}},
+				kafka.SetAdminOperationTimeout(timeout))
+			if err == nil && len(res) == 1 {
+				err = res[0].Error
+				if res[0].Error.Code() == kafka.ErrNoError {
+					n.log.I()("goneli %s: added partitions to leader topic %s: %d, was %d", n.config.Name, n.topic, need, has)
+					return true, nil
+				}
+			}
+			return true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: err}
 		}
 		return true, nil
 	}
 	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
 		return true, &TopicError{Topic: n.topic, Err: tm.Error}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{{
-		Topic: n.topic, NumPartitions: 1, ReplicationFactor: -1, Config: leaderTopicConfig,
+		Topic: n.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig,
 	}}, kafka.SetAdminOperationTimeout(timeout))
 	if err == nil && len(res) == 1 {
 		err = res[0].Error
@@ -298,16 +359,27 @@ func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 			return true, nil
 		}
 	}
-	return true, &TopicError{Topic: n.topic, Err: err}
+	return true, &TopicError{Topic: n.topic, Partitions: need, Err: err}
 }
 
+// IsLeader reports on the first role, the only one of an instance made by New.
 func (n *neli) IsLeader() bool {
-	return n.State() == Live && !n.yielding() && n.primary().isLeader()
+	return n.isLeaderOf(n.parts[0])
 }
 
-// primary is the lease that the single-leader API (IsLeader, Token, Stats, Leader) reports.
-func (n *neli) primary() *lease {
-	return n.parts[0].lease
+// isLeaderOf is IsLeader for one role.
+func (n *neli) isLeaderOf(p *part) bool {
+	return n.State() == Live && !n.yielding() && p.lease.isLeader()
+}
+
+// leadsAny reports whether this instance leads at least one role.
+func (n *neli) leadsAny() bool {
+	for _, p := range n.parts {
+		if n.isLeaderOf(p) {
+			return true
+		}
+	}
+	return false
 }
 
 // now is the time on the monotonic scale that leases and yields are measured in.
@@ -359,7 +431,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		if err := n.pulseOnce(); err != nil {
 			return false, err
 		}
-		if n.IsLeader() {
+		if n.leadsAny() {
 			return true, nil
 		}
 		wait := max(n.pollDeadline.Remaining(), time.Millisecond)
@@ -433,15 +505,17 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 			call = func() {
 				n.barrier(e)
 				l.acquiredDelivered(epoch)
-				select {
-				case n.leaderSignal <- struct{}{}:
-				default:
+				for _, s := range []chan struct{}{n.leaderSignal, p.signal} {
+					select {
+					case s <- struct{}{}:
+					default:
+					}
 				}
 			}
 		}
 		calls = append(calls, call)
 	}
-	return n.events.post(calls...)
+	return p.events.post(calls...)
 }
 
 func (n *neli) Close() error {

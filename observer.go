@@ -10,9 +10,9 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-// observer follows the leader by reading the heartbeats on partition 0 with a consumer of its own
-// that is assigned the partition directly, outside the group, so observing never competes for
-// leadership.
+// observer follows the leaders by reading the heartbeats on the leader topic's partitions with a
+// consumer of its own that is assigned them directly, outside the group, so observing never
+// competes for leadership.
 type observer struct {
 	consumer KafkaConsumer
 	config   Config
@@ -20,7 +20,12 @@ type observer struct {
 	start    time.Time
 	throttle logThrottle
 
-	mu       sync.Mutex // guards the fields below against current() from other goroutines
+	mu    sync.Mutex // guards seen against current() from other goroutines
+	roles []observed // by partition
+}
+
+// observed is what the observer knows of one partition's leader.
+type observed struct {
 	last     LeaderInfo
 	known    bool
 	lastSeen time.Duration // on the observer's monotonic clock
@@ -41,18 +46,24 @@ func observerConfig(consumer kafka.ConfigMap) kafka.ConfigMap {
 	return oc
 }
 
-func newObserver(config Config, conf kafka.ConfigMap, onChange func(LeaderInfo)) (*observer, error) {
+// newObserver follows partitions 0 to partitions-1 of the leader topic.
+func newObserver(config Config, conf kafka.ConfigMap, partitions int, onChange func(LeaderInfo)) (*observer, error) {
 	c, err := config.KafkaConsumerProvider(fromKafkaConfigMap(conf))
 	if err != nil {
 		return nil, fmt.Errorf("goneli: cannot create leader observer consumer: %w", err)
 	}
 	topic := config.LeaderTopic
-	// Starting one record back shows the current leader at once instead of after its next heartbeat.
-	if err := c.Assign([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.OffsetTail(1)}}); err != nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("goneli: cannot assign leader observer to %s/0: %w", topic, err)
+	tps := make([]kafka.TopicPartition, partitions)
+	for i := range tps {
+		// Starting one record back shows the current leader at once instead of after its next
+		// heartbeat.
+		tps[i] = kafka.TopicPartition{Topic: &topic, Partition: int32(i), Offset: kafka.OffsetTail(1)}
 	}
-	o := &observer{consumer: c, config: config, onChange: onChange, start: time.Now()}
+	if err := c.Assign(tps); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("goneli: cannot assign leader observer to %s: %w", topic, err)
+	}
+	o := &observer{consumer: c, config: config, onChange: onChange, start: time.Now(), roles: make([]observed, partitions)}
 	o.throttle.every = 10 * time.Second
 	return o, nil
 }
@@ -71,24 +82,30 @@ func (o *observer) poll() {
 			o.throttle.log(o.config.Scribe.W(), e.Code().String(), "goneli %s: leader observer: %v", o.config.Name, e)
 		}
 	}
+	var gone []LeaderInfo
 	o.mu.Lock()
-	gone := o.known && time.Since(o.start)-o.lastSeen > *o.config.HeartbeatTimeout
-	if gone {
-		o.known = false
-		o.last = LeaderInfo{}
+	for i := range o.roles {
+		r := &o.roles[i]
+		if r.known && time.Since(o.start)-r.lastSeen > *o.config.HeartbeatTimeout {
+			gone = append(gone, LeaderInfo{Role: r.last.Role, Partition: int32(i)})
+			r.known, r.last = false, LeaderInfo{}
+		}
 	}
 	o.mu.Unlock()
-	if gone {
-		o.onChange(LeaderInfo{})
+	for _, info := range gone {
+		o.onChange(info)
 	}
 }
 
 func (o *observer) onMessage(m *kafka.Message) {
 	var h heartbeat
-	if m.TopicPartition.Error != nil || m.TopicPartition.Partition != 0 || h.decode(m.Value) != nil || h.token == 0 {
+	p := m.TopicPartition.Partition
+	if m.TopicPartition.Error != nil || p < 0 || int(p) >= len(o.roles) || h.decode(m.Value) != nil || h.token == 0 {
 		return
 	}
 	info := LeaderInfo{
+		Role:          h.role,
+		Partition:     p,
 		Name:          string(m.Key),
 		Tenure:        strconv.FormatUint(h.tenure, 16),
 		Token:         h.token,
@@ -96,10 +113,24 @@ func (o *observer) onMessage(m *kafka.Message) {
 		LastHeartbeat: time.Unix(0, h.sentWall),
 	}
 	o.mu.Lock()
-	if h.token < o.maxToken && o.known {
+	r := &o.roles[p]
+	if h.kind != kindHeartbeat {
+		// The tenure gave the partition up: its leader is gone now, not a lease from now.
+		was := r.known && r.last.Tenure == info.Tenure
+		if was {
+			r.known, r.last = false, LeaderInfo{}
+		}
+		r.maxToken = max(r.maxToken, h.token)
+		o.mu.Unlock()
+		if was {
+			o.onChange(LeaderInfo{Role: info.Role, Partition: p})
+		}
+		return
+	}
+	if h.token < r.maxToken && r.known {
 		// A deposed leader's heartbeat that landed after its successor's, while the successor is
 		// alive: tokens only grow within one log. Once the leader it knows has gone quiet for a
-		// lease, the observer takes a lower token as it comes, because partition 0's log may have
+		// lease, the observer takes a lower token as it comes, because the partition's log may have
 		// restarted (lost broker data, an unclean leader election, a recreated topic), and tokens
 		// with it.
 		o.mu.Unlock()
@@ -109,23 +140,27 @@ func (o *observer) onMessage(m *kafka.Message) {
 		// Already older than a lease when read (the newest record of a topic whose leader has gone,
 		// say): it names no current leader. This compares two hosts' wall clocks, which is good
 		// enough for reporting and is never used for leadership itself.
-		o.maxToken = max(o.maxToken, h.token)
+		r.maxToken = max(r.maxToken, h.token)
 		o.mu.Unlock()
 		return
 	}
-	changed := !o.known || info.Token != o.last.Token
-	o.last, o.known, o.maxToken = info, true, h.token
-	o.lastSeen = time.Since(o.start)
+	changed := !r.known || info.Token != r.last.Token
+	r.last, r.known, r.maxToken = info, true, h.token
+	r.lastSeen = time.Since(o.start)
 	o.mu.Unlock()
 	if changed {
 		o.onChange(info)
 	}
 }
 
-func (o *observer) current() (LeaderInfo, bool) {
+// current returns the leader of partition p as last seen.
+func (o *observer) current(p int32) (LeaderInfo, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.last, o.known
+	if p < 0 || int(p) >= len(o.roles) {
+		return LeaderInfo{}, false
+	}
+	return o.roles[p].last, o.roles[p].known
 }
 
 func (o *observer) close() error {
@@ -133,8 +168,10 @@ func (o *observer) close() error {
 }
 
 // Watch reports every change of leader of config's group to onChange, without contending: it
-// reads the leader topic's heartbeats and never joins the group. A LeaderInfo with an empty Name
-// means the last leader's heartbeats have not been seen for HeartbeatTimeout. onChange runs on
+// reads the leader topic's heartbeats and never joins the group. With roles (NewRoles) it follows
+// every partition the topic had when Watch began, and each LeaderInfo names its role. A LeaderInfo
+// with an empty Name means that the role's last leader released it, or that its heartbeats have
+// not been seen for HeartbeatTimeout. onChange runs on
 // Watch's goroutine. Watch returns ctx.Err() when ctx ends, or an error if config is invalid or
 // the consumer cannot be created.
 func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error {
@@ -145,12 +182,12 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 	if err != nil {
 		return err
 	}
-	consumerConf, _, _ := config.clientConfigs(timing)
+	consumerConf, _, adminConf := config.clientConfigs(timing)
 	oc := observerConfig(consumerConf)
 	logs := startLogForwarder(config.Scribe, config.Name)
 	logs.attach(oc)
 	defer logs.close()
-	o, err := newObserver(config, oc, onChange)
+	o, err := newObserver(config, oc, topicPartitions(config, adminConf), onChange)
 	if err != nil {
 		return err
 	}
@@ -167,4 +204,23 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 		case <-ticker.C:
 		}
 	}
+}
+
+// topicPartitions is how many partitions the leader topic has, or 1 if that cannot be learnt
+// within a HeartbeatTimeout.
+func topicPartitions(config Config, adminConf kafka.ConfigMap) int {
+	adminConf["log_level"] = 0
+	admin, err := config.KafkaAdminProvider(fromKafkaConfigMap(adminConf))
+	if err != nil {
+		return 1
+	}
+	defer admin.Close()
+	md, err := admin.GetMetadata(&config.LeaderTopic, false, int(config.HeartbeatTimeout.Milliseconds()))
+	if err != nil {
+		return 1
+	}
+	if tm, ok := md.Topics[config.LeaderTopic]; ok && len(tm.Partitions) > 0 {
+		return len(tm.Partitions)
+	}
+	return 1
 }
