@@ -14,6 +14,12 @@ vet:
 # default, some 15 minutes), race detector on. Prints every fault and, at the end, the summary:
 # trials, faults by kind, overlaps (must be 0), worst leaderless gap, failover per kind.
 # CHAOS_SEED=<seed> replays a run's fault schedule; CHAOS_KINDS=sigkill,stall limits the kinds.
+# CHAOS_ROLES=N gives every member N numbered roles (goneli.NewRoles) instead of the single leader:
+# each role is checked for overlap on its own, faults aimed at a member prefer the one leading the
+# most roles, and the summary adds the roles each fault hit and every role's overlaps (must be 0)
+# and worst gap. Use N above CHAOS_MEMBERS (default 4), e.g. CHAOS_ROLES=8, for members to lead
+# several roles each. CHAOS_ROLES=0 (the default) is the single leader; it also skips
+# TestChaosRoles, the short roles trial that `go test ./chaos/` runs besides TestChaos.
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50
 chaos:

@@ -1,6 +1,8 @@
 // Package goneli elects one leader among the processes of a service using nothing but Apache
 // Kafka, following the Fast NELI protocol: every contender joins one consumer group on a leader
-// topic, and the member that the group coordinator assigns partition 0 is the leader.
+// topic, and the member that the group coordinator assigns partition 0 is the leader. NewRoles
+// elects a leader for each of several roles at once, role i being partition i; everything below
+// holds for each role on its own, partition 0 standing for the role's partition.
 //
 // # Protocol
 //
@@ -14,6 +16,14 @@
 // (see GroupConflictError). The first renewal of a tenure delivers LeaderAcquired; a lease that
 // runs out, a rejected commit or a lost assignment delivers LeaderFenced; the end of the tenure
 // delivers LeaderRevoked.
+//
+// A tenure revoked in a rebalance while its barrier still has LeaderRevoked writes a releasing
+// marker to its partition before letting the partition go, and a released marker once the barrier
+// has returned. A new tenure reads the last few records of its partition, and does not lead while
+// a predecessor is releasing, for up to the rebalance timeout. So a barrier that finishes
+// in-flight work holds back its role's successor, as the v0.5.0 barrier contract says, without
+// holding up the rebalance, the group, or this instance's other roles. If the marker cannot be
+// written within HeartbeatTimeout/2, the revocation is held back instead, as a rebalance would be.
 //
 // # Guarantees
 //
@@ -52,11 +62,16 @@
 // would pass. goneli closes that gap with the group check: a member that leads owns partition 0 of
 // its topic in every generation for as long as its lease can run, so of two members on different
 // topics, whichever is assigned later sees the other in the group's description and does not lead.
-// Static membership (group.instance.id) is refused, because it lets a replacement take over a
-// member's partitions at once, without the session timeout that the argument needs.
+// The same check refuses members whose role lists differ: an instance made by NewRoles ends its
+// consumer's client.id with a digest of its list, and a member with another digest (or none, as
+// New's single leader has) is treated as one on another topic, since two lists could name the same
+// role for different partitions. Static membership (group.instance.id) is refused, because it lets
+// a replacement take over a member's partitions at once, without the session timeout that the
+// argument needs.
 //
-// Fencing tokens (Curator.Token) strictly increase while partition 0's log is kept; a log that
-// restarts (lost broker data, an unclean leader election, a recreated topic) restarts them too.
+// Fencing tokens (Curator.Token, Role.Token) strictly increase per role while the role's partition
+// log is kept; a log that restarts (lost broker data, an unclean leader election, a recreated
+// topic) restarts them too.
 //
 // Not guaranteed: that leader work stops when the lease does. A task that checked IsLeader and
 // was then paused (a GC pause, SIGSTOP, a slow system call) for longer than the remaining lease
@@ -85,5 +100,7 @@
 // A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
 // producer and fetches nothing, because it owns no partition. The leader adds one producer (opened
 // on its first assignment and kept), one heartbeat per MinPollInterval and one offset commit per
-// confirmed heartbeat.
+// confirmed heartbeat. With roles, an instance still runs one consumer and one producer whatever
+// the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
+// the same commits.
 package goneli

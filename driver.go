@@ -287,9 +287,10 @@ func (n *neli) endTenures(parts []*part, lost bool) {
 	if len(pending) == 0 {
 		return
 	}
-	written := n.writeMarkers(pending, n.releaseFlush())
-	if written {
-		n.releases = append(n.releases, pending...)
+	// Released markers follow either way: a releasing marker that reaches the broker late must
+	// not leave a successor waiting for the rebalance timeout.
+	n.releases = append(n.releases, pending...)
+	if n.writeMarkers(pending, n.releaseFlush()) {
 		return
 	}
 	n.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",

@@ -2,6 +2,9 @@ package goneli_test
 
 import (
 	"fmt"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/goneli/goneli"
@@ -52,4 +55,52 @@ func Example() {
 	// doing leader work
 	// revoked
 	// Closed
+}
+
+// Contend for two roles with one instance: alone in its group, it leads both, each with its own
+// token, and gives both up on Close.
+func ExampleNewRoles() {
+	broker, err := kafkatest.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer broker.Close()
+
+	var mu sync.Mutex
+	var events []string
+	r, err := goneli.NewRoles(goneli.Config{
+		KafkaConfig:      goneli.KafkaConfigMap{"bootstrap.servers": broker.Addr},
+		LeaderGroupID:    "example-roles",
+		HeartbeatTimeout: goneli.Duration(time.Second),
+		Scribe:           scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(scribe.Nop)}),
+	}, []string{"billing", "mailer"}, func(e goneli.Event) {
+		// Called from each role's own goroutine: events of different roles may interleave.
+		mu.Lock()
+		defer mu.Unlock()
+		switch e := e.(type) {
+		case goneli.LeaderAcquired:
+			events = append(events, "acquired "+e.Role)
+		case goneli.LeaderRevoked:
+			events = append(events, "revoked "+e.Role)
+		}
+	})
+	if err != nil {
+		panic(err)
+	}
+	for len(r.Leading()) < 2 {
+		if _, err := r.Pulse(100 * time.Millisecond); err != nil {
+			panic(err)
+		}
+	}
+	for _, role := range r.All() {
+		fmt.Printf("%s: partition %d, leader %v, token %d\n", role.Name(), role.Partition(), role.IsLeader(), role.Token())
+	}
+	_ = r.Close()
+	r.Await()
+	sort.Strings(events)
+	fmt.Println(strings.Join(events, ", "))
+	// Output:
+	// billing: partition 0, leader true, token 1
+	// mailer: partition 1, leader true, token 1
+	// acquired billing, acquired mailer, revoked billing, revoked mailer
 }

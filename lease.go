@@ -294,6 +294,11 @@ func (l *lease) release(out *leaseOut) {
 // send time ends before any successor can be assigned the partition.
 func (l *lease) committed(offset int64) leaseOut {
 	var out leaseOut
+	if offset < 0 {
+		// A commit's result lists every partition the consumer holds; those it did not commit,
+		// having nothing new stored, come back with a logical offset, which commits nothing.
+		return out
+	}
 	l.lastCommitted = offset
 	if !l.t.active {
 		return out

@@ -11,7 +11,7 @@ import (
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 )
 
-// MockConfig configures a MockNeli.
+// MockConfig configures a MockNeli or MockRoles.
 type MockConfig struct {
 	// MinPollInterval paces a non-leader's Pulse, as it does for the real thing. Default:
 	// DefaultMinPollInterval.
@@ -44,8 +44,8 @@ func (c MockConfig) String() string {
 // MockNeli is a Neli that talks to no broker: the test decides when it leads. Events reach the
 // barrier synchronously from the goroutine that calls AcquireLeader, RevokeLeader, FenceLeader,
 // Yield or Close, with no lock held, so the barrier may call any method of the mock; transitions
-// made from one goroutine arrive in the order the real Neli guarantees. Tokens count tenures from 1. Yield revokes
-// and makes AcquireLeader a no-op until the yield is over.
+// made from one goroutine arrive in the order the real Neli guarantees. Tokens count tenures from
+// 1. Yield revokes and makes AcquireLeader a no-op until the yield is over.
 type MockNeli interface {
 	Curator
 
@@ -63,38 +63,61 @@ type MockNeli interface {
 	FenceLeader()
 }
 
-type mockNeli struct {
+// mock is what MockNeli and MockRoles share: the lifecycle, pulsing, yielding and the barrier, over
+// one or more roles. A MockNeli is a mock with a single unnamed role.
+type mock struct {
 	config   MockConfig
 	barrier  Barrier
 	deadline concurrent.Deadline
+	roles    []*mockRole // in partition order
 
 	state     atomic.Int32
-	leader    atomic.Bool
-	changed   chan struct{} // closed and replaced on every change of leadership or state
 	closeOnce sync.Once
 	closed    chan struct{}
 
-	mu         sync.Mutex // serialises transitions and barrier calls
-	tenure     int
-	inTenure   bool
+	// mu serialises transitions and guards what follows and the roles' tenures. It is never held
+	// while the barrier runs, so that the barrier may call back into the mock.
+	mu         sync.Mutex
+	changed    chan struct{} // closed and replaced on every change of leadership or state
 	pulseErr   error
-	since      time.Time
 	yieldUntil time.Time
-	stats      Stats
+}
+
+// mockRole is one role of a mock. leader is atomic so that IsLeader takes no lock; the other
+// fields are guarded by the mock's mu.
+type mockRole struct {
+	name      string
+	partition int32
+	leader    atomic.Bool
+	tenure    int // tenures so far, which is also the current tenure's token
+	inTenure  bool
+	since     time.Time
+	stats     Stats
 }
 
 // NewMock creates a MockNeli. If no barrier is given, events are discarded.
 func NewMock(config MockConfig, barrier ...Barrier) (MockNeli, error) {
+	m, err := newMock(config, []string{""}, barrier)
+	if err != nil {
+		return nil, err
+	}
+	return &mockNeli{m}, nil
+}
+
+func newMock(config MockConfig, roles []string, barrier []Barrier) (*mock, error) {
 	config.SetDefaults()
 	if err := config.Validate(); err != nil {
 		return nil, err
 	}
-	m := &mockNeli{
+	m := &mock{
 		config:   config,
 		barrier:  NopBarrier(),
 		deadline: concurrent.NewDeadline(*config.MinPollInterval),
 		changed:  make(chan struct{}),
 		closed:   make(chan struct{}),
+	}
+	for i, name := range roles {
+		m.roles = append(m.roles, &mockRole{name: name, partition: int32(i)})
 	}
 	if len(barrier) > 0 && barrier[0] != nil {
 		m.barrier = barrier[0]
@@ -102,150 +125,186 @@ func NewMock(config MockConfig, barrier ...Barrier) (MockNeli, error) {
 	return m, nil
 }
 
-func (m *mockNeli) tenureName() string {
-	return fmt.Sprintf("mock-%d", m.tenure)
+func (r *mockRole) tenureName() string {
+	return fmt.Sprintf("mock-%d", r.tenure)
 }
 
 // signal wakes pulses waiting for a change. Called with mu held.
-func (m *mockNeli) signal() {
+func (m *mock) signal() {
 	close(m.changed)
 	m.changed = make(chan struct{})
 }
 
-func (m *mockNeli) AcquireLeader() {
+// acquire makes r led and delivers LeaderAcquired, unless it is led already, the mock is not
+// live, or a yield is in force.
+func (m *mock) acquire(r *mockRole) {
 	m.mu.Lock()
-	if m.State() != Live || m.leader.Load() || time.Now().Before(m.yieldUntil) {
+	if m.State() != Live || r.leader.Load() || time.Now().Before(m.yieldUntil) {
 		m.mu.Unlock()
 		return
 	}
-	if !m.inTenure {
-		m.inTenure = true
-		m.tenure++
-		m.since = time.Now()
+	if !r.inTenure {
+		r.inTenure = true
+		r.tenure++
+		r.since = time.Now()
 	}
-	m.stats.Acquired++
-	e := LeaderAcquired{Tenure: m.tenureName(), Token: int64(m.tenure), Since: m.since}
+	r.stats.Acquired++
+	tenure := r.tenure
+	e := LeaderAcquired{Role: r.name, Tenure: r.tenureName(), Token: int64(tenure), Since: r.since}
 	m.mu.Unlock()
 
-	// As with the real thing, IsLeader turns true only once the barrier has returned.
+	// As with the real thing, IsLeader turns true only once the barrier has returned, and not at
+	// all if the tenure ended meanwhile.
 	m.barrier(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.State() == Live && m.inTenure {
-		m.leader.Store(true)
+	if m.State() == Live && r.inTenure && r.tenure == tenure {
+		r.leader.Store(true)
 		m.signal()
 	}
 }
 
-func (m *mockNeli) FenceLeader() {
+// fence withdraws r's leadership, keeping its tenure, and delivers LeaderFenced.
+func (m *mock) fence(r *mockRole) {
 	m.mu.Lock()
-	if !m.leader.Load() {
+	if !r.leader.Load() {
 		m.mu.Unlock()
 		return
 	}
-	m.leader.Store(false)
+	r.leader.Store(false)
 	m.signal()
-	m.stats.Fenced++
-	e := LeaderFenced{Tenure: m.tenureName(), Token: int64(m.tenure), Reason: "FenceLeader called on the mock"}
+	r.stats.Fenced++
+	e := LeaderFenced{Role: r.name, Tenure: r.tenureName(), Token: int64(r.tenure), Reason: "FenceLeader called on the mock"}
 	m.mu.Unlock()
 	m.barrier(e)
 }
 
-func (m *mockNeli) RevokeLeader() {
+// revokeOne ends r's tenure and delivers LeaderRevoked.
+func (m *mock) revokeOne(r *mockRole) {
 	m.mu.Lock()
-	e := m.revoke()
+	e := m.revoke(r)
 	m.mu.Unlock()
 	m.deliver(e)
 }
 
-// revoke ends the tenure and returns the event to deliver once mu is released. Called with mu held.
-func (m *mockNeli) revoke() Event {
-	if !m.inTenure {
+// revoke ends r's tenure and returns the event to deliver once mu is released, or nil if r has
+// no tenure. Called with mu held.
+func (m *mock) revoke(r *mockRole) Event {
+	if !r.inTenure {
 		return nil
 	}
-	m.inTenure = false
-	m.leader.Store(false)
+	r.inTenure = false
+	r.leader.Store(false)
 	m.signal()
-	m.stats.Revoked++
-	return LeaderRevoked{Tenure: m.tenureName(), Token: int64(m.tenure)}
+	r.stats.Revoked++
+	return LeaderRevoked{Role: r.name, Tenure: r.tenureName(), Token: int64(r.tenure)}
 }
 
-func (m *mockNeli) deliver(e Event) {
-	if e != nil {
-		m.barrier(e)
+// revokeAll ends every role's tenure and returns the events to deliver, in partition order. Called
+// with mu held.
+func (m *mock) revokeAll() []Event {
+	var events []Event
+	for _, r := range m.roles {
+		if e := m.revoke(r); e != nil {
+			events = append(events, e)
+		}
+	}
+	return events
+}
+
+func (m *mock) deliver(events ...Event) {
+	for _, e := range events {
+		if e != nil {
+			m.barrier(e)
+		}
 	}
 }
 
-func (m *mockNeli) Token() int64 {
+func (m *mock) tokenOf(r *mockRole) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.leader.Load() {
+	if !r.leader.Load() {
 		return 0
 	}
-	return int64(m.tenure)
+	return int64(r.tenure)
 }
 
-// Leader knows only this mock itself: a mock observes no one else.
-func (m *mockNeli) Leader() (LeaderInfo, bool) {
+// leaderOf knows only this mock itself: a mock observes no one else.
+func (m *mock) leaderOf(r *mockRole) (LeaderInfo, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.leader.Load() {
+	if !r.leader.Load() {
 		return LeaderInfo{}, false
 	}
-	return LeaderInfo{Name: "mock", Tenure: m.tenureName(), Token: int64(m.tenure), Since: m.since, LastHeartbeat: time.Now()}, true
+	return LeaderInfo{Role: r.name, Partition: r.partition, Name: "mock", Tenure: r.tenureName(), Token: int64(r.tenure),
+		Since: r.since, LastHeartbeat: time.Now()}, true
 }
 
-func (m *mockNeli) Yield(d time.Duration) error {
+func (m *mock) statsOf(r *mockRole) Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := r.stats
+	s.Role = r.name
+	s.State, s.Leader, s.Leading, s.Assigned = m.State(), r.leader.Load(), r.leader.Load(), r.inTenure
+	// As with the real thing, a fenced tenure keeps its name but shows no token.
+	if r.inTenure {
+		s.Tenure = r.tenureName()
+	}
+	if s.Leading {
+		s.Token, s.Since = int64(r.tenure), r.since
+	}
+	if y := time.Until(m.yieldUntil); y > 0 {
+		s.YieldRemaining = y
+	}
+	return s
+}
+
+// leadsAny reports whether any role is led.
+func (m *mock) leadsAny() bool {
+	for _, r := range m.roles {
+		if r.leader.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// Yield revokes every role and makes AcquireLeader a no-op until d has passed.
+func (m *mock) Yield(d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("goneli: Yield needs a positive duration, got %v", d)
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.State() != Live {
+		m.mu.Unlock()
 		return ErrNonLivePulse
 	}
 	if until := time.Now().Add(d); until.After(m.yieldUntil) {
 		m.yieldUntil = until
 	}
-	e := m.revoke()
+	events := m.revokeAll()
 	m.mu.Unlock()
-	m.deliver(e)
-	m.mu.Lock()
+	m.deliver(events...)
 	return nil
 }
 
-func (m *mockNeli) Stats() Stats {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.stats
-	s.State, s.Leader, s.Leading, s.Assigned = m.State(), m.leader.Load(), m.leader.Load(), m.inTenure
-	if m.inTenure {
-		s.Tenure, s.Token, s.Since = m.tenureName(), int64(m.tenure), m.since
-	}
-	if r := time.Until(m.yieldUntil); r > 0 {
-		s.YieldRemaining = r
-	}
-	return s
-}
-
-func (m *mockNeli) PulseError(err error) {
+// PulseError makes the next Pulse return err.
+func (m *mock) PulseError(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.pulseErr = err
 	m.signal()
 }
 
-func (m *mockNeli) IsLeader() bool {
-	return m.leader.Load()
-}
-
-func (m *mockNeli) Pulse(timeout time.Duration) (bool, error) {
+func (m *mock) Pulse(timeout time.Duration) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	return m.PulseCtx(ctx)
 }
 
-func (m *mockNeli) PulseCtx(ctx context.Context) (bool, error) {
+// PulseCtx returns true at once while any role is led, and otherwise waits for a role to be
+// acquired, an error set by PulseError, Close, or the end of ctx.
+func (m *mock) PulseCtx(ctx context.Context) (bool, error) {
 	for {
 		m.mu.Lock()
 		if m.State() != Live {
@@ -260,7 +319,7 @@ func (m *mockNeli) PulseCtx(ctx context.Context) (bool, error) {
 		}
 		changed := m.changed
 		m.mu.Unlock()
-		if m.leader.Load() {
+		if m.leadsAny() {
 			return true, nil
 		}
 		select {
@@ -274,18 +333,19 @@ func (m *mockNeli) PulseCtx(ctx context.Context) (bool, error) {
 	}
 }
 
-func (m *mockNeli) Deadline() concurrent.Deadline {
+func (m *mock) Deadline() concurrent.Deadline {
 	return m.deadline
 }
 
-func (m *mockNeli) Close() error {
+// Close revokes every role, in partition order, and closes the mock.
+func (m *mock) Close() error {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		m.state.Store(int32(Closing))
-		e := m.revoke()
+		events := m.revokeAll()
 		m.signal()
 		m.mu.Unlock()
-		m.deliver(e)
+		m.deliver(events...)
 		m.mu.Lock()
 		m.state.Store(int32(Closed))
 		m.signal()
@@ -295,13 +355,26 @@ func (m *mockNeli) Close() error {
 	return nil
 }
 
-func (m *mockNeli) Await() {
+func (m *mock) Await() {
 	<-m.closed
 }
 
-func (m *mockNeli) State() State {
+func (m *mock) State() State {
 	return State(m.state.Load())
 }
+
+// mockNeli is the MockNeli: a mock of one unnamed role.
+type mockNeli struct {
+	*mock
+}
+
+func (m *mockNeli) AcquireLeader()             { m.acquire(m.roles[0]) }
+func (m *mockNeli) FenceLeader()               { m.fence(m.roles[0]) }
+func (m *mockNeli) RevokeLeader()              { m.revokeOne(m.roles[0]) }
+func (m *mockNeli) IsLeader() bool             { return m.roles[0].leader.Load() }
+func (m *mockNeli) Token() int64               { return m.tokenOf(m.roles[0]) }
+func (m *mockNeli) Leader() (LeaderInfo, bool) { return m.leaderOf(m.roles[0]) }
+func (m *mockNeli) Stats() Stats               { return m.statsOf(m.roles[0]) }
 
 func (m *mockNeli) Background(task LeaderTask) (Pulser, error) {
 	return background(m, task)

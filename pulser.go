@@ -3,6 +3,7 @@ package goneli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -56,16 +57,25 @@ func (n *neli) Background(task LeaderTask) (Pulser, error) {
 }
 
 func background(n Neli, task LeaderTask) (Pulser, error) {
-	if task == nil {
-		return nil, errors.New("goneli: Background needs a non-nil LeaderTask")
+	p, ctx, err := newPulser(n.State(), task == nil, "LeaderTask")
+	if err != nil {
+		return nil, err
 	}
-	if n.State() != Live {
-		return nil, ErrNonLivePulse
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &pulser{cancel: cancel, done: make(chan struct{})}
 	go p.run(ctx, n, task)
 	return p, nil
+}
+
+// newPulser makes the pulser of a Background call, after the checks every Background makes: a
+// task (noTask says there is none; what names its type) and an instance that is still live.
+func newPulser(state State, noTask bool, what string) (*pulser, context.Context, error) {
+	if noTask {
+		return nil, nil, fmt.Errorf("goneli: Background needs a non-nil %s", what)
+	}
+	if state != Live {
+		return nil, nil, ErrNonLivePulse
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &pulser{cancel: cancel, done: make(chan struct{})}, ctx, nil
 }
 
 func (p *pulser) run(ctx context.Context, n Neli, task LeaderTask) {

@@ -182,14 +182,10 @@ func (r *roleSet) Await()                                     { r.n.Await() }
 func (r *roleSet) State() State                               { return r.n.State() }
 
 func (r *roleSet) Background(task RoleTask) (Pulser, error) {
-	if task == nil {
-		return nil, errors.New("goneli: Background needs a non-nil RoleTask")
+	p, ctx, err := newPulser(r.n.State(), task == nil, "RoleTask")
+	if err != nil {
+		return nil, err
 	}
-	if r.n.State() != Live {
-		return nil, ErrNonLivePulse
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &pulser{cancel: cancel, done: make(chan struct{})}
 	tasks := make(chan struct{})
 	for _, part := range r.n.parts {
 		go func() {
@@ -201,7 +197,7 @@ func (r *roleSet) Background(task RoleTask) (Pulser, error) {
 		// The pulser is done once the pulsing and every role's runs have stopped.
 		defer close(p.done)
 		defer func() {
-			cancel()
+			p.cancel()
 			for range r.n.parts {
 				<-tasks
 			}

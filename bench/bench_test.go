@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/goneli/goneli/internal/fleet"
+	"github.com/goneli/goneli/internal/member"
 	"go.uber.org/goleak"
 )
 
@@ -23,29 +26,7 @@ func TestMain(m *testing.M) {
 // benchmark to print, not for a test to assert.
 func TestShortRun(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"--short", "--out", filepath.Join(dir, "bench.json"), "--svg", filepath.Join(dir, "bench.svg")}
-	o, err := parseOptions(args, t.Output())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table bytes.Buffer
-	rep, err := run(o, args, &table)
-	t.Log(table.String())
-	if err != nil {
-		t.Fatalf("short run failed: %v", err)
-	}
-	if rep.Overlap.Count != 0 {
-		t.Errorf("leadership overlap: %+v", rep.Overlap.Instances)
-	}
-
-	raw, err := os.ReadFile(o.out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got Report
-	if err := json.Unmarshal(raw, &got); err != nil {
-		t.Fatalf("bench.json: %v", err)
-	}
+	o, got, table := runBench(t, "--short", "--out", filepath.Join(dir, "bench.json"), "--svg", filepath.Join(dir, "bench.svg"))
 	if got.Overlap.Count != 0 || got.Overlap.SpansChecked == 0 {
 		t.Errorf("overlap check: %+v, want spans checked and none overlapping", got.Overlap)
 	}
@@ -87,9 +68,38 @@ func TestShortRun(t *testing.T) {
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
 		t.Errorf("bench.svg: %v, starts %q", err, svg[:min(len(svg), 20)])
 	}
-	if !strings.Contains(table.String(), "Leadership overlap: none") {
+	if !strings.Contains(table, "Leadership overlap: none") {
 		t.Error("the table does not report the overlap check")
 	}
+}
+
+// runBench runs the benchmark in this process with args, which must include --out, and returns its
+// options, the report it wrote there and the table it printed. It fails the test if the run
+// failed or found two members acting as leader at once.
+func runBench(t *testing.T, args ...string) (options, Report, string) {
+	t.Helper()
+	o, err := parseOptions(args, t.Output())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table bytes.Buffer
+	rep, err := run(o, args, &table)
+	t.Log(table.String())
+	if err != nil {
+		t.Fatalf("run failed: %v", err)
+	}
+	if rep.Overlap.Count != 0 {
+		t.Errorf("leadership overlap: %+v", rep.Overlap.Instances)
+	}
+	raw, err := os.ReadFile(o.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Report
+	if err := json.Unmarshal(raw, &got); err != nil {
+		t.Fatalf("%s: %v", o.out, err)
+	}
+	return o, got, table.String()
 }
 
 func TestParseOptionsShortKeepsExplicitFlags(t *testing.T) {
@@ -113,5 +123,130 @@ func TestSummarise(t *testing.T) {
 	s := summarise(samples)
 	if s.N != 20 || s.Min != 1 || s.Median != 10 || s.P90 != 18 || s.Max != 20 {
 		t.Errorf("%+v", s)
+	}
+}
+
+// TestShortRolesRun is the CI smoke test of the roles scenarios: only they run, small, with member
+// processes on the embedded broker. It checks that every roles figure was measured and that no
+// two members ever acted for one role at once; like TestShortRun it does not judge the figures.
+func TestShortRolesRun(t *testing.T) {
+	o, got, table := runBench(t, "--short", "--roles-scenarios", "--contenders", "", "--trials", "0", "--fence-trials", "0",
+		"--roles-trials", "1", "--cost-window", "2s", "--out", filepath.Join(t.TempDir(), "bench.json"))
+	if got.Overlap.SpansChecked == 0 {
+		t.Errorf("overlap check: %+v, want spans checked", got.Overlap)
+	}
+	if len(got.Series) != 0 || len(got.FirstLeader) != 0 || len(got.Cost) != 0 {
+		t.Errorf("single-leader figures measured although not asked for: %d series, %d first leader, %d cost",
+			len(got.Series), len(got.FirstLeader), len(got.Cost))
+	}
+	rr := got.Roles
+	if rr == nil {
+		t.Fatal("bench.json has no roles section")
+	}
+	if rr.Roles != o.roles || rr.HandoffRoles != o.handoffRoles || rr.HandoffMembers != o.groupSize {
+		t.Errorf("roles section: %d roles, handoff %d roles over %d members; want %d, %d, %d",
+			rr.Roles, rr.HandoffRoles, rr.HandoffMembers, o.roles, o.handoffRoles, o.groupSize)
+	}
+	wantSetups := map[string][2]int{setupOneRole: {1, 1}, setupRoles: {1, o.roles}, setupInstances: {o.roles, o.roles}}
+	for _, c := range rr.Cost {
+		w, ok := wantSetups[c.Setup]
+		delete(wantSetups, c.Setup)
+		if !ok || c.Processes != w[0] || c.Roles != w[1] || c.CPUSPerMin <= 0 || c.CPUSPerMinPerRole <= 0 || c.RSSMB <= 0 ||
+			c.Threads <= 0 || c.HeartbeatsPerSPerRole <= 0 || c.RequestsPerSPerRole <= 0 || c.RSSMBTotal < c.RSSMB {
+			t.Errorf("cost of %s: %+v, want %d processes leading %d roles, every figure measured", c.Setup, c, w[0], w[1])
+		}
+	}
+	if len(wantSetups) > 0 {
+		t.Errorf("no cost figures for %v", wantSetups)
+	}
+	series := map[string]Series{}
+	for _, s := range rr.Series {
+		series[s.Name] = s
+	}
+	// Each trial stops a member leading at least one role: one sample per role it led, and one for
+	// all of them.
+	for _, name := range []string{seriesRolesHandoff, seriesRolesFailover, seriesRolesCrashGap} {
+		if s := series[name]; s.N < o.rolesTrials || s.Median <= 0 {
+			t.Errorf("series %s: %+v, want at least %d samples", name, s, o.rolesTrials)
+		}
+	}
+	for _, name := range []string{seriesRolesHandoffAll, seriesRolesFailoverAll} {
+		if s := series[name]; s.N != o.rolesTrials || s.Median <= 0 {
+			t.Errorf("series %s: %+v, want %d samples", name, s, o.rolesTrials)
+		}
+	}
+	if len(rr.Group) != 1 {
+		t.Fatalf("group figures: %+v, want one group", rr.Group)
+	}
+	g := rr.Group[0]
+	if g.Members != o.rolesGroup || g.Roles != o.roles || g.LaunchToAllAcquiredMs <= 0 || g.LaunchToBalancedMs < g.LaunchToAllAcquiredMs {
+		t.Errorf("group: %+v", g)
+	}
+	for _, m := range []RolesMove{g.Leave, g.Join} {
+		if m.Member == "" || m.MemberRoles < 1 || m.Moved < m.MemberRoles || m.Interrupted < m.MemberRoles || m.ToMovedActedMs <= 0 || m.ToBalancedMs <= 0 {
+			t.Errorf("roles moved when %s left or joined: %+v", m.Member, m)
+		}
+	}
+	for _, want := range []string{"| Roles: cost", "| Roles: handoff of one role", "| Roles: a group of", "Leadership overlap: none"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the table lacks %q", want)
+		}
+	}
+}
+
+func TestBalanced(t *testing.T) {
+	roles := []string{"0", "1", "2", "3", "4"}
+	for _, c := range []struct {
+		led  map[string]string
+		n    int
+		want bool
+	}{
+		{map[string]string{"0": "a", "1": "a", "2": "b", "3": "b", "4": "c"}, 3, true},
+		{map[string]string{"0": "a", "1": "a", "2": "a", "3": "b", "4": "c"}, 3, false}, // 3, 1, 1
+		{map[string]string{"0": "a", "1": "a", "2": "b", "3": "b"}, 3, false},           // role 4 unled
+		{map[string]string{"0": "a", "1": "a", "2": "b", "3": "b", "4": "b"}, 3, false}, // c leads nothing
+		{map[string]string{"0": "a", "1": "a", "2": "b", "3": "b", "4": "b"}, 2, true},
+	} {
+		if got := balanced(c.led, roles, c.n); got != c.want {
+			t.Errorf("balanced(%v, %d members) = %v, want %v", c.led, c.n, got, c.want)
+		}
+	}
+}
+
+func TestLeadersFollowsEvents(t *testing.T) {
+	lines := []member.Line{
+		{Name: "a", Event: member.EventAcquired, Role: "0"},
+		{Name: "a", Event: member.EventAcquired, Role: "1"},
+		{Name: "b", Event: member.EventAcquired, Role: "0"}, // a has not reported its fencing yet
+		{Name: "a", Event: member.EventFenced, Role: "0"},
+		{Name: "c", Event: member.EventAcquired, Role: "2"},
+		{Name: "c", Event: fleet.EventExit},
+		{Name: "d", Event: member.EventAcquired},
+	}
+	got := leaders(lines)
+	if want := map[string]string{"0": "b", "1": "a", "": "d"}; !maps.Equal(got, want) {
+		t.Errorf("leaders = %v, want %v", got, want)
+	}
+	if got := describeLeaders(got); got != "0=b 1=a =d " {
+		t.Errorf("describeLeaders = %q", got)
+	}
+}
+
+func TestParseOptionsRoles(t *testing.T) {
+	o, err := parseOptions([]string{"--short", "--roles-scenarios", "--trials", "3"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.rolesScenarios || o.roles != 8 || o.rolesGroup != 4 || o.handoffRoles != 6 || o.rolesTrials != 3 {
+		t.Errorf("short roles options: %+v", o)
+	}
+	o, err = parseOptions([]string{"--roles-trials", "4", "--roles", "16"}, &bytes.Buffer{})
+	if err != nil || o.rolesScenarios || o.roles != 16 || o.rolesTrials != 4 || o.rolesGroup != 10 {
+		t.Errorf("roles options: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"--roles", "0"}, {"--roles-group", "1"}, {"--roles-handoff", "0"}} {
+		if _, err := parseOptions(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseOptions(%q) accepted", bad)
+		}
 	}
 }

@@ -107,13 +107,26 @@ func describeGroup(g *kfake.GroupInfo) string {
 	return sb.String()
 }
 
-// highWatermark is the end offset of partition 0 of topic: the number of heartbeats ever sent.
-func (e *env) highWatermark(topic string) (int64, error) {
+// heartbeats is the sum of the end offsets of parts: the number of heartbeats ever sent to them.
+func (e *env) heartbeats(parts []topicPartition) (int64, error) {
+	var total int64
+	for _, p := range parts {
+		n, err := e.highWatermark(p.topic, p.partition)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// highWatermark is the end offset of one partition of topic.
+func (e *env) highWatermark(topic string, partition int32) (int64, error) {
 	if e.broker != nil {
 		// Asking kfake directly keeps the query out of the request counts.
-		pi := e.broker.PartitionInfo(topic, 0)
+		pi := e.broker.PartitionInfo(topic, partition)
 		if pi == nil {
-			return 0, fmt.Errorf("no partition 0 of %s", topic)
+			return 0, fmt.Errorf("no partition %d of %s", partition, topic)
 		}
 		return pi.HighWatermark, nil
 	}
@@ -124,7 +137,7 @@ func (e *env) highWatermark(topic string) (int64, error) {
 	t := kmsg.NewListOffsetsRequestTopic()
 	t.Topic = topic
 	p := kmsg.NewListOffsetsRequestTopicPartition()
-	p.Partition, p.Timestamp = 0, -1
+	p.Partition, p.Timestamp = partition, -1
 	t.Partitions = append(t.Partitions, p)
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, e.client)
@@ -133,7 +146,7 @@ func (e *env) highWatermark(topic string) (int64, error) {
 	}
 	for _, rt := range resp.Topics {
 		for _, rp := range rt.Partitions {
-			if rp.Partition == 0 {
+			if rp.Partition == partition {
 				if rp.ErrorCode != 0 {
 					return 0, fmt.Errorf("ListOffsets %s: error code %d", topic, rp.ErrorCode)
 				}
@@ -141,7 +154,7 @@ func (e *env) highWatermark(topic string) (int64, error) {
 			}
 		}
 	}
-	return 0, errors.New("ListOffsets: no partition 0 in the response")
+	return 0, fmt.Errorf("ListOffsets: no partition %d in the response", partition)
 }
 
 // requestCounter counts the requests the embedded broker receives, by API key, and the record
@@ -168,6 +181,17 @@ func (c *requestCounter) observe(req kmsg.Request) {
 type counts struct {
 	byKey        map[int16]int64
 	produceBytes int64
+}
+
+// minus is the counts since before.
+func (c counts) minus(before counts) counts {
+	out := counts{byKey: map[int16]int64{}, produceBytes: c.produceBytes - before.produceBytes}
+	for k, v := range c.byKey {
+		if d := v - before.byKey[k]; d != 0 {
+			out.byKey[k] = d
+		}
+	}
+	return out
 }
 
 func (c *requestCounter) snapshot() counts {

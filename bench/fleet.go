@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -39,6 +40,11 @@ type memberFleet struct {
 	lease    time.Duration
 	task     time.Duration
 	spawned  int // only the scenario's goroutine spawns
+	// roles, if not empty, are the roles every member contends for (member -roles); otherwise
+	// members contend for the single leadership of goneli.New.
+	roles []string
+	// ownGroups puts every member in a group of its own, <group>-<member>, instead of all in one.
+	ownGroups bool
 }
 
 func newFleet(e *env, scenario string, lease, task time.Duration) *memberFleet {
@@ -56,17 +62,25 @@ func newFleet(e *env, scenario string, lease, task time.Duration) *memberFleet {
 func (f *memberFleet) spawn() (*fleet.Proc, error) {
 	f.spawned++
 	name := fmt.Sprintf("%s-m%02d", f.scenario, f.spawned)
+	group := f.group
+	if f.ownGroups {
+		group = f.memberGroup(name)
+	}
+	args := []string{
+		"--kafka", f.env.addr,
+		"--group", group,
+		"--name", name,
+		"--heartbeat-timeout", f.lease.String(),
+		"--task", f.task.String(),
+		"--log-level", f.env.opts.memberLog,
+	}
+	if len(f.roles) > 0 {
+		args = append(args, "--roles", strconv.Itoa(len(f.roles)))
+	}
 	s := fleet.Spec{
-		Name: name,
-		Path: f.env.exe,
-		Args: []string{
-			"--kafka", f.env.addr,
-			"--group", f.group,
-			"--name", name,
-			"--heartbeat-timeout", f.lease.String(),
-			"--task", f.task.String(),
-			"--log-level", f.env.opts.memberLog,
-		},
+		Name:      name,
+		Path:      f.env.exe,
+		Args:      args,
 		Env:       []string{memberEnv + "=1"},
 		Pdeathsig: true, // a member outliving a crashed harness would contend in a group nobody watches
 	}
@@ -103,25 +117,65 @@ func (f *memberFleet) waitCount(from, n int, limit time.Duration, what string, p
 	return err
 }
 
+// memberGroup is the group of a member with a group of its own.
+func (f *memberFleet) memberGroup(name string) string { return f.group + "-" + name }
+
 // leader names the member that leads now, judged by its latest leadership event.
 func (f *memberFleet) leader() (string, bool) {
-	// The latest acquisition wins should an old leader not have reported its fencing yet.
-	latest := map[string]int{} // member -> index of its latest acquisition, -1 after losing it
-	for i, l := range f.Lines() {
-		switch l.Event {
-		case member.EventAcquired:
-			latest[l.Name] = i
-		case member.EventFenced, member.EventRevoked, fleet.EventExit:
-			latest[l.Name] = -1
+	name, ok := leaders(f.Lines())[""]
+	return name, ok
+}
+
+// leaders names the member that leads each role now ("" without roles), judged by the members'
+// latest leadership events; a role nobody leads is missing.
+func leaders(lines []member.Line) map[string]string {
+	t := newLeaderTracker()
+	for _, l := range lines {
+		t.add(l)
+	}
+	return t.leaders()
+}
+
+// leaderTracker follows who leads each role through a log, one line at a time.
+type leaderTracker struct {
+	n int // lines added
+	// latest maps a member and a role to the index of the member's latest acquisition of the
+	// role, or -1 after it lost it. The latest acquisition wins should an old leader not have
+	// reported its fencing yet.
+	latest map[leaderKey]int
+}
+
+type leaderKey struct{ name, role string }
+
+func newLeaderTracker() *leaderTracker { return &leaderTracker{latest: map[leaderKey]int{}} }
+
+func (t *leaderTracker) add(l member.Line) {
+	i := t.n
+	t.n++
+	switch l.Event {
+	case member.EventAcquired:
+		t.latest[leaderKey{l.Name, l.Role}] = i
+	case member.EventFenced, member.EventRevoked:
+		t.latest[leaderKey{l.Name, l.Role}] = -1
+	case fleet.EventExit:
+		for k := range t.latest {
+			if k.name == l.Name {
+				t.latest[k] = -1
+			}
 		}
 	}
-	name, best := "", -1
-	for n, i := range latest {
-		if i > best {
-			name, best = n, i
+}
+
+// leaders is who leads each role after the lines added so far.
+func (t *leaderTracker) leaders() map[string]string {
+	best := map[string]int{}
+	out := map[string]string{}
+	for k, i := range t.latest {
+		if b, seen := best[k.role]; i >= 0 && (!seen || i > b) {
+			best[k.role], out[k.role] = i, k.name
 		}
 	}
-	return name, best >= 0
+	return out
 }
 
 // signal sends sig to p and returns when it was sent, which the log marks too.

@@ -6,6 +6,16 @@
 //	go run ./bench --short               # a smoke run of well under a minute
 //	go run ./bench --kafka host:9092     # against a real cluster (no fencing trials)
 //	go run ./bench --render bench.json --svg failover.svg
+//	go run ./bench --roles-scenarios     # adds the roles scenarios (goneli.NewRoles)
+//	go run ./bench --short --roles-scenarios --contenders "" --trials 0 --fence-trials 0 --roles-trials 2
+//	                                     # only the roles scenarios, small: about a minute
+//
+// The roles scenarios compare one instance leading --roles roles (64) with one leading a single
+// role and with --roles single-leader instances, each in a group of its own (CPU, memory, broker
+// requests per role); hand one role off on a graceful stop and on a crash in a group of
+// --group-size members over --roles-handoff roles; and spread --roles roles over --roles-group
+// members (10), counting the roles moved when one leaves and when one joins. They take some
+// 10 minutes at the defaults, 2 of them with --short.
 //
 // The process exits non-zero if any two members ever acted as leader at the same instant.
 package main
@@ -43,6 +53,12 @@ type options struct {
 	memberLog   string
 	memberLogs  string
 	settle      time.Duration
+
+	rolesScenarios bool
+	roles          int // roles of the cost and group scenarios
+	handoffRoles   int // roles of the handoff trials
+	rolesGroup     int // members of the group scenario
+	rolesTrials    int // trials per roles handoff series
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -67,6 +83,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.memberLogs, "member-logs", "", "also write each member's stderr to <dir>/<member>.log")
 	fs.StringVar(&o.memberLog, "member-log-level", "warn", "members' log level on stderr (shown when a scenario fails)")
 	fs.DurationVar(&o.costTask, "cost-task", 10*time.Millisecond, "simulated leader work per run while measuring cost")
+	fs.BoolVar(&o.rolesScenarios, "roles-scenarios", false, "also run the roles scenarios (goneli.NewRoles)")
+	fs.IntVar(&o.roles, "roles", 64, "roles in the roles cost and group scenarios")
+	fs.IntVar(&o.handoffRoles, "roles-handoff", 6, "roles in the roles handoff trials (over --group-size members)")
+	fs.IntVar(&o.rolesGroup, "roles-group", 10, "members in the roles group scenario")
+	fs.IntVar(&o.rolesTrials, "roles-trials", -1, "trials per roles handoff series (default: --trials)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -85,6 +106,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			"cost-window":        func() { o.costWindow = 3 * time.Second },
 			"heartbeat-timeouts": func() { leases = "1s" },
 			"settle":             func() { o.settle = 500 * time.Millisecond },
+			"roles":              func() { o.roles = 8 },
+			"roles-group":        func() { o.rolesGroup = 4 },
 		}
 		for name, apply := range short {
 			if !set[name] {
@@ -111,6 +134,12 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.groupSize < 2 {
 		return o, errors.New("--group-size must be at least 2: a failover needs a successor")
+	}
+	if o.rolesTrials < 0 {
+		o.rolesTrials = o.trials
+	}
+	if err := validateRoles(o); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -208,6 +237,9 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 			}
 		}
 	}
+	if o.rolesScenarios {
+		errs = append(errs, r.runRoles()...)
+	}
 	rep.Finished = time.Now().UTC()
 	rep.LoadEnd = loadAverage()
 	printTable(out, rep)
@@ -292,6 +324,7 @@ func printTable(w io.Writer, rep *Report) {
 				c.RequestsPerS, topRequests(c.RequestsPerSByKey, 4))
 		}
 	}
+	printRolesTables(w, rep.Roles)
 	p("")
 	if len(rep.UncutFences) > 0 {
 		by := map[string]int{}
@@ -351,6 +384,16 @@ func seriesTitle(name string) string {
 		return "network cut: cut -> successor acts"
 	case seriesFenceGap:
 		return "network cut: leaderless gap (last act -> successor acts)"
+	case seriesRolesHandoff:
+		return "graceful handoff: leader SIGTERM (Close) -> successor acts for the role, per role it led"
+	case seriesRolesHandoffAll:
+		return "graceful handoff: leader SIGTERM (Close) -> successors act for every role it led"
+	case seriesRolesFailover:
+		return "crash failover: leader SIGKILL -> successor acts for the role, per role it led"
+	case seriesRolesFailoverAll:
+		return "crash failover: leader SIGKILL -> successors act for every role it led"
+	case seriesRolesCrashGap:
+		return "crash: leader's last act for the role -> successor acts for it"
 	}
 	return name
 }
@@ -359,11 +402,11 @@ func seriesTitle(name string) string {
 func seriesBound(name string, lease time.Duration) string {
 	iv, sess := groupInterval(lease), sessionTimeout(lease)
 	switch name {
-	case seriesHandoff:
+	case seriesHandoff, seriesRolesHandoff, seriesRolesHandoffAll:
 		return fmt.Sprintf("group heartbeat interval (%v) + first own heartbeat round trip", iv)
 	case seriesHandoffLeft:
 		return "LeaveGroup round trip, client shutdown"
-	case seriesFailover, seriesCrashGap:
+	case seriesFailover, seriesCrashGap, seriesRolesFailover, seriesRolesFailoverAll, seriesRolesCrashGap:
 		return fmt.Sprintf("session timeout (%v) + rebalance", sess)
 	case seriesFenceFenced, seriesFenceLastAct:
 		return fmt.Sprintf("lease (%v) after the last confirmed heartbeat", lease)

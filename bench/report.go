@@ -33,6 +33,8 @@ type Report struct {
 	// UncutFences lists every time a leader fenced itself without being cut off by the harness.
 	UncutFences []UncutFence `json:"fences_without_cut"`
 	Timelines   []Timeline   `json:"timelines"`
+	// Roles is what the roles scenarios measured (--roles-scenarios).
+	Roles *RolesReport `json:"roles,omitempty"`
 }
 
 // FirstLeader is how long N freshly started contenders took to elect a leader.

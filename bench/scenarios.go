@@ -52,6 +52,12 @@ func (r *runner) withFleet(scenario string, lease, task time.Duration, body func
 		}
 	}
 	spans := verdict.ActSpans(verdict.ByName(lines))
+	if f.ownGroups {
+		// Members of different groups do not contend: each one's leadership is a role of its own.
+		for i := range spans {
+			spans[i].Role = f.memberGroup(spans[i].Who) + "/" + spans[i].Role
+		}
+	}
 	o := &r.rep.Overlap
 	o.SpansChecked += len(spans)
 	for _, ov := range verdict.Overlaps(spans) {
@@ -174,23 +180,112 @@ func (r *runner) measureCost(f *memberFleet, n int, window time.Duration) (*Cost
 	if err != nil {
 		return nil, err
 	}
-	topic := f.group + ".neli"
+	w, err := r.measureWindow(f, window, []topicPartition{{f.group + ".neli", 0}})
+	if err != nil {
+		return nil, err
+	}
+	c := &Cost{Instances: n, WindowS: w.elapsed.Seconds(), LoadAvgDuringWindow: loadAverage(), LeaderChanges: w.changes}
+	var followerCPU, followerRSS []float64
+	var followerThreads []float64
+	var all int64
+	for _, p := range w.procs {
+		all += p.ticks
+		if p.name == leader {
+			c.LeaderCPUSPerMin = w.perMin(p.ticks)
+			c.LeaderRSSMB = p.rssMB()
+			c.LeaderThreads = p.threads
+		} else {
+			followerCPU = append(followerCPU, w.perMin(p.ticks))
+			followerRSS = append(followerRSS, p.rssMB())
+			followerThreads = append(followerThreads, float64(p.threads))
+		}
+	}
+	c.AllCPUSPerMin = w.perMin(all)
+	c.HarnessCPUSPerMin = w.perMin(w.harnessTicks)
+	if len(followerCPU) > 0 {
+		c.FollowerCPUSPerMin = summarise(followerCPU).Median
+		c.FollowerRSSMB = summarise(followerRSS).Median
+		c.FollowerThreads = int64(summarise(followerThreads).Median)
+	}
+	c.HeartbeatsPerS = w.perS(w.heartbeats)
+	if r.e.counter != nil {
+		c.RequestsPerSByKey = w.requestsPerSByKey()
+		c.RequestsPerS = w.perS(w.requests())
+		c.ProduceRequestsPerS = c.RequestsPerSByKey["Produce"]
+		c.ProduceBytesPerS = w.perS(w.counts.produceBytes)
+	}
+	r.printf("cost, %d instances over %.0f s: leader %.2f CPU s/min %.0f MB, follower %.2f CPU s/min %.0f MB, %.1f heartbeats/s, %.0f requests/s",
+		n, c.WindowS, c.LeaderCPUSPerMin, c.LeaderRSSMB, c.FollowerCPUSPerMin, c.FollowerRSSMB, c.HeartbeatsPerS, c.RequestsPerS)
+	return c, nil
+}
+
+// topicPartition names one partition of a leader topic.
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// window is what a fleet's live members and the broker cost over a measurement window.
+type window struct {
+	elapsed      time.Duration
+	procs        []procCost // the members live at the start, in start order
+	harnessTicks int64      // this process: the embedded broker and the output readers
+	heartbeats   int64      // records appended to the given partitions
+	counts       counts     // requests the embedded broker received; empty with --kafka
+	changes      int        // leadership events (acquired, fenced, revoked) in the window
+}
+
+// procCost is one member's CPU over a window and its memory at the end.
+type procCost struct {
+	name           string
+	ticks          int64
+	rssKB, threads int64
+}
+
+func (p procCost) rssMB() float64 { return float64(p.rssKB) / 1024 }
+
+func (w window) perMin(ticks int64) float64 { return float64(ticks) / userHZ / w.elapsed.Minutes() }
+
+func (w window) perS(n int64) float64 { return float64(n) / w.elapsed.Seconds() }
+
+// requests is every request the broker received in the window.
+func (w window) requests() int64 {
+	var total int64
+	for _, v := range w.counts.byKey {
+		total += v
+	}
+	return total
+}
+
+// requestsPerSByKey is the request rate by request name.
+func (w window) requestsPerSByKey() map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range w.counts.byKey {
+		out[kmsg.NameForKey(k)] = w.perS(v)
+	}
+	return out
+}
+
+// measureWindow samples every live member of f, this process, the broker's request counts and
+// the end offsets of parts before and after a window of length d.
+func (r *runner) measureWindow(f *memberFleet, d time.Duration, parts []topicPartition) (window, error) {
+	var w window
 	procs := f.Live()
 	before := map[int]procSample{}
 	for _, p := range procs {
 		s, err := sampleProc(p.Pid)
 		if err != nil {
-			return nil, err
+			return w, err
 		}
 		before[p.Pid] = s
 	}
 	self0, err := sampleProc(os.Getpid())
 	if err != nil {
-		return nil, err
+		return w, err
 	}
-	hwm0, err := r.e.highWatermark(topic)
+	hwm0, err := r.e.heartbeats(parts)
 	if err != nil {
-		return nil, err
+		return w, err
 	}
 	var counts0 counts
 	if r.e.counter != nil {
@@ -199,74 +294,35 @@ func (r *runner) measureCost(f *memberFleet, n int, window time.Duration) (*Cost
 	from := f.Cursor()
 	t0 := time.Now()
 	// The window is a measurement interval, so here waiting on a timer is the point.
-	time.Sleep(window)
-	var counts1 counts
+	time.Sleep(d)
 	if r.e.counter != nil {
-		counts1 = r.e.counter.snapshot()
+		w.counts = r.e.counter.snapshot().minus(counts0)
 	}
-	elapsed := time.Since(t0)
-	hwm1, err := r.e.highWatermark(topic)
+	w.elapsed = time.Since(t0)
+	hwm1, err := r.e.heartbeats(parts)
 	if err != nil {
-		return nil, err
+		return w, err
 	}
+	w.heartbeats = hwm1 - hwm0
 	self1, err := sampleProc(os.Getpid())
 	if err != nil {
-		return nil, err
+		return w, err
 	}
-	perMin := func(ticks int64) float64 { return float64(ticks) / userHZ / elapsed.Minutes() }
-	c := &Cost{Instances: n, WindowS: elapsed.Seconds(), LoadAvgDuringWindow: loadAverage()}
-	var followerCPU, followerRSS []float64
-	var followerThreads []float64
-	var all int64
+	w.harnessTicks = self1.cpuTicks - self0.cpuTicks
 	for _, p := range procs {
 		s, err := sampleProc(p.Pid)
 		if err != nil {
-			return nil, fmt.Errorf("%s: sampling %s: %w", f.scenario, p.Name, err)
+			return w, fmt.Errorf("%s: sampling %s: %w", f.scenario, p.Name, err)
 		}
-		ticks := s.cpuTicks - before[p.Pid].cpuTicks
-		all += ticks
-		if p.Name == leader {
-			c.LeaderCPUSPerMin = perMin(ticks)
-			c.LeaderRSSMB = float64(s.rssKB) / 1024
-			c.LeaderThreads = s.threads
-		} else {
-			followerCPU = append(followerCPU, perMin(ticks))
-			followerRSS = append(followerRSS, float64(s.rssKB)/1024)
-			followerThreads = append(followerThreads, float64(s.threads))
-		}
-	}
-	c.AllCPUSPerMin = perMin(all)
-	c.HarnessCPUSPerMin = perMin(self1.cpuTicks - self0.cpuTicks)
-	if len(followerCPU) > 0 {
-		c.FollowerCPUSPerMin = summarise(followerCPU).Median
-		c.FollowerRSSMB = summarise(followerRSS).Median
-		c.FollowerThreads = int64(summarise(followerThreads).Median)
-	}
-	c.HeartbeatsPerS = float64(hwm1-hwm0) / elapsed.Seconds()
-	if r.e.counter != nil {
-		c.RequestsPerSByKey = map[string]float64{}
-		var total int64
-		for k, v := range counts1.byKey {
-			d := v - counts0.byKey[k]
-			if d == 0 {
-				continue
-			}
-			total += d
-			c.RequestsPerSByKey[kmsg.NameForKey(k)] = float64(d) / elapsed.Seconds()
-		}
-		c.RequestsPerS = float64(total) / elapsed.Seconds()
-		c.ProduceRequestsPerS = c.RequestsPerSByKey["Produce"]
-		c.ProduceBytesPerS = float64(counts1.produceBytes-counts0.produceBytes) / elapsed.Seconds()
+		w.procs = append(w.procs, procCost{name: p.Name, ticks: s.cpuTicks - before[p.Pid].cpuTicks, rssKB: s.rssKB, threads: s.threads})
 	}
 	for _, l := range f.Lines()[from:] {
 		switch l.Event {
 		case member.EventAcquired, member.EventFenced, member.EventRevoked:
-			c.LeaderChanges++
+			w.changes++
 		}
 	}
-	r.printf("cost, %d instances over %.0f s: leader %.2f CPU s/min %.0f MB, follower %.2f CPU s/min %.0f MB, %.1f heartbeats/s, %.0f requests/s",
-		n, c.WindowS, c.LeaderCPUSPerMin, c.LeaderRSSMB, c.FollowerCPUSPerMin, c.FollowerRSSMB, c.HeartbeatsPerS, c.RequestsPerS)
-	return c, nil
+	return w, nil
 }
 
 // leaseLabel names a HeartbeatTimeout in scenario names: "5s", "1s", "1500ms".
@@ -316,23 +372,25 @@ func timeline(title string, lines []member.Line, t0, end time.Time) Timeline {
 // gives up.
 const maxUnprovoked = 5
 
-// trialLoop runs a series of fault trials in a fresh group of --group-size members. Each trial
-// begins with a settled group and a steady leader, which trial receives; trial must leave that
+// trialLoop runs a series of fault trials in a fresh group of --group-size members, contending
+// for roles (nil: the single leadership). Each trial begins with a settled group and a steady
+// leader, which trial receives (with roles, the leader of the first role); trial must leave that
 // member ended, and trialLoop replaces it before the next one. Afterwards the series are
 // summarised into the report.
-func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, series []*Series,
+func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, roles []string, series []*Series,
 	trial func(f *memberFleet, n int, leader *fleet.Proc) error) error {
 	if trials <= 0 {
 		return nil
 	}
 	k := r.e.opts.groupSize
 	err := r.withFleet(scenario, lease, r.e.opts.task, func(f *memberFleet) error {
+		f.roles = roles
 		for range k {
 			if _, err := f.spawn(); err != nil {
 				return err
 			}
 		}
-		leader, err := r.awaitSteady(f, k, startLimit(k, lease))
+		leader, state, err := r.steady(f, k, startLimit(k, lease))
 		if err != nil {
 			return err
 		}
@@ -340,14 +398,14 @@ func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, ser
 		for n := 1; n <= trials; n++ {
 			steadyFrom := f.Cursor()
 			r.settle(lease)
-			if now, ok := f.leader(); !ok || now != leader {
+			if f.state() != state {
 				// Leadership moved with no fault (a lease that lapsed on a starved machine, say).
 				// That is a finding for the report, not a trial: settle again and repeat the trial.
 				r.unprovoked(f, steadyFrom)
 				if retries++; retries > maxUnprovoked {
 					return fmt.Errorf("%s: leadership moved without a fault %d times", scenario, retries)
 				}
-				if leader, err = r.awaitSteady(f, k, startLimit(k, lease)); err != nil {
+				if leader, state, err = r.steady(f, k, startLimit(k, lease)); err != nil {
 					return err
 				}
 				n--
@@ -359,7 +417,7 @@ func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, ser
 			if _, err := f.spawn(); err != nil {
 				return err
 			}
-			if leader, err = r.awaitSteady(f, k, startLimit(1, lease)); err != nil {
+			if leader, state, err = r.steady(f, k, startLimit(1, lease)); err != nil {
 				return err
 			}
 		}
@@ -368,10 +426,38 @@ func (r *runner) trialLoop(scenario string, lease time.Duration, trials int, ser
 	for _, s := range series {
 		if len(s.SamplesMs) > 0 {
 			s.Stat = summarise(s.SamplesMs)
-			r.rep.Series = append(r.rep.Series, *s)
+			if len(roles) > 0 {
+				r.rolesReport().Series = append(r.rolesReport().Series, *s)
+			} else {
+				r.rep.Series = append(r.rep.Series, *s)
+			}
 		}
 	}
 	return err
+}
+
+// steady waits until the group of n members is settled, and returns the member whose fault a
+// trial measures and the leadership state that must not change before the fault: without roles,
+// the steady leader both times; with roles, the leader of the first role and who leads every role.
+func (r *runner) steady(f *memberFleet, n int, limit time.Duration) (leader, state string, err error) {
+	if len(f.roles) == 0 {
+		leader, err = r.awaitSteady(f, n, limit)
+		return leader, leader, err
+	}
+	led, err := r.awaitRolesSteady(f, n, limit)
+	if err != nil {
+		return "", "", err
+	}
+	return led[f.roles[0]], describeLeaders(led), nil
+}
+
+// state describes who leads now, to compare with what steady returned.
+func (f *memberFleet) state() string {
+	if len(f.roles) == 0 {
+		name, _ := f.leader()
+		return name
+	}
+	return describeLeaders(leaders(f.Lines()))
 }
 
 func newSeries(name, description string, lease time.Duration) Series {
@@ -398,7 +484,7 @@ func (r *runner) failover(crash bool, lease time.Duration, trials int) error {
 	closed := newSeries(seriesHandoffLeft, "leader sent SIGTERM -> its Close returned (closed line)", lease)
 	gap := newSeries(seriesCrashGap, "leader's last reported act -> another member's first act", lease)
 	scenario := kind + "-" + leaseLabel(lease)
-	return r.trialLoop(scenario, lease, trials, []*Series{&main, &closed, &gap}, func(f *memberFleet, n int, p *fleet.Proc) error {
+	return r.trialLoop(scenario, lease, trials, nil, []*Series{&main, &closed, &gap}, func(f *memberFleet, n int, p *fleet.Proc) error {
 		from := f.Cursor()
 		t0 := f.signal(p, sig)
 		next, err := f.waitSuccessor(from, p.Name, t0)
@@ -446,7 +532,7 @@ func (r *runner) fence(lease time.Duration, trials int) error {
 	gap := newSeries(seriesFenceGap, "cut leader's last act -> another member's first act", lease)
 	scenario := "fence-" + leaseLabel(lease)
 	all := []*Series{&fenced, &lastAct, &next, &gap}
-	return r.trialLoop(scenario, lease, trials, all, func(f *memberFleet, n int, p *fleet.Proc) error {
+	return r.trialLoop(scenario, lease, trials, nil, all, func(f *memberFleet, n int, p *fleet.Proc) error {
 		clientID := "goneli-" + goneli.Sanitise(p.Name)
 		from := f.Cursor()
 		t0 := f.Mark(p.Name, evCut, clientID)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/goneli/goneli/internal/member"
@@ -94,12 +96,14 @@ type settings struct {
 	trials  int
 	faults  int // per trial; 0 means one of each kind, in random order
 	members int
+	roles   int // numbered roles per member (goneli.NewRoles); 0 means the single leader of New
+	extra   int // random faults the short run (faults == 0) adds to one of each kind
 	kinds   []string
 	logDir  string
 }
 
 func readSettings(t *testing.T) settings {
-	s := settings{trials: 1, members: 4, kinds: defaultKinds, seed: uint64(time.Now().UnixNano())}
+	s := settings{trials: 1, members: 4, extra: shortExtra, kinds: defaultKinds, seed: uint64(time.Now().UnixNano())}
 	num := func(key string, into *int) {
 		if v := os.Getenv(key); v != "" {
 			n, err := strconv.Atoi(v)
@@ -112,6 +116,7 @@ func readSettings(t *testing.T) settings {
 	num("CHAOS_TRIALS", &s.trials)
 	num("CHAOS_FAULTS", &s.faults)
 	num("CHAOS_MEMBERS", &s.members)
+	num("CHAOS_ROLES", &s.roles)
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -140,8 +145,43 @@ func readSettings(t *testing.T) settings {
 // each default kind and shortExtra more; CHAOS_FAULTS and CHAOS_TRIALS make it longer.
 func TestChaos(t *testing.T) {
 	s := readSettings(t)
-	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %d trial(s), %d members, kinds %v",
-		s.seed, s.seed, s.trials, s.members, s.kinds)
+	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %d trial(s), %d members, %s, kinds %v",
+		s.seed, s.seed, s.trials, s.members, s.mode(), s.kinds)
+	runTrials(t, s)
+}
+
+// rolesShortKinds are the faults of the short roles run that TestChaosRoles adds to CI: three aimed
+// at one member, which then leads several roles at once, and two that hit every leader. Few
+// enough to keep `go test ./chaos/` within two minutes.
+var rolesShortKinds = []string{kindKill, kindTerm, kindStopLong, kindStall, kindRestart}
+
+// TestChaosRoles is the short CI run in roles mode: one trial of 4 members (CHAOS_MEMBERS)
+// contending for rolesShortRoles numbered roles each, two or so per member, with one fault of
+// each of rolesShortKinds (CHAOS_KINDS), some 20 to 30 s. It is skipped when CHAOS_ROLES is set
+// (TestChaos then runs every kind in roles mode) and in -short mode.
+func TestChaosRoles(t *testing.T) {
+	if os.Getenv("CHAOS_ROLES") != "" {
+		t.Skip("CHAOS_ROLES is set: TestChaos runs in roles mode")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	s := readSettings(t)
+	s.roles, s.trials, s.faults, s.extra = rolesShortRoles, 1, 0, 0
+	if os.Getenv("CHAOS_KINDS") == "" {
+		s.kinds = rolesShortKinds
+	}
+	t.Logf("chaos roles: seed %d (replay with CHAOS_SEED=%d), %d members, %s, kinds %v",
+		s.seed, s.seed, s.members, s.mode(), s.kinds)
+	runTrials(t, s)
+}
+
+// rolesShortRoles is how many roles TestChaosRoles gives each member: twice the default number of
+// members, so that every member leads several roles and every fault aimed at one hits several.
+const rolesShortRoles = 8
+
+// runTrials runs s.trials trials and prints the summary.
+func runTrials(t *testing.T, s settings) {
 	sum := Summary{Trials: s.trials}
 	for i := range s.trials {
 		seed := s.seed + uint64(i)
@@ -161,6 +201,14 @@ func TestChaos(t *testing.T) {
 	}
 }
 
+// mode describes the leadership the members contend for.
+func (s settings) mode() string {
+	if s.roles == 0 {
+		return "single leader"
+	}
+	return fmt.Sprintf("%d roles each", s.roles)
+}
+
 // harness is one trial: a broker, a group of member processes, and the record of what they said.
 // Only the test goroutine uses it; the fleet's callbacks only report failures.
 type harness struct {
@@ -173,6 +221,7 @@ type harness struct {
 	stall  atomic.Pointer[chan struct{}] // non-nil while produce requests are held
 	noJoin atomic.Pointer[string]        // member ID prefix whose JoinGroup requests fail
 
+	roles  []string // the members' roles; nil for the single leader
 	fleet  *fleet.Fleet
 	procs  []*fleet.Proc // by slot; the current incarnation
 	gen    []int         // incarnations started per slot
@@ -183,6 +232,9 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	h := &harness{
 		t:   t,
 		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+	}
+	if s.roles > 0 {
+		h.roles = goneli.Shards(s.roles)
 	}
 	h.fleet = fleet.New(fleet.Options{
 		OnLine: func(l member.Line) {
@@ -240,7 +292,7 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	} else {
 		// The short run: every kind once, plus a few more at random, in random order.
 		plan = append([]string(nil), s.kinds...)
-		for range shortExtra {
+		for range s.extra {
 			plan = append(plan, s.kinds[h.rng.IntN(len(s.kinds))])
 		}
 		h.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
@@ -250,8 +302,8 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 		h.sleep(200*time.Millisecond, 2500*time.Millisecond)
 		f := h.inject(kind)
 		h.faults = append(h.faults, f)
-		t.Logf("fault %d/%d %s: victim %s (leader %v) %s, healed after %v",
-			i+1, len(plan), f.Kind, f.Victim, f.WasLeader, f.Detail, f.Healed.Sub(f.At).Round(time.Millisecond))
+		t.Logf("fault %d/%d %s: victim %s (leader %v) %s, healed after %v%s",
+			i+1, len(plan), f.Kind, f.Victim, f.WasLeader, f.Detail, f.Healed.Sub(f.At).Round(time.Millisecond), rolesHit(f))
 		h.awaitAct(f.Healed, "a leader after "+f.Kind)
 		if t.Failed() {
 			break
@@ -336,6 +388,9 @@ func (h *harness) start(slot int) {
 		// Reconnect quickly after cuts and broker restarts; the default backoff adds seconds.
 		"-X", "reconnect.backoff.ms=50", "-X", "reconnect.backoff.max.ms=250",
 	}
+	if len(h.roles) > 0 {
+		args = append(args, "-roles", strconv.Itoa(len(h.roles)))
+	}
 	// CHAOS_MEMBER_ARGS adds member flags, for example "-log-level debug -X debug=cgrp".
 	args = append(args, strings.Fields(os.Getenv("CHAOS_MEMBER_ARGS"))...)
 	p, err := h.fleet.Start(fleet.Spec{
@@ -352,20 +407,34 @@ func (h *harness) start(slot int) {
 
 func (h *harness) logFile(name string) string { return filepath.Join(h.dir, name+".log") }
 
-// awaitAct waits until some member acts at or after since.
+// awaitAct waits until some member acts at or after since; with roles, until every role has been
+// acted for at or after since.
 func (h *harness) awaitAct(since time.Time, what string) {
 	h.t.Helper()
+	acted := map[string]bool{}
+	want := max(len(h.roles), 1)
 	_, _, err := h.fleet.WaitFor(0, awaitLimit, what, func(l member.Line) bool {
-		return l.Event == member.EventAct && l.To >= since.UnixNano()
+		if l.Event == member.EventAct && l.To >= since.UnixNano() {
+			acted[l.Role] = true
+		}
+		return len(acted) == want
 	})
 	if err != nil {
-		h.t.Errorf("no member acted as leader within %v, waiting for %s", awaitLimit, what)
+		h.t.Errorf("not every role was led within %v, waiting for %s: acted for %v of %d", awaitLimit, what, acted, want)
 	}
 }
 
+// recent is how long ago a member's last action may be for it to count as leading.
+const recent = 150 * time.Millisecond
+
 // leader returns the slot whose member acted most recently, if that was within the last few
-// reporting intervals, or -1.
+// reporting intervals, or -1. With roles, it is the member that leads the most roles (a random
+// one of those that lead most).
 func (h *harness) leader() int {
+	if len(h.roles) > 0 {
+		slot, _ := h.busiest()
+		return slot
+	}
 	lastAct := verdict.LastActs(h.fleet.Lines())
 	best, bestAt := -1, time.Time{}
 	for slot, p := range h.procs {
@@ -373,20 +442,70 @@ func (h *harness) leader() int {
 			best, bestAt = slot, at
 		}
 	}
-	if time.Since(bestAt) > 150*time.Millisecond {
+	if time.Since(bestAt) > recent {
 		return -1
 	}
 	return best
 }
 
+// led returns who leads each role now, judged by the members' recent actions.
+func (h *harness) led() map[string]string {
+	return verdict.Leaders(h.fleet.Lines(), time.Now().Add(-recent))
+}
+
+// busiest returns the slot of the member that leads the most roles now, chosen at random among
+// equals, and its roles; -1 if nobody leads.
+func (h *harness) busiest() (int, map[string]string) {
+	by := map[string]map[string]string{}
+	for role, who := range h.led() {
+		if by[who] == nil {
+			by[who] = map[string]string{}
+		}
+		by[who][role] = who
+	}
+	best, ties := -1, 0
+	for slot, p := range h.procs {
+		n := len(by[p.Name])
+		switch {
+		case n == 0:
+		case best < 0 || n > len(by[h.procs[best].Name]):
+			best, ties = slot, 1
+		case n == len(by[h.procs[best].Name]):
+			// Reservoir sampling keeps every one of the equals equally likely.
+			if ties++; h.rng.IntN(ties) == 0 {
+				best = slot
+			}
+		}
+	}
+	if best < 0 {
+		return -1, nil
+	}
+	return best, by[h.procs[best].Name]
+}
+
+// rolesOf returns the roles the member in slot leads now.
+func (h *harness) rolesOf(slot int) map[string]string {
+	out := map[string]string{}
+	for role, who := range h.led() {
+		if who == h.procs[slot].Name {
+			out[role] = who
+		}
+	}
+	return out
+}
+
 // victim picks the leader most of the time, since faults of the leader are what can break mutual
-// exclusion, and a follower otherwise.
+// exclusion, and a follower otherwise. With roles the leader is the member that leads the most
+// roles, so that one fault hits several leaderships at once.
 func (h *harness) victim() (int, bool) {
 	l := h.leader()
 	if l >= 0 && h.rng.IntN(5) > 0 {
 		return l, true
 	}
 	slot := h.rng.IntN(len(h.procs))
+	if len(h.roles) > 0 {
+		return slot, len(h.rolesOf(slot)) > 0
+	}
 	return slot, slot == l
 }
 
@@ -405,6 +524,16 @@ func (h *harness) inject(kind string) verdict.Fault {
 	if slot >= 0 {
 		p = h.procs[slot]
 		f.Victim = p.Name
+	}
+	if len(h.roles) > 0 {
+		// Faults of the broker hit every leader; the others, the roles the victim leads.
+		switch {
+		case kind == kindStall || kind == kindRestart || kind == kindWipe:
+			f.Roles = h.led()
+		case slot >= 0:
+			f.Roles = h.rolesOf(slot)
+		}
+		f.WasLeader = slot >= 0 && len(h.rolesOf(slot)) > 0
 	}
 	clientID := "goneli-" + f.Victim
 	f.At = time.Now()
@@ -475,12 +604,13 @@ func (h *harness) inject(kind string) verdict.Fault {
 		down := h.sleep(lease+200*time.Millisecond, 3*time.Second)
 		if kind == kindWipe {
 			// Offsets, groups and the log are gone. The leader topic is created afresh, empty, as
-			// an operator would: goneli creates it only in New, so without it the running members
-			// would wait for it for ever (see the README).
+			// an operator would, with a partition per role: goneli creates it (or adds partitions)
+			// only in New and NewRoles, so without it the running members would wait for it for
+			// ever (see the README), and a role without its partition would never be led.
 			if err := os.RemoveAll(h.data); err != nil {
 				h.t.Fatal(err)
 			}
-			h.startBroker(kfake.SeedTopics(1, topic))
+			h.startBroker(kfake.SeedTopics(int32(max(len(h.roles), 1)), topic))
 		} else {
 			h.startBroker()
 		}
@@ -488,6 +618,20 @@ func (h *harness) inject(kind string) verdict.Fault {
 	}
 	f.Healed = time.Now()
 	return f
+}
+
+// rolesHit renders the roles a fault hit, for logs: " roles=0:m1-1,2:m1-1", or nothing.
+func rolesHit(f verdict.Fault) string {
+	if len(f.Roles) == 0 {
+		return ""
+	}
+	roles := slices.Collect(maps.Keys(f.Roles))
+	verdict.SortRoles(roles)
+	parts := make([]string, len(roles))
+	for i, r := range roles {
+		parts[i] = r + ":" + f.Roles[r]
+	}
+	return " roles=" + strings.Join(parts, ",")
 }
 
 func (h *harness) signal(p *fleet.Proc, sig syscall.Signal) {
@@ -519,7 +663,7 @@ func (h *harness) writeTimeline() {
 		all = append(all, entry{at, l.Name + " " + string(b)})
 	}
 	for _, f := range h.faults {
-		all = append(all, entry{f.At.UnixNano(), fmt.Sprintf("FAULT %s victim=%s leader=%v %s", f.Kind, f.Victim, f.WasLeader, f.Detail)})
+		all = append(all, entry{f.At.UnixNano(), fmt.Sprintf("FAULT %s victim=%s leader=%v %s%s", f.Kind, f.Victim, f.WasLeader, f.Detail, rolesHit(f))})
 		all = append(all, entry{f.Healed.UnixNano(), fmt.Sprintf("HEALED %s victim=%s", f.Kind, f.Victim)})
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })

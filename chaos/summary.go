@@ -3,6 +3,14 @@
 // (internal/verdict) reads what every process reported, on one wall clock, and judges mutual
 // exclusion, leaderless gaps and failover.
 //
+// With CHAOS_ROLES=N every member contends for N numbered roles (goneli.NewRoles) instead of the
+// single leadership of goneli.New, and every fault kind runs against them. Each role is checked
+// for overlap on its own (acting for different roles at once is no conflict), faults aimed at a
+// member prefer the one that leads the most roles, and the summary gives the failover figures
+// across every role a fault hit, and the overlaps and worst gap of each role. TestChaosRoles is a
+// short run of that mode, one trial with a few kinds, that the default `go test ./chaos/` (CI)
+// includes.
+//
 // The suite itself is in chaos_test.go; this file aggregates the checker's reports of several
 // trials into the summary the suite prints.
 package chaos
@@ -10,8 +18,8 @@ package chaos
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -33,72 +41,179 @@ func (s Summary) Overlaps() int {
 	return n
 }
 
-// Print writes the summary: trials, faults by kind, overlaps, worst gap, failover per kind.
-func (s Summary) Print(w io.Writer) {
-	byKind := map[string][]verdict.FaultResult{}
-	var infos []verdict.Overlap
-	var gap time.Duration
-	gapAfter := ""
-	faults, spans := 0, 0
-	var dur time.Duration
+// hasRoles reports whether the members contended for roles.
+func (s Summary) hasRoles() bool {
+	for _, r := range s.Reports {
+		if r.HasRoles() {
+			return true
+		}
+	}
+	return false
+}
+
+// totals are the figures of all trials together.
+type totals struct {
+	byKind        map[string][]verdict.FaultResult
+	kinds         []string // sorted
+	faults, spans int
+	duration      time.Duration
+	infos         int           // overlaps of acquired..fenced/revoked intervals
+	longestInfo   time.Duration // the longest of them
+	gap           time.Duration // the worst leaderless gap (of one role)
+	gapAfter      string
+	gapRole       string
+	roles         []string // in role order
+	byRole        map[string]*roleFigures
+}
+
+// roleFigures are one role's figures over all trials.
+type roleFigures struct {
+	spans, overlaps int
+	gap             time.Duration
+	gapAfter        string
+}
+
+func (s Summary) totals() totals {
+	t := totals{byKind: map[string][]verdict.FaultResult{}, byRole: map[string]*roleFigures{}}
 	for _, r := range s.Reports {
 		for _, f := range r.Faults {
-			byKind[f.Kind] = append(byKind[f.Kind], f)
+			t.byKind[f.Kind] = append(t.byKind[f.Kind], f)
 		}
-		faults += len(r.Faults)
-		spans += r.Spans
-		infos = append(infos, r.InfoOverlaps...)
-		if r.Gap > gap {
-			gap, gapAfter = r.Gap, r.GapAfter
+		t.faults += len(r.Faults)
+		t.spans += r.Spans
+		t.infos += len(r.InfoOverlaps)
+		for _, o := range r.InfoOverlaps {
+			t.longestInfo = max(t.longestInfo, o.Duration())
 		}
-		dur += r.End.Sub(r.Start)
+		if r.Gap > t.gap {
+			t.gap, t.gapAfter, t.gapRole = r.Gap, r.GapAfter, r.GapRole
+		}
+		t.duration += r.End.Sub(r.Start)
+		for _, rr := range r.Roles {
+			f := t.byRole[rr.Role]
+			if f == nil {
+				f = &roleFigures{}
+				t.byRole[rr.Role] = f
+				t.roles = append(t.roles, rr.Role)
+			}
+			f.spans += rr.Spans
+			f.overlaps += rr.Overlaps
+			if rr.Gap > f.gap {
+				f.gap, f.gapAfter = rr.Gap, rr.GapAfter
+			}
+		}
 	}
-	kinds := make([]string, 0, len(byKind))
-	for k := range byKind {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	fmt.Fprintf(w, "chaos summary: trials=%d faults=%d duration=%v act spans=%d\n", s.Trials, faults, dur.Round(time.Second), spans)
+	t.kinds = slices.Sorted(maps.Keys(t.byKind))
+	verdict.SortRoles(t.roles)
+	return t
+}
+
+// printHead writes what both forms of the summary begin with: the run, the faults by kind and the
+// overlaps of act spans, for one leader or for one role.
+func (s Summary) printHead(w io.Writer, t totals, title, what string) {
+	fmt.Fprintf(w, "%s: trials=%d faults=%d duration=%v act spans=%d\n", title, s.Trials, t.faults, t.duration.Round(time.Second), t.spans)
 	var parts []string
-	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, len(byKind[k])))
+	for _, k := range t.kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, len(t.byKind[k])))
 	}
 	fmt.Fprintf(w, "faults by kind: %s\n", strings.Join(parts, " "))
-	fmt.Fprintf(w, "overlaps (two processes acting as leader at one instant): %d\n", s.Overlaps())
+	fmt.Fprintf(w, "overlaps (two processes acting as %s at one instant): %d\n", what, s.Overlaps())
+}
+
+// printOverlaps writes every overlap of act spans.
+func (s Summary) printOverlaps(w io.Writer) {
 	for _, r := range s.Reports {
 		for _, o := range r.Overlaps {
 			fmt.Fprintf(w, "  OVERLAP %v\n", o)
 		}
 	}
-	longest := time.Duration(0)
-	for _, o := range infos {
-		longest = max(longest, o.Duration())
-	}
-	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals (information only; a frozen or cut process hears late): %d, longest %v\n",
-		len(infos), longest.Round(time.Millisecond))
-	fmt.Fprintf(w, "worst leaderless gap: %v (after a %s fault)\n", gap.Round(time.Millisecond), gapAfter)
-	fmt.Fprintf(w, "%-12s %6s %8s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "moved", "resumed", "unaff.", "median", "max (injection to next leader action)")
-	for _, k := range kinds {
-		var ds []time.Duration
-		counts := map[verdict.Outcome]int{}
-		for _, f := range byKind[k] {
-			counts[f.Outcome]++
-			if f.Outcome == verdict.FailedOver || f.Outcome == verdict.Resumed {
-				ds = append(ds, f.Failover)
-			}
-		}
-		med, mx := "-", "-"
-		if len(ds) > 0 {
-			slices.Sort(ds)
-			med = ds[(len(ds)-1)/2].Round(time.Millisecond).String()
-			mx = ds[len(ds)-1].Round(time.Millisecond).String()
-		}
-		fmt.Fprintf(w, "%-12s %6d %8d %8d %8d %8d %10s  %s\n", k, len(byKind[k]), len(byKind[k])-counts[verdict.NotLeader],
-			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
-	}
+}
+
+// printViolations writes every broken event order.
+func (s Summary) printViolations(w io.Writer) {
 	for _, r := range s.Reports {
 		for _, v := range r.Violations {
 			fmt.Fprintf(w, "  VIOLATION %s\n", v)
 		}
 	}
+}
+
+// Print writes the summary: trials, faults by kind, overlaps, worst gap, failover per kind; with
+// roles, figures across every role a fault hit and each role's overlaps and worst gap.
+func (s Summary) Print(w io.Writer) {
+	t := s.totals()
+	if s.hasRoles() {
+		s.printRoles(w, t)
+		return
+	}
+	s.printHead(w, t, "chaos summary", "leader")
+	s.printOverlaps(w)
+	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals (information only; a frozen or cut process hears late): %d, longest %v\n",
+		t.infos, t.longestInfo.Round(time.Millisecond))
+	fmt.Fprintf(w, "worst leaderless gap: %v (after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapAfter)
+	fmt.Fprintf(w, "%-12s %6s %8s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "moved", "resumed", "unaff.", "median", "max (injection to next leader action)")
+	for _, k := range t.kinds {
+		var ds []time.Duration
+		counts := map[verdict.Outcome]int{}
+		for _, f := range t.byKind[k] {
+			counts[f.Outcome]++
+			if f.Outcome == verdict.FailedOver || f.Outcome == verdict.Resumed {
+				ds = append(ds, f.Failover)
+			}
+		}
+		med, mx := medianMax(ds)
+		fmt.Fprintf(w, "%-12s %6d %8d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), len(t.byKind[k])-counts[verdict.NotLeader],
+			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
+	}
+	s.printViolations(w)
+}
+
+// printRoles is Print for members with roles.
+func (s Summary) printRoles(w io.Writer, t totals) {
+	s.printHead(w, t, fmt.Sprintf("chaos summary (%d roles)", len(t.roles)), "leader of one role")
+	var parts []string
+	for _, r := range t.roles {
+		parts = append(parts, fmt.Sprintf("%s=%d", r, t.byRole[r].overlaps))
+	}
+	fmt.Fprintf(w, "overlaps per role: %s\n", strings.Join(parts, " "))
+	s.printOverlaps(w)
+	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals of one role (information only; a frozen or cut process hears late): %d, longest %v\n",
+		t.infos, t.longestInfo.Round(time.Millisecond))
+	fmt.Fprintf(w, "worst leaderless gap of one role: %v (role %s, after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapRole, t.gapAfter)
+	fmt.Fprintf(w, "%-12s %6s %8s %6s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "roles", "moved", "resumed", "unaff.", "median", "max (injection to next action, per role hit)")
+	for _, k := range t.kinds {
+		var ds []time.Duration
+		counts := map[verdict.Outcome]int{}
+		hit, leader := 0, 0
+		for _, f := range t.byKind[k] {
+			if len(f.Roles) > 0 {
+				leader++
+			}
+			for _, rr := range f.Roles {
+				hit++
+				counts[rr.Outcome]++
+				if rr.Outcome == verdict.FailedOver || rr.Outcome == verdict.Resumed {
+					ds = append(ds, rr.Failover)
+				}
+			}
+		}
+		med, mx := medianMax(ds)
+		fmt.Fprintf(w, "%-12s %6d %8d %6d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), leader, hit,
+			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
+	}
+	fmt.Fprintf(w, "%-6s %8s %8s %10s  %s\n", "role", "spans", "overlaps", "worst gap", "after")
+	for _, r := range t.roles {
+		f := t.byRole[r]
+		fmt.Fprintf(w, "%-6s %8d %8d %10s  %s\n", r, f.spans, f.overlaps, f.gap.Round(time.Millisecond), f.gapAfter)
+	}
+	s.printViolations(w)
+}
+
+// medianMax renders the median and the maximum of ds, or dashes if it is empty.
+func medianMax(ds []time.Duration) (string, string) {
+	if len(ds) == 0 {
+		return "-", "-"
+	}
+	slices.Sort(ds)
+	return ds[(len(ds)-1)/2].Round(time.Millisecond).String(), ds[len(ds)-1].Round(time.Millisecond).String()
 }

@@ -38,3 +38,45 @@ func TestSummaryPrintsFigures(t *testing.T) {
 		t.Errorf("Overlaps() = %d, want 1", s.Overlaps())
 	}
 }
+
+func TestSummaryPrintsRoleFigures(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(n int) int64 { return t0.Add(time.Duration(n) * time.Millisecond).UnixNano() }
+	act := func(role string, from, to int) member.Line {
+		return member.Line{At: ms(to), Event: member.EventAct, From: ms(from), To: ms(to), Role: role}
+	}
+	ev := func(role string, at int, event string) member.Line {
+		return member.Line{At: ms(at), Event: event, Role: role}
+	}
+	lines := map[string][]member.Line{
+		// a leads roles 0 and 1 and is killed at 100 ms.
+		"a": {ev("0", 0, member.EventAcquired), ev("1", 0, member.EventAcquired), act("0", 1, 100), act("1", 1, 100)},
+		// b takes role 0 after 200 ms and role 1 after 400 ms, while c acts for role 1 at once:
+		// an overlap of role 1 only.
+		"b": {ev("0", 250, member.EventAcquired), act("0", 300, 600), ev("1", 450, member.EventAcquired), act("1", 500, 600),
+			ev("0", 700, member.EventRevoked), ev("1", 700, member.EventRevoked)},
+		"c": {ev("2", 0, member.EventAcquired), act("2", 0, 600), act("1", 550, 560), ev("2", 700, member.EventRevoked)},
+	}
+	faults := []verdict.Fault{{Kind: "sigkill", Victim: "a", WasLeader: true, At: time.Unix(0, ms(100)),
+		Roles: map[string]string{"0": "a", "1": "a"}}}
+	s := Summary{Trials: 1, Reports: []verdict.Report{verdict.Check(lines, map[string]time.Time{"a": time.Unix(0, ms(100))}, faults)}}
+	var out bytes.Buffer
+	s.Print(&out)
+	for _, want := range []string{"chaos summary (3 roles): trials=1 faults=1",
+		"overlaps (two processes acting as leader of one role at one instant): 1",
+		"overlaps per role: 0=0 1=1 2=0", "  OVERLAP b and c for role 1 from ",
+		"worst leaderless gap of one role: 400ms (role 1, after a sigkill fault)",
+		"sigkill           1        1      2        2        0        0      200ms  400ms",
+		"1             3        1      400ms  sigkill"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	// a was killed, and c never acquired or revoked role 1: no event-order violation.
+	if strings.Contains(out.String(), "VIOLATION") {
+		t.Errorf("summary reports a violation:\n%s", out.String())
+	}
+	if s.Overlaps() != 1 {
+		t.Errorf("Overlaps() = %d, want 1", s.Overlaps())
+	}
+}

@@ -1,11 +1,12 @@
-// Package metrics exports a goneli Curator's state as Prometheus metrics and serves a health
-// check. It lives apart from goneli so that programs that do not use Prometheus do not link it.
+// Package metrics exports the state of a goneli Curator, or of every role of a Roles, as
+// Prometheus metrics and serves a health check. It lives apart from goneli so that programs that do not use Prometheus do not link it.
 package metrics
 
 import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/goneli/goneli"
@@ -13,9 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Collector reads a Curator's Stats at every scrape. Register it with a prometheus.Registerer.
+// Collector reads the Stats of a Curator (NewCollector) or of every role of a Roles
+// (NewRolesCollector) at every scrape. Register it with a prometheus.Registerer.
 type Collector struct {
-	c      goneli.Curator
+	// stats returns the figures to export: one Stats for a Curator, one per role for Roles.
+	stats  func() []goneli.Stats
+	roles  bool // label per-role metrics with the role
 	gauges []gauge
 	counts []counter
 	trans  *prometheus.Desc
@@ -24,6 +28,9 @@ type Collector struct {
 type gauge struct {
 	desc *prometheus.Desc
 	get  func(goneli.Stats) float64
+	// shared marks a figure of the whole instance (its state, its yield), which Roles reports
+	// once rather than once per role.
+	shared bool
 }
 
 type counter struct {
@@ -34,7 +41,33 @@ type counter struct {
 // NewCollector returns a collector for c. Every metric carries constLabels (for example the
 // group and instance name), and is named goneli_*.
 func NewCollector(c goneli.Curator, constLabels prometheus.Labels) *Collector {
-	d := func(name, help string, labels ...string) *prometheus.Desc {
+	return newCollector(func() []goneli.Stats { return []goneli.Stats{c.Stats()} }, false, constLabels)
+}
+
+// NewRolesCollector returns a collector for every role of r: the metrics of NewCollector, each
+// per-role one once per role with a "role" label naming it (goneli_leader{role="billing"}), so
+// that sum(goneli_leader) counts the roles led. goneli_live and goneli_yield_remaining_seconds
+// describe the whole instance and carry no role label. constLabels must not include "role".
+func NewRolesCollector(r goneli.Roles, constLabels prometheus.Labels) *Collector {
+	return newCollector(func() []goneli.Stats { return rolesStats(r) }, true, constLabels)
+}
+
+// rolesStats returns the Stats of r's roles, in partition order, each labelled with its role.
+func rolesStats(r goneli.Roles) []goneli.Stats {
+	all := r.All()
+	out := make([]goneli.Stats, len(all))
+	for i, role := range all {
+		out[i] = role.Stats()
+		out[i].Role = role.Name()
+	}
+	return out
+}
+
+func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheus.Labels) *Collector {
+	d := func(name, help string, shared bool, labels ...string) *prometheus.Desc {
+		if roles && !shared {
+			labels = append([]string{"role"}, labels...)
+		}
 		return prometheus.NewDesc("goneli_"+name, help, labels, constLabels)
 	}
 	b := func(v bool) float64 {
@@ -46,29 +79,43 @@ func NewCollector(c goneli.Curator, constLabels prometheus.Labels) *Collector {
 	secs := func(f func(goneli.Stats) time.Duration) func(goneli.Stats) float64 {
 		return func(s goneli.Stats) float64 { return f(s).Seconds() }
 	}
+	g := func(name, help string, get func(goneli.Stats) float64) gauge {
+		return gauge{desc: d(name, help, false), get: get}
+	}
+	shared := func(name, help string, get func(goneli.Stats) float64) gauge {
+		return gauge{desc: d(name, help, true), get: get, shared: true}
+	}
+	k := func(name, help string, get func(goneli.Stats) uint64) counter {
+		return counter{desc: d(name, help, false), get: get}
+	}
+	assignedHelp := "1 while the instance owns partition 0 of the leader topic."
+	if roles {
+		assignedHelp = "1 while the instance owns the role's partition of the leader topic."
+	}
 	return &Collector{
-		c: c,
+		stats: stats,
+		roles: roles,
 		gauges: []gauge{
-			{d("leader", "1 while the lease is valid (IsLeader)."), func(s goneli.Stats) float64 { return b(s.Leader) }},
-			{d("leading", "1 while the instance believes it leads: acquired and not since fenced or revoked."), func(s goneli.Stats) float64 { return b(s.Leading) }},
-			{d("assigned", "1 while the instance owns partition 0 of the leader topic."), func(s goneli.Stats) float64 { return b(s.Assigned) }},
-			{d("live", "1 until Close begins."), func(s goneli.Stats) float64 { return b(s.State == goneli.Live) }},
-			{d("fencing_token", "Fencing token of the current tenure while leading, else 0."), func(s goneli.Stats) float64 { return float64(s.Token) }},
-			{d("lease_remaining_seconds", "Time left on the current lease."), secs(func(s goneli.Stats) time.Duration { return s.LeaseRemaining })},
-			{d("lease_age_seconds", "Age of the heartbeat behind the current lease."), secs(func(s goneli.Stats) time.Duration { return s.LeaseAge })},
-			{d("lease_overdue_seconds", "How long ago the lease ran out while the instance still believed it led; above zero for more than milliseconds means it is stuck."), secs(func(s goneli.Stats) time.Duration { return s.LeaseOverdue })},
-			{d("heartbeat_rtt_seconds", "Send-to-read-back time of the newest confirmed heartbeat."), secs(func(s goneli.Stats) time.Duration { return s.HeartbeatRTT })},
-			{d("renewal_lag_seconds", "Time from sending a heartbeat to the coordinator accepting its offset, for the newest renewal."), secs(func(s goneli.Stats) time.Duration { return s.RenewalLag })},
-			{d("yield_remaining_seconds", "Time left out of the group after Yield."), secs(func(s goneli.Stats) time.Duration { return s.YieldRemaining })},
+			g("leader", "1 while the lease is valid (IsLeader).", func(s goneli.Stats) float64 { return b(s.Leader) }),
+			g("leading", "1 while the instance believes it leads: acquired and not since fenced or revoked.", func(s goneli.Stats) float64 { return b(s.Leading) }),
+			g("assigned", assignedHelp, func(s goneli.Stats) float64 { return b(s.Assigned) }),
+			shared("live", "1 until Close begins.", func(s goneli.Stats) float64 { return b(s.State == goneli.Live) }),
+			g("fencing_token", "Fencing token of the current tenure while leading, else 0.", func(s goneli.Stats) float64 { return float64(s.Token) }),
+			g("lease_remaining_seconds", "Time left on the current lease.", secs(func(s goneli.Stats) time.Duration { return s.LeaseRemaining })),
+			g("lease_age_seconds", "Age of the heartbeat behind the current lease.", secs(func(s goneli.Stats) time.Duration { return s.LeaseAge })),
+			g("lease_overdue_seconds", "How long ago the lease ran out while the instance still believed it led; above zero for more than milliseconds means it is stuck.", secs(func(s goneli.Stats) time.Duration { return s.LeaseOverdue })),
+			g("heartbeat_rtt_seconds", "Send-to-read-back time of the newest confirmed heartbeat.", secs(func(s goneli.Stats) time.Duration { return s.HeartbeatRTT })),
+			g("renewal_lag_seconds", "Time from sending a heartbeat to the coordinator accepting its offset, for the newest renewal.", secs(func(s goneli.Stats) time.Duration { return s.RenewalLag })),
+			shared("yield_remaining_seconds", "Time left out of the group after Yield.", secs(func(s goneli.Stats) time.Duration { return s.YieldRemaining })),
 		},
 		counts: []counter{
-			{d("heartbeats_sent_total", "Heartbeats handed to the producer."), func(s goneli.Stats) uint64 { return s.HeartbeatsSent }},
-			{d("heartbeats_confirmed_total", "Own heartbeats of the current tenure read back."), func(s goneli.Stats) uint64 { return s.HeartbeatsConfirmed }},
-			{d("heartbeats_stale_total", "Own heartbeats ignored as belonging to an earlier tenure or arriving out of order."), func(s goneli.Stats) uint64 { return s.StaleHeartbeats }},
-			{d("heartbeats_late_total", "Own heartbeats confirmed too late to renew the lease."), func(s goneli.Stats) uint64 { return s.LateHeartbeats }},
-			{d("commit_rejections_total", "Heartbeat offset commits refused by the group coordinator."), func(s goneli.Stats) uint64 { return s.CommitRejections }},
+			k("heartbeats_sent_total", "Heartbeats handed to the producer.", func(s goneli.Stats) uint64 { return s.HeartbeatsSent }),
+			k("heartbeats_confirmed_total", "Own heartbeats of the current tenure read back.", func(s goneli.Stats) uint64 { return s.HeartbeatsConfirmed }),
+			k("heartbeats_stale_total", "Own heartbeats ignored as belonging to an earlier tenure or arriving out of order.", func(s goneli.Stats) uint64 { return s.StaleHeartbeats }),
+			k("heartbeats_late_total", "Own heartbeats confirmed too late to renew the lease.", func(s goneli.Stats) uint64 { return s.LateHeartbeats }),
+			k("commit_rejections_total", "Heartbeat offset commits refused by the group coordinator.", func(s goneli.Stats) uint64 { return s.CommitRejections }),
 		},
-		trans: d("transitions_total", "Leadership events delivered, by kind: acquired, fenced, revoked.", "kind"),
+		trans: d("transitions_total", "Leadership events delivered, by kind: acquired, fenced, revoked.", false, "kind"),
 	}
 }
 
@@ -85,16 +132,36 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	s := c.c.Stats()
+	all := c.stats()
+	if len(all) == 0 {
+		return
+	}
 	for _, g := range c.gauges {
-		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.get(s))
+		if g.shared {
+			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.get(all[0]))
+		}
 	}
-	for _, k := range c.counts {
-		ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(s)))
+	for _, s := range all {
+		// The role label comes first, as the descriptors list it.
+		var role []string
+		if c.roles {
+			role = []string{s.Role}
+		}
+		for _, g := range c.gauges {
+			if !g.shared {
+				ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.get(s), role...)
+			}
+		}
+		for _, k := range c.counts {
+			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(s)), role...)
+		}
+		for _, t := range []struct {
+			kind string
+			n    uint64
+		}{{"acquired", s.Acquired}, {"fenced", s.Fenced}, {"revoked", s.Revoked}} {
+			ch <- prometheus.MustNewConstMetric(c.trans, prometheus.CounterValue, float64(t.n), append(role, t.kind)...)
+		}
 	}
-	ch <- prometheus.MustNewConstMetric(c.trans, prometheus.CounterValue, float64(s.Acquired), "acquired")
-	ch <- prometheus.MustNewConstMetric(c.trans, prometheus.CounterValue, float64(s.Fenced), "fenced")
-	ch <- prometheus.MustNewConstMetric(c.trans, prometheus.CounterValue, float64(s.Revoked), "revoked")
 }
 
 // DefaultTolerance is how long a lease may stay overdue before HealthHandler reports it. The lease
@@ -106,40 +173,101 @@ const DefaultTolerance = time.Second
 // itself), or once it is closing. A tolerance of zero means DefaultTolerance. The body is a JSON
 // summary of the state.
 func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
+	return healthHandler(tolerance, func() []goneli.Stats { return []goneli.Stats{c.Stats()} },
+		func(v verdict, all []goneli.Stats) any {
+			return struct {
+				verdict
+				Leader bool  `json:"leader"`
+				Token  int64 `json:"token,omitempty"`
+			}{v, all[0].Leader, all[0].Token}
+		})
+}
+
+// RolesHealthHandler is HealthHandler for every role of r: it answers 503 if any role believes it
+// leads while its lease ran out more than tolerance ago, naming the roles, or once r is closing.
+// The body lists the roles led and each role's leadership and token.
+func RolesHealthHandler(r goneli.Roles, tolerance time.Duration) http.Handler {
+	type role struct {
+		Role   string `json:"role"`
+		Leader bool   `json:"leader"`
+		Token  int64  `json:"token,omitempty"`
+	}
+	return healthHandler(tolerance, func() []goneli.Stats { return rolesStats(r) },
+		func(v verdict, all []goneli.Stats) any {
+			leading, roles := []string{}, make([]role, len(all))
+			for i, s := range all {
+				roles[i] = role{s.Role, s.Leader, s.Token}
+				if s.Leader {
+					leading = append(leading, s.Role)
+				}
+			}
+			return struct {
+				verdict
+				Leading []string `json:"leading"`
+				Roles   []role   `json:"roles"`
+			}{v, leading, roles}
+		})
+}
+
+// verdict is what every health body starts with.
+type verdict struct {
+	Healthy bool   `json:"healthy"`
+	Problem string `json:"problem,omitempty"`
+	State   string `json:"state"`
+}
+
+// healthHandler judges the Stats that read returns, one or one per role, and answers with the
+// JSON of body.
+func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body func(verdict, []goneli.Stats) any) http.Handler {
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		s := c.Stats()
+		all := read()
+		var overdue []string
+		state := goneli.Closed // what a Roles without roles would be; NewRoles makes none
+		for _, s := range all {
+			state = s.State
+			if s.LeaseOverdue > tolerance {
+				what := fmt.Sprintf("believes it leads but its lease ran out %v ago", s.LeaseOverdue.Round(time.Millisecond))
+				if s.Role != "" {
+					what = "role " + s.Role + " " + what
+				}
+				overdue = append(overdue, what)
+			}
+		}
 		status, problem := http.StatusOK, ""
 		switch {
-		case s.LeaseOverdue > tolerance:
-			status, problem = http.StatusServiceUnavailable,
-				fmt.Sprintf("believes it leads but its lease ran out %v ago", s.LeaseOverdue.Round(time.Millisecond))
-		case s.State != goneli.Live:
-			status, problem = http.StatusServiceUnavailable, "not live: "+s.State.String()
+		case len(overdue) > 0:
+			status, problem = http.StatusServiceUnavailable, strings.Join(overdue, "; ")
+		case state != goneli.Live:
+			status, problem = http.StatusServiceUnavailable, "not live: "+state.String()
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(struct {
-			Healthy bool   `json:"healthy"`
-			Problem string `json:"problem,omitempty"`
-			State   string `json:"state"`
-			Leader  bool   `json:"leader"`
-			Token   int64  `json:"token,omitempty"`
-		}{status == http.StatusOK, problem, s.State.String(), s.Leader, s.Token})
+		_ = json.NewEncoder(w).Encode(body(verdict{status == http.StatusOK, problem, state.String()}, all))
 	})
 }
 
 // Handler serves /metrics for c (with its own registry) and /healthz. It is what the neli
 // command's --metrics-addr listens with.
 func Handler(c goneli.Curator, constLabels prometheus.Labels) (http.Handler, error) {
+	return handler(NewCollector(c, constLabels), HealthHandler(c, 0))
+}
+
+// RolesHandler is Handler for every role of r: /metrics from NewRolesCollector and /healthz from
+// RolesHealthHandler. It is what neli run --roles and --role serve with --metrics-addr.
+func RolesHandler(r goneli.Roles, constLabels prometheus.Labels) (http.Handler, error) {
+	return handler(NewRolesCollector(r, constLabels), RolesHealthHandler(r, 0))
+}
+
+func handler(c *Collector, health http.Handler) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(NewCollector(c, constLabels)); err != nil {
+	if err := reg.Register(c); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.Handle("/healthz", HealthHandler(c, 0))
+	mux.Handle("/healthz", health)
 	return mux, nil
 }

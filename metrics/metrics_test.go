@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,17 @@ func quiet() scribe.Scribe {
 	return scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(scribe.Nop)})
 }
 
+// testConfig is a quiet instance m of group on b, with a short lease.
+func testConfig(b *kafkatest.Broker, group string) goneli.Config {
+	return goneli.Config{
+		KafkaConfig:      goneli.KafkaConfigMap{"bootstrap.servers": b.Addr},
+		LeaderGroupID:    group,
+		Name:             "m",
+		HeartbeatTimeout: goneli.Duration(time.Second),
+		Scribe:           quiet(),
+	}
+}
+
 func get(t *testing.T, h http.Handler, path string) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
@@ -36,13 +48,7 @@ func TestLeaderMetricsAndHealth(t *testing.T) {
 	}
 	defer b.Close()
 	acquired := make(chan struct{})
-	c, err := goneli.NewCurator(goneli.Config{
-		KafkaConfig:      goneli.KafkaConfigMap{"bootstrap.servers": b.Addr},
-		LeaderGroupID:    "metrics",
-		Name:             "m",
-		HeartbeatTimeout: goneli.Duration(time.Second),
-		Scribe:           quiet(),
-	}, func(e goneli.Event) {
+	c, err := goneli.NewCurator(testConfig(b, "metrics"), func(e goneli.Event) {
 		if _, ok := e.(goneli.LeaderAcquired); ok {
 			close(acquired)
 		}
@@ -112,5 +118,241 @@ func TestHealthReportsOverdueLease(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &parsed); err != nil {
 			t.Errorf("body is not JSON: %s", body)
 		}
+	}
+}
+
+// lines returns the sample lines of a /metrics body that start with prefix.
+func lines(body, prefix string) []string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// has reports whether body has the sample line want, exactly.
+func has(body, want string) bool {
+	for _, l := range strings.Split(body, "\n") {
+		if l == want {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRolesMetricsCarryTheRole(t *testing.T) {
+	m, err := goneli.NewMockRoles(goneli.MockConfig{}, []string{"billing", "audit", "search"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	h, err := RolesHandler(m, map[string]string{"group": "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.AcquireLeader("billing")
+	m.RevokeLeader("billing")
+	m.AcquireLeader("billing") // token 2
+	m.AcquireLeader("audit")
+	m.FenceLeader("audit")
+
+	code, body := get(t, h, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`goneli_leader{group="g",role="billing"} 1`,
+		`goneli_leader{group="g",role="audit"} 0`,
+		`goneli_leader{group="g",role="search"} 0`,
+		`goneli_assigned{group="g",role="audit"} 1`,
+		`goneli_fencing_token{group="g",role="billing"} 2`,
+		`goneli_fencing_token{group="g",role="audit"} 0`,
+		`goneli_transitions_total{group="g",kind="acquired",role="billing"} 2`,
+		`goneli_transitions_total{group="g",kind="revoked",role="billing"} 1`,
+		`goneli_transitions_total{group="g",kind="fenced",role="audit"} 1`,
+		`goneli_transitions_total{group="g",kind="fenced",role="search"} 0`,
+		`goneli_live{group="g"} 1`,
+		`goneli_yield_remaining_seconds{group="g"} 0`,
+	} {
+		if !has(body, want) {
+			t.Errorf("/metrics lacks the line %q", want)
+		}
+	}
+	// Every per-role series once per role; the instance's own figures once, without a role.
+	for prefix, n := range map[string]int{"goneli_leader{": 3, "goneli_heartbeats_sent_total{": 3, "goneli_transitions_total{": 9, "goneli_live{": 1} {
+		if got := lines(body, prefix); len(got) != n {
+			t.Errorf("%d %s lines, want %d: %q", len(got), prefix, n, got)
+		}
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", body)
+	}
+
+	code, body = get(t, h, "/healthz")
+	var health struct {
+		Healthy bool     `json:"healthy"`
+		State   string   `json:"state"`
+		Leading []string `json:"leading"`
+		Roles   []struct {
+			Role   string `json:"role"`
+			Leader bool   `json:"leader"`
+			Token  int64  `json:"token"`
+		} `json:"roles"`
+	}
+	if err := json.Unmarshal([]byte(body), &health); err != nil || code != http.StatusOK || !health.Healthy || health.State != "Live" {
+		t.Fatalf("/healthz: %d %s (%v)", code, body, err)
+	}
+	if len(health.Leading) != 1 || health.Leading[0] != "billing" || len(health.Roles) != 3 ||
+		health.Roles[0].Role != "billing" || !health.Roles[0].Leader || health.Roles[0].Token != 2 || health.Roles[1].Leader {
+		t.Fatalf("/healthz body %s: want billing alone led, with token 2", body)
+	}
+
+	_ = m.Close()
+	if _, body := get(t, h, "/metrics"); !has(body, `goneli_live{group="g"} 0`) || !has(body, `goneli_transitions_total{group="g",kind="revoked",role="billing"} 2`) {
+		t.Fatalf("/metrics after Close:\n%s", body)
+	}
+	if code, body := get(t, h, "/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not live") {
+		t.Fatalf("/healthz of a closed instance: %d %s", code, body)
+	}
+}
+
+// The single-leader exposition has no role label.
+func TestCuratorMetricsHaveNoRole(t *testing.T) {
+	m, _ := goneli.NewMock(goneli.MockConfig{})
+	defer m.Close()
+	m.AcquireLeader()
+	h, err := Handler(m, map[string]string{"group": "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, h, "/metrics")
+	if !has(body, `goneli_leader{group="g"} 1`) || strings.Contains(body, "role=") {
+		t.Fatalf("/metrics of a Curator:\n%s", body)
+	}
+}
+
+func TestRolesHandlerRejectsARoleConstLabel(t *testing.T) {
+	m, _ := goneli.NewMockRoles(goneli.MockConfig{}, []string{"billing"})
+	defer m.Close()
+	if _, err := RolesHandler(m, map[string]string{"role": "x"}); err == nil {
+		t.Fatal("a const label named role clashes with the role label; want an error")
+	}
+}
+
+// stuckRoles is a Roles whose named roles believe they lead with a lease overdue by overdue.
+type stuckRoles struct {
+	goneli.MockRoles
+	stuck   map[string]bool
+	overdue time.Duration
+}
+
+type stuckRole struct {
+	goneli.Role
+	overdue time.Duration
+}
+
+func (s stuckRoles) All() []goneli.Role {
+	all := s.MockRoles.All()
+	for i, r := range all {
+		if s.stuck[r.Name()] {
+			all[i] = stuckRole{r, s.overdue}
+		}
+	}
+	return all
+}
+
+func (s stuckRole) Stats() goneli.Stats {
+	st := s.Role.Stats()
+	st.Leading, st.LeaseOverdue = true, s.overdue
+	return st
+}
+
+func TestRolesHealthReportsEveryOverdueRole(t *testing.T) {
+	m, _ := goneli.NewMockRoles(goneli.MockConfig{}, []string{"billing", "audit", "search"})
+	defer m.Close()
+	for _, tc := range []struct {
+		stuck   []string
+		overdue time.Duration
+		want    int
+		names   []string
+	}{
+		{nil, 0, http.StatusOK, nil},
+		{[]string{"audit"}, 500 * time.Millisecond, http.StatusOK, nil},
+		{[]string{"audit"}, 2 * time.Second, http.StatusServiceUnavailable, []string{"role audit believes it leads but its lease ran out 2s ago"}},
+		{[]string{"billing", "search"}, 3 * time.Second, http.StatusServiceUnavailable, []string{"role billing ", "role search "}},
+	} {
+		s := stuckRoles{m, map[string]bool{}, tc.overdue}
+		for _, r := range tc.stuck {
+			s.stuck[r] = true
+		}
+		code, body := get(t, RolesHealthHandler(s, 0), "/healthz")
+		var parsed struct {
+			Healthy bool   `json:"healthy"`
+			Problem string `json:"problem"`
+		}
+		if err := json.Unmarshal([]byte(body), &parsed); err != nil {
+			t.Errorf("body is not JSON: %s", body)
+		}
+		if code != tc.want || parsed.Healthy != (tc.want == http.StatusOK) {
+			t.Errorf("%v overdue by %v: %d, want %d (%s)", tc.stuck, tc.overdue, code, tc.want, body)
+		}
+		for _, name := range tc.names {
+			if !strings.Contains(parsed.Problem, name) {
+				t.Errorf("%v overdue by %v: problem %q does not mention %q", tc.stuck, tc.overdue, parsed.Problem, name)
+			}
+		}
+	}
+}
+
+// TestRolesMetricsOfRealRoles scrapes a real Roles instance that leads both its roles.
+func TestRolesMetricsOfRealRoles(t *testing.T) {
+	b, err := kafkatest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	acquired := make(chan string, 2)
+	r, err := goneli.NewRoles(testConfig(b, "roles-metrics"), goneli.Shards(2), func(e goneli.Event) {
+		if a, ok := e.(goneli.LeaderAcquired); ok {
+			acquired <- a.Role
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Background(func(string) { time.Sleep(time.Millisecond) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-acquired
+	<-acquired
+	h, err := RolesHandler(r, map[string]string{"group": "roles-metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := get(t, h, "/metrics")
+	for _, role := range []string{"0", "1"} {
+		tok := r.Role(role).Token()
+		for _, want := range []string{
+			`goneli_leader{group="roles-metrics",role="` + role + `"} 1`,
+			`goneli_fencing_token{group="roles-metrics",role="` + role + `"} ` + strconv.FormatInt(tok, 10),
+		} {
+			if tok <= 0 || !has(body, want) {
+				t.Errorf("/metrics lacks %q (token %d)", want, tok)
+			}
+		}
+	}
+	if code, body := get(t, h, "/healthz"); code != http.StatusOK || !strings.Contains(body, `"leading":["0","1"]`) {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	p.Close()
+	_ = p.Await()
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := get(t, h, "/metrics"); !has(body, `goneli_leader{group="roles-metrics",role="1"} 0`) {
+		t.Errorf("/metrics after Close:\n%s", body)
 	}
 }

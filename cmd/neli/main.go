@@ -1,9 +1,10 @@
 // Command neli is goneli from the shell: a demo of leader election on an embedded broker, a
-// supervisor that runs a command only while its instance leads, a watcher that prints who leads a
-// group without joining it, and a standalone embedded broker for local development.
+// supervisor that runs a command only while its instance leads (or one copy per role it leads,
+// with --roles or --role), a watcher that prints who leads a group without joining it, and a
+// standalone embedded broker for local development.
 //
 //	neli demo   [--members 3] [--duration 30s] [--kafka ADDR]
-//	neli run    [flags] [--grace 10s] [--metrics-addr HOST:PORT] -- CMD [ARGS...]
+//	neli run    [flags] [--roles N | --role NAME...] [--grace 10s] [--metrics-addr HOST:PORT] -- CMD [ARGS...]
 //	neli watch  [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
 //
@@ -49,7 +50,7 @@ type subcommand struct {
 func subcommands() []subcommand {
 	return []subcommand{
 		{"demo", "run several contenders on an embedded broker and disrupt their leaders", runDemo},
-		{"run", "run a command only while this instance is the leader", runRun},
+		{"run", "run a command only while this instance is the leader (a copy per role led, with --roles)", runRun},
 		{"watch", "print each change of leader of a group, without joining it", runWatch},
 		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
 	}

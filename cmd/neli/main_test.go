@@ -75,6 +75,16 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"demo", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka"},
 		{[]string{"run", "--metrics-addr", "9464", "--", "true"}, exitUsage, "--metrics-addr"},
 		{[]string{"run", "--yield-for", "-1s", "--", "true"}, exitUsage, "--yield-for"},
+		{[]string{"run", "--roles", "2", "--role", "a", "--", "true"}, exitUsage, "--roles and --role cannot be used together"},
+		{[]string{"run", "--role", "a", "--roles", "2", "--", "true"}, exitUsage, "--roles and --role cannot be used together"},
+		{[]string{"run", "--roles", "0", "--", "true"}, exitUsage, "--roles 0: want at least 1 role"},
+		{[]string{"run", "--roles", "-3", "--", "true"}, exitUsage, "--roles -3: want at least 1 role"},
+		{[]string{"run", "--roles", "10001", "--", "true"}, exitUsage, "--roles 10001: at most 10000 roles"},
+		{[]string{"run", "--roles", "many", "--", "true"}, exitUsage, "-roles"},
+		{[]string{"run", "--role", "", "--", "true"}, exitUsage, "--role must not be empty"},
+		{[]string{"run", "--role", "a", "--role", "", "--", "true"}, exitUsage, "--role must not be empty"},
+		{[]string{"run", "--role", "billing", "--role", "audit", "--role", "billing", "--", "true"}, exitUsage, `--role "billing" is given twice`},
+		{[]string{"run", "--roles", "0", "--kafka", "127.0.0.1:1", "--", "true"}, exitUsage, "--roles 0"},
 		{[]string{"watch", "--format", "xml"}, exitUsage, "--format"},
 		{[]string{"watch", "now"}, exitUsage, `unexpected argument "now"`},
 		{[]string{"watch", "--heartbeat-timeout", "1ms"}, exitUsage, "--heartbeat-timeout"},
@@ -114,7 +124,8 @@ func TestHelp(t *testing.T) {
 	}
 	// The run help is where the environment and signals of CMD are documented.
 	_, stdout, _ := runNeli(t, "run", "--help")
-	for _, want := range []string{"NELI_TOKEN", "SIGUSR1", "-yield-for", "-metrics-addr", "/healthz"} {
+	for _, want := range []string{"NELI_TOKEN", "SIGUSR1", "-yield-for", "-metrics-addr", "/healthz", "-roles", "-role", "NELI_ROLE",
+		"If a copy exits by itself"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("neli run --help does not mention %s", want)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -52,7 +53,22 @@ believes it leads but its lease has lapsed.
 
 With --on-acquired and --on-revoked, neli runs those shell commands on each transition
 instead of supervising CMD (the revoked hook also runs when leadership is fenced, with
-NELI_EVENT=fenced).`
+NELI_EVENT=fenced).
+
+Roles: with --roles N (roles named 0 to N-1) or --role NAME (repeated, once per role),
+the instances of --group share out several leaderships instead of electing one leader:
+role i is partition i of the leader topic, and the group spreads the roles over its
+members. neli runs one copy of CMD for each role it leads, with NELI_ROLE (the role's
+name, which for --roles is its number) and that role's NELI_TENURE and NELI_TOKEN in its
+environment; tokens increase per role. Each copy is stopped on its own role's revoke or
+fence, as above, without touching the other copies, and the role's successor waits until
+its copy is gone. Every instance of a group must give the same roles in the same order.
+If a copy exits by itself, neli stops the other copies, releases every role and exits
+with that copy's status, as it does without roles: a single role cannot be given up
+without leaving the group, and leading a role without running its CMD would stall it.
+SIGUSR1 yields every role. The hooks get NELI_ROLE too. /metrics labels every per-role
+metric with role="NAME", and /healthz answers 503 if any role's lease has lapsed while
+neli believes it leads that role.`
 
 // killWait bounds the wait for a process group to go after SIGKILL. Only a process stuck in the
 // kernel outlives it.
@@ -66,19 +82,40 @@ type runOptions struct {
 	// metricsAddr is where /metrics and /healthz are served; empty means nowhere.
 	metricsAddr string
 	yieldFor    time.Duration
-	command     []string
+	// roleCount and roleNames are --roles and --role as given; roles is the list they make, nil
+	// for the single leader.
+	roleCount int
+	roleNames roleList
+	roles     []string
+	command   []string
 }
+
+// roleList is the repeatable --role flag.
+type roleList []string
+
+func (l *roleList) String() string { return strings.Join(*l, ",") }
+
+func (l *roleList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// maxRoles is goneli's own limit (NewRoles refuses more: one partition per role), checked before
+// the names are made so that a slip such as --roles 1000000000 costs a line, not the memory.
+const maxRoles = 10000
 
 func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	var o runOptions
 	o.kafka = "localhost:9092"
-	fs := newFlagSet("run", "[flags] -- CMD [ARGS...]", runAbout)
+	fs := newFlagSet("run", "[flags] [--roles N | --role NAME...] -- CMD [ARGS...]", runAbout)
 	o.register(fs, "neli", "info", goneli.DefaultHeartbeatTimeout)
 	fs.DurationVar(&o.grace, "grace", 10*time.Second, "how long CMD may take to exit after SIGTERM before it gets SIGKILL")
 	fs.StringVar(&o.onAcquired, "on-acquired", "", "shell command to run on becoming leader (instead of -- CMD)")
 	fs.StringVar(&o.onRevoked, "on-revoked", "", "shell command to run on losing leadership (instead of -- CMD)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (default: none)")
 	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
+	fs.IntVar(&o.roleCount, "roles", 0, "contend for N numbered roles, 0 to N-1, and run a copy of CMD for each role led (default: a single leader)")
+	fs.Var(&o.roleNames, "role", "contend for the role NAME and run a copy of CMD for each role led; repeat for more roles (in the same order on every instance)")
 
 	flags, command, dashes := args, []string(nil), false
 	for i, a := range args {
@@ -87,7 +124,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 			break
 		}
 	}
-	if err := parse(fs, flags, stdout); err != nil {
+	err := parse(fs, flags, stdout)
+	if err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -111,6 +149,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 			return o, badUsage("--metrics-addr %q: want HOST:PORT, for example 127.0.0.1:9464 or :9464", o.metricsAddr)
 		}
 	}
+	if o.roles, err = o.roleNamesOf(fs); err != nil {
+		return o, err
+	}
 	hooks := o.onAcquired != "" || o.onRevoked != ""
 	switch {
 	case hooks && len(command) > 0:
@@ -127,6 +168,35 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	}
 	o.command = command
 	return o, nil
+}
+
+// roleNamesOf checks --roles and --role and returns the roles they name, or nil for a single
+// leader.
+func (o *runOptions) roleNamesOf(fs *flag.FlagSet) ([]string, error) {
+	count, named := flagSet(fs, "roles"), len(o.roleNames) > 0
+	switch {
+	case count && named:
+		return nil, badUsage("--roles and --role cannot be used together: give either --roles N for numbered roles or --role NAME once per named role")
+	case count && o.roleCount < 1:
+		return nil, badUsage("--roles %d: want at least 1 role", o.roleCount)
+	case count && o.roleCount > maxRoles:
+		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", o.roleCount, maxRoles)
+	case count:
+		return goneli.Shards(o.roleCount), nil
+	case !named:
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, r := range o.roleNames {
+		switch {
+		case r == "":
+			return nil, badUsage("--role must not be empty: give each role a name")
+		case seen[r]:
+			return nil, badUsage("--role %q is given twice: list each role once", r)
+		}
+		seen[r] = true
+	}
+	return o.roleNames, nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) (int, error) {
@@ -154,24 +224,14 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 	config := o.config(scr)
 	config.SetDefaults()
 
-	sup := &supervisor{
-		name:       config.Name,
-		group:      config.LeaderGroupID,
-		command:    o.command,
-		onAcquired: o.onAcquired,
-		onRevoked:  o.onRevoked,
-		grace:      o.grace,
-		fenceGrace: min(o.grace, o.heartbeatTimeout/2),
-		log:        log,
-		exited:     make(chan int, 1),
-	}
+	sup := newSupervisor(o, config, log)
 	// From here on a signal must stop the command before neli goes, so it is caught before the
 	// command can be started. The buffer leaves room for a SIGTERM that arrives while a yield is
 	// stopping the command: signal.Notify drops what does not fit.
 	sig := make(chan os.Signal, 4)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR1)
 	defer signal.Stop(sig)
-	n, err := goneli.NewCurator(config, sup.barrier())
+	n, err := contend(config, o.roles, sup.barrier())
 	if err != nil {
 		return 0, err
 	}
@@ -184,11 +244,7 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 		// Deferred so that /healthz and /metrics keep answering while leadership is released.
 		defer stopMetrics()
 	}
-	p, err := n.Background(func() {
-		// The pulser calls this back-to-back while leading; the pause keeps that from spinning
-		// while staying well inside the heartbeat interval.
-		time.Sleep(10 * time.Millisecond)
-	})
+	p, err := n.background()
 	if err != nil {
 		_ = n.Close()
 		return 0, err
@@ -201,8 +257,8 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 		select {
 		case s := <-sig:
 			if s == syscall.SIGUSR1 {
-				// Yield delivers LeaderRevoked to the barrier when leading, which stops the command
-				// before the group is left; it returns once that is done.
+				// Yield delivers LeaderRevoked to the barrier for every role led, which stops its
+				// command; the successor waits for that.
 				log.Infof("neli run %s: %v: yielding leadership for %v", config.Name, s, o.yieldFor)
 				if err := n.Yield(o.yieldFor); err != nil {
 					log.Warnf("neli run %s: cannot yield: %v", config.Name, err)
@@ -211,8 +267,14 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 			}
 			log.Infof("neli run %s: %v: stopping the command, then releasing leadership", config.Name, s)
 			sup.shutdown()
-		case status = <-sup.exited:
-			log.Infof("neli run %s: command exited with status %d; releasing leadership", config.Name, status)
+		case ex := <-sup.exited:
+			status = ex.status
+			if ex.role == "" {
+				log.Infof("neli run %s: command exited with status %d; releasing leadership", config.Name, status)
+			} else {
+				log.Infof("neli run %s: the command of role %s exited with status %d; stopping the other copies and releasing every role",
+					config.Name, ex.role, status)
+			}
 			sup.shutdown()
 		case err := <-pulserDone:
 			sup.shutdown()
@@ -231,39 +293,104 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 	return status, nil
 }
 
+// contender is what neli run needs of the single leader (goneli.Curator) or of roles
+// (goneli.Roles).
+type contender interface {
+	Yield(d time.Duration) error
+	Close() error
+	// background keeps the instance pulsing; the leader work is the barrier's.
+	background() (goneli.Pulser, error)
+	// handler serves /metrics and /healthz.
+	handler(constLabels prometheus.Labels) (http.Handler, error)
+}
+
+// contend joins the group as a single leader if roles is nil, and for roles otherwise.
+func contend(config goneli.Config, roles []string, barrier goneli.Barrier) (contender, error) {
+	if roles == nil {
+		c, err := goneli.NewCurator(config, barrier)
+		if err != nil {
+			return nil, err
+		}
+		return single{c}, nil
+	}
+	r, err := goneli.NewRoles(config, roles, barrier)
+	var ce *goneli.ConfigError
+	switch {
+	case errors.As(err, &ce) && strings.HasPrefix(ce.Field, "roles"):
+		// Whatever goneli refuses of the role list that neli did not check itself (a name too
+		// long, say) is still the command line's fault.
+		return nil, badUsage("--role: %v", err)
+	case err != nil:
+		return nil, err
+	}
+	return multi{r}, nil
+}
+
+type single struct{ goneli.Curator }
+
+func (s single) background() (goneli.Pulser, error) {
+	return s.Background(func() {
+		// The pulser calls this back-to-back while leading; the pause keeps that from spinning
+		// while staying well inside the heartbeat interval.
+		time.Sleep(10 * time.Millisecond)
+	})
+}
+
+func (s single) handler(constLabels prometheus.Labels) (http.Handler, error) {
+	return metrics.Handler(s.Curator, constLabels)
+}
+
+type multi struct{ goneli.Roles }
+
+func (m multi) background() (goneli.Pulser, error) {
+	return m.Background(func(string) {
+		// Each role's task runs on a goroutine of its own, apart from the pulsing, so it may idle
+		// longer than the single leader's; a run in progress delays only neli's exit, by as much.
+		time.Sleep(100 * time.Millisecond)
+	})
+}
+
+func (m multi) handler(constLabels prometheus.Labels) (http.Handler, error) {
+	return metrics.RolesHandler(m.Roles, constLabels)
+}
+
 // env is what a command or hook finds in its environment, on top of neli's own, for event e.
 // It is the one place where facts about the tenure reach the command.
 func (s *supervisor) env(e goneli.Event) []string {
-	event, tenure, token := describe(e)
-	return []string{
+	event, role, tenure, token := describe(e)
+	env := []string{
 		"NELI_NAME=" + s.name,
 		"NELI_GROUP=" + s.group,
 		"NELI_EVENT=" + event,
 		"NELI_TENURE=" + tenure,
 		"NELI_TOKEN=" + strconv.FormatInt(token, 10),
 	}
+	if role != "" {
+		env = append(env, "NELI_ROLE="+role)
+	}
+	return env
 }
 
-// describe names the kind of e, as NELI_EVENT shows it, its tenure and its fencing token.
-func describe(e goneli.Event) (event, tenure string, token int64) {
+// describe names the kind of e, as NELI_EVENT shows it, its role (empty for the single leader),
+// its tenure and its fencing token.
+func describe(e goneli.Event) (event, role, tenure string, token int64) {
 	switch e := e.(type) {
 	case goneli.LeaderAcquired:
-		return "acquired", e.Tenure, e.Token
+		return "acquired", e.Role, e.Tenure, e.Token
 	case goneli.LeaderFenced:
-		return "fenced", e.Tenure, e.Token
+		return "fenced", e.Role, e.Tenure, e.Token
 	case goneli.LeaderRevoked:
-		return "revoked", e.Tenure, e.Token
+		return "revoked", e.Role, e.Tenure, e.Token
 	}
-	return "unknown", "", 0
+	return "unknown", "", "", 0
 }
 
 // metricsShutdown bounds how long scrapes in progress may delay neli's exit.
 const metricsShutdown = time.Second
 
-// serveMetrics serves the curator's /metrics and /healthz on ln until the returned function is
-// called.
-func serveMetrics(ln net.Listener, c goneli.Curator, config goneli.Config, log *logrus.Logger) (func(), error) {
-	h, err := metrics.Handler(c, prometheus.Labels{"group": config.LeaderGroupID, "name": config.Name})
+// serveMetrics serves c's /metrics and /healthz on ln until the returned function is called.
+func serveMetrics(ln net.Listener, c contender, config goneli.Config, log *logrus.Logger) (func(), error) {
+	h, err := c.handler(prometheus.Labels{"group": config.LeaderGroupID, "name": config.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -286,8 +413,9 @@ func serveMetrics(ln net.Listener, c goneli.Curator, config goneli.Config, log *
 	}, nil
 }
 
-// supervisor starts and stops the leader's command from the barrier. The barrier is never called
-// concurrently with itself, but shutdown is called from the main goroutine, hence the mutex.
+// supervisor starts and stops the command from the barrier, one copy per role led (a single
+// copy without roles). The barrier is called for different roles at the same time, and
+// shutdown from the main goroutine, hence the mutex.
 type supervisor struct {
 	name       string
 	group      string
@@ -297,13 +425,52 @@ type supervisor struct {
 	grace      time.Duration
 	fenceGrace time.Duration
 	log        *logrus.Logger
-	exited     chan int // the status of a command that ended without being asked to
+	exited     chan exit // the first command that ended without being asked to
+	// slots holds the state of each role, under its name; the single leader's is under "". It
+	// is filled in before the barrier can run and never changes after.
+	slots map[string]*slot
 
+	// mu guards closing and every slot's cur, so that no copy starts once shutdown has looked for
+	// copies to stop.
 	mu      sync.Mutex
-	cur     *child
 	closing bool
+}
 
-	hookMu sync.Mutex // runs hooks one at a time, in the order of the transitions
+// slot is what the supervisor keeps for one role.
+type slot struct {
+	role   string
+	who    string // "neli run NAME", with the role if there are roles, for log messages
+	cur    *child
+	hookMu sync.Mutex // runs the role's hooks one at a time, in the order of its transitions
+}
+
+// exit reports a command that ended by itself.
+type exit struct {
+	role   string
+	status int
+}
+
+func newSupervisor(o runOptions, config goneli.Config, log *logrus.Logger) *supervisor {
+	s := &supervisor{
+		name:       config.Name,
+		group:      config.LeaderGroupID,
+		command:    o.command,
+		onAcquired: o.onAcquired,
+		onRevoked:  o.onRevoked,
+		grace:      o.grace,
+		fenceGrace: min(o.grace, o.heartbeatTimeout/2),
+		log:        log,
+		exited:     make(chan exit, 1),
+		slots:      map[string]*slot{},
+	}
+	who := "neli run " + config.Name
+	if o.roles == nil {
+		s.slots[""] = &slot{who: who}
+	}
+	for _, r := range o.roles {
+		s.slots[r] = &slot{role: r, who: who + " role " + r}
+	}
+	return s
 }
 
 // child is one run of a command, in a process group of its own so that its helpers are signalled
@@ -318,55 +485,63 @@ type child struct {
 // barrier returns the Barrier that supervises the command, or runs the hooks if there is no
 // command.
 func (s *supervisor) barrier() goneli.Barrier {
-	if s.command == nil {
-		return s.hookBarrier
+	return func(e goneli.Event) {
+		_, role, _, _ := describe(e)
+		sl := s.slots[role]
+		if sl == nil {
+			s.log.Errorf("neli run %s: event %v for a role neli does not know", s.name, e)
+			return
+		}
+		s.logEvent(sl, e)
+		if s.command == nil {
+			s.hookEvent(sl, e)
+		} else {
+			s.commandEvent(sl, e)
+		}
 	}
-	return s.commandBarrier
 }
 
-func (s *supervisor) commandBarrier(e goneli.Event) {
-	s.logEvent(e)
-	switch e := e.(type) {
+func (s *supervisor) commandEvent(sl *slot, e goneli.Event) {
+	switch e.(type) {
 	case goneli.LeaderAcquired:
 		// A copy terminated on a fence may still be exiting; it must be gone before the next one.
-		s.stop(s.grace)
-		s.start(s.env(e))
+		s.stop(sl, s.grace)
+		s.start(sl, s.env(e))
 	case goneli.LeaderFenced:
 		// This may run on goneli's lease watchdog while the pulse loop is stuck; it must not block,
 		// and a successor may be elected soon, so the command gets only fenceGrace.
-		s.terminate(s.fenceGrace)
+		s.terminate(sl, s.fenceGrace)
 	case goneli.LeaderRevoked:
-		// Blocking here holds back the successor until the command has exited.
-		s.stop(s.grace)
+		// Blocking here holds back the role's successor until the command has exited.
+		s.stop(sl, s.grace)
 	}
 }
 
-func (s *supervisor) hookBarrier(e goneli.Event) {
-	s.logEvent(e)
+func (s *supervisor) hookEvent(sl *slot, e goneli.Event) {
 	switch e.(type) {
 	case goneli.LeaderAcquired:
-		s.hook(s.onAcquired, e)
+		s.hook(sl, s.onAcquired, e)
 	case goneli.LeaderFenced:
 		// Not in line: this may run on goneli's lease watchdog, which must not wait for a hook.
-		go s.hook(s.onRevoked, e)
+		go s.hook(sl, s.onRevoked, e)
 	case goneli.LeaderRevoked:
-		s.hook(s.onRevoked, e)
+		s.hook(sl, s.onRevoked, e)
 	}
 }
 
-func (s *supervisor) logEvent(e goneli.Event) {
+func (s *supervisor) logEvent(sl *slot, e goneli.Event) {
 	switch e := e.(type) {
 	case goneli.LeaderAcquired:
-		s.log.Infof("neli run %s: leader (tenure %s)", s.name, e.Tenure)
+		s.log.Infof("%s: leader (tenure %s)", sl.who, e.Tenure)
 	case goneli.LeaderFenced:
-		s.log.Warnf("neli run %s: fenced (%s)", s.name, e.Reason)
+		s.log.Warnf("%s: fenced (%s)", sl.who, e.Reason)
 	case goneli.LeaderRevoked:
-		s.log.Infof("neli run %s: leadership revoked (tenure %s)", s.name, e.Tenure)
+		s.log.Infof("%s: leadership revoked (tenure %s)", sl.who, e.Tenure)
 	}
 }
 
-// start launches the command, unless neli is shutting down.
-func (s *supervisor) start(env []string) {
+// start launches the role's command, unless neli is shutting down.
+func (s *supervisor) start(sl *slot, env []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closing {
@@ -374,42 +549,42 @@ func (s *supervisor) start(env []string) {
 	}
 	c, err := launch(s.command, env)
 	if err != nil {
-		s.log.Errorf("neli run %s: cannot start %s: %v", s.name, s.command[0], err)
-		s.report(127) // the shell's status for a command that cannot be run
+		s.log.Errorf("%s: cannot start %s: %v", sl.who, s.command[0], err)
+		s.report(exit{sl.role, 127}) // the shell's status for a command that cannot be run
 		return
 	}
-	s.log.Infof("neli run %s: started %s (pid %d)", s.name, strings.Join(s.command, " "), c.cmd.Process.Pid)
-	s.cur = c
+	s.log.Infof("%s: started %s (pid %d)", sl.who, strings.Join(s.command, " "), c.cmd.Process.Pid)
+	sl.cur = c
 	go func() {
 		<-c.done
 		if !c.stopping.Load() {
-			s.report(c.status)
+			s.report(exit{sl.role, c.status})
 		}
 	}()
 }
 
-// report tells the main goroutine that the command ended without being asked to. Only the first
+// report tells the main goroutine that a command ended without being asked to. Only the first
 // report matters: neli exits on it.
-func (s *supervisor) report(status int) {
+func (s *supervisor) report(e exit) {
 	select {
-	case s.exited <- status:
+	case s.exited <- e:
 	default:
 	}
 }
 
-// terminate sends SIGTERM to the running command and arranges a SIGKILL after grace, without
-// waiting. It returns the child, or nil if none is running.
-func (s *supervisor) terminate(grace time.Duration) *child {
+// terminate sends SIGTERM to the role's running command and arranges a SIGKILL after grace,
+// without waiting. It returns the child, or nil if none is running.
+func (s *supervisor) terminate(sl *slot, grace time.Duration) *child {
 	s.mu.Lock()
-	c := s.cur
+	c := sl.cur
 	s.mu.Unlock()
 	if c == nil || !c.signal(syscall.SIGTERM) {
 		return nil
 	}
-	s.log.Infof("neli run %s: sent SIGTERM to %s (pid %d)", s.name, s.command[0], c.cmd.Process.Pid)
+	s.log.Infof("%s: sent SIGTERM to %s (pid %d)", sl.who, s.command[0], c.cmd.Process.Pid)
 	kill := time.AfterFunc(grace, func() {
 		if c.signal(syscall.SIGKILL) {
-			s.log.Warnf("neli run %s: %s did not exit within %v of SIGTERM; sent SIGKILL", s.name, s.command[0], grace)
+			s.log.Warnf("%s: %s did not exit within %v of SIGTERM; sent SIGKILL", sl.who, s.command[0], grace)
 		}
 	})
 	go func() {
@@ -419,51 +594,62 @@ func (s *supervisor) terminate(grace time.Duration) *child {
 	return c
 }
 
-// stop terminates the running command and waits until it has exited.
-func (s *supervisor) stop(grace time.Duration) {
-	c := s.terminate(grace)
+// stop terminates the role's running command and waits until it has exited.
+func (s *supervisor) stop(sl *slot, grace time.Duration) {
+	c := s.terminate(sl, grace)
 	if c == nil {
 		return
 	}
 	select {
 	case <-c.done:
 	case <-time.After(grace + killWait):
-		s.log.Errorf("neli run %s: %s (pid %d) survived SIGKILL for %v", s.name, s.command[0], c.cmd.Process.Pid, killWait)
+		s.log.Errorf("%s: %s (pid %d) survived SIGKILL for %v", sl.who, s.command[0], c.cmd.Process.Pid, killWait)
 		return
 	}
-	s.log.Infof("neli run %s: %s exited with status %d", s.name, s.command[0], c.status)
+	s.log.Infof("%s: %s exited with status %d", sl.who, s.command[0], c.status)
 }
 
-// shutdown stops the command for good: no later LeaderAcquired starts it again.
+// shutdown stops every copy of the command for good: no later LeaderAcquired starts one again.
+// The copies are stopped side by side, so that neli's exit takes one --grace, not one per role.
 func (s *supervisor) shutdown() {
 	s.mu.Lock()
 	s.closing = true
 	s.mu.Unlock()
-	if s.command != nil {
-		s.stop(s.grace)
+	if s.command == nil {
+		return
 	}
+	var wg sync.WaitGroup
+	for _, sl := range s.slots {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.stop(sl, s.grace)
+		}()
+	}
+	wg.Wait()
 }
 
-// hook runs a short shell command to completion, giving it --grace before stopping it.
-func (s *supervisor) hook(script string, e goneli.Event) {
+// hook runs a short shell command for the role to completion, giving it --grace before stopping
+// it.
+func (s *supervisor) hook(sl *slot, script string, e goneli.Event) {
 	s.mu.Lock()
 	closing := s.closing
 	s.mu.Unlock()
-	event, _, _ := describe(e)
+	event, _, _, _ := describe(e)
 	if script == "" || (closing && event == "acquired") {
 		return
 	}
-	s.hookMu.Lock()
-	defer s.hookMu.Unlock()
+	sl.hookMu.Lock()
+	defer sl.hookMu.Unlock()
 	c, err := launch([]string{"sh", "-c", script}, s.env(e))
 	if err != nil {
-		s.log.Errorf("neli run %s: cannot run the %s hook: %v", s.name, event, err)
+		s.log.Errorf("%s: cannot run the %s hook: %v", sl.who, event, err)
 		return
 	}
 	select {
 	case <-c.done:
 	case <-time.After(s.grace):
-		s.log.Warnf("neli run %s: the %s hook is still running after --grace %v; stopping it", s.name, event, s.grace)
+		s.log.Warnf("%s: the %s hook is still running after --grace %v; stopping it", sl.who, event, s.grace)
 		c.signal(syscall.SIGTERM)
 		select {
 		case <-c.done:
@@ -473,7 +659,7 @@ func (s *supervisor) hook(script string, e goneli.Event) {
 		}
 	}
 	if c.status != 0 {
-		s.log.Warnf("neli run %s: the %s hook exited with status %d", s.name, event, c.status)
+		s.log.Warnf("%s: the %s hook exited with status %d", sl.who, event, c.status)
 	}
 }
 

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/goneli/goneli"
 )
@@ -20,14 +23,20 @@ seen for --heartbeat-timeout; give the lease the contenders use. On start it sho
 sender of the newest heartbeat at once; if that leader has already gone, a "no leader"
 line follows one --heartbeat-timeout later.
 
-It only reads the heartbeats on partition 0 of the leader topic and never joins the
-group, so watching cannot become leader or cause a rebalance. SIGINT or SIGTERM stops it
-with status 0.
+For a group with roles ('neli run --roles' or '--role'), every line names the role it is
+about, and each role is followed on its own: role i is partition i of the leader topic.
+The roles are those the leader topic has partitions for when watch starts.
+
+It only reads the heartbeats on the leader topic and never joins the group, so watching
+cannot become leader or cause a rebalance. SIGINT or SIGTERM stops it with status 0.
 
   text: 2026-11-21T16:30:01.123Z leader a token 42 since 2026-11-21T16:29:58.950Z
         2026-11-21T16:30:09.004Z no leader (a's heartbeats stopped; its token was 42)
+        2026-11-21T16:30:01.123Z role billing leader a token 7 since 2026-11-21T16:29:58.950Z
+        2026-11-21T16:30:09.004Z role billing no leader (a's heartbeats stopped; its token was 7)
   json: {"time":"...","event":"leader","leader":"a","tenure":"3","token":42,"since":"..."}
-        {"time":"...","event":"no-leader","last_leader":"a","last_token":42}`
+        {"time":"...","event":"no-leader","last_leader":"a","last_token":42}
+        {"time":"...","role":"billing","partition":1,"event":"leader","leader":"a",...}`
 
 // watchTime is how watch prints instants: to the millisecond, with the zone, so that lines from
 // several hosts can be compared.
@@ -92,12 +101,17 @@ type watchPrinter struct {
 	w    io.Writer
 	json bool
 	now  func() time.Time
-	last goneli.LeaderInfo // the leader before a "no leader", which carries no name of its own
+	// last is each partition's leader before a "no leader", which carries no name of its own.
+	last map[int32]goneli.LeaderInfo
 }
 
-// watchRecord is one line of --format json. Fields that do not apply to the event are left out.
+// watchRecord is one line of --format json. Fields that do not apply to the event are left out;
+// role and partition apply only to groups with roles, so the single leader's records are as they
+// were before roles existed.
 type watchRecord struct {
 	Time       string `json:"time"`
+	Role       string `json:"role,omitempty"`
+	Partition  *int32 `json:"partition,omitempty"`
 	Event      string `json:"event"` // "leader" or "no-leader"
 	Leader     string `json:"leader,omitempty"`
 	Tenure     string `json:"tenure,omitempty"`
@@ -108,26 +122,44 @@ type watchRecord struct {
 }
 
 func (p *watchPrinter) print(info goneli.LeaderInfo) {
-	now := p.now().Format(watchTime)
-	var r watchRecord
+	if p.last == nil {
+		p.last = map[int32]goneli.LeaderInfo{}
+	}
+	r := watchRecord{Time: p.now().Format(watchTime), Role: info.Role}
+	if info.Role != "" {
+		r.Partition = &info.Partition
+	}
 	if info.Name == "" {
-		r = watchRecord{Time: now, Event: "no-leader", LastLeader: p.last.Name, LastToken: p.last.Token}
+		last := p.last[info.Partition]
+		r.Event, r.LastLeader, r.LastToken = "no-leader", last.Name, last.Token
 	} else {
-		r = watchRecord{Time: now, Event: "leader", Leader: info.Name, Tenure: info.Tenure, Token: info.Token,
-			Since: info.Since.Format(watchTime)}
-		p.last = info
+		r.Event, r.Leader, r.Tenure, r.Token, r.Since = "leader", info.Name, info.Tenure, info.Token, info.Since.Format(watchTime)
+		p.last[info.Partition] = info
 	}
 	if p.json {
 		line, _ := json.Marshal(r) // cannot fail: strings and integers only
 		fmt.Fprintf(p.w, "%s\n", line)
 		return
 	}
+	at := r.Time
+	if r.Role != "" {
+		at += " role " + quoteField(r.Role)
+	}
 	switch {
 	case r.Event == "leader":
-		fmt.Fprintf(p.w, "%s leader %s token %d since %s\n", r.Time, r.Leader, r.Token, r.Since)
+		fmt.Fprintf(p.w, "%s leader %s token %d since %s\n", at, r.Leader, r.Token, r.Since)
 	case r.LastLeader != "":
-		fmt.Fprintf(p.w, "%s no leader (%s's heartbeats stopped; its token was %d)\n", r.Time, r.LastLeader, r.LastToken)
+		fmt.Fprintf(p.w, "%s no leader (%s's heartbeats stopped; its token was %d)\n", at, r.LastLeader, r.LastToken)
 	default:
-		fmt.Fprintf(p.w, "%s no leader\n", r.Time)
+		fmt.Fprintf(p.w, "%s no leader\n", at)
 	}
+}
+
+// quoteField keeps a role one field of a text line: a name with spaces, quotes or control
+// characters is printed quoted, as Go quotes strings; any other name as it is.
+func quoteField(s string) string {
+	if strings.ContainsFunc(s, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) || r == '"' }) {
+		return strconv.Quote(s)
+	}
+	return s
 }

@@ -303,3 +303,39 @@ func TestWatchPrinter(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchPrinterRoles checks that lines about roles name them and that each role's "no leader"
+// recalls that role's last leader, not another role's.
+func TestWatchPrinterRoles(t *testing.T) {
+	at := time.Date(2026, 11, 21, 16, 30, 1, 123e6, time.UTC)
+	since := at.Add(-2 * time.Second)
+	billing := goneli.LeaderInfo{Role: "billing", Partition: 0, Name: "a", Tenure: "3", Token: 42, Since: since}
+	audit := goneli.LeaderInfo{Role: "audit", Partition: 1, Name: "b", Tenure: "5", Token: 7, Since: since}
+	odd := goneli.LeaderInfo{Role: "two words", Partition: 2, Name: "c", Tenure: "1", Token: 1, Since: since}
+	for _, c := range []struct {
+		json bool
+		want string
+	}{
+		{false, "2026-11-21T16:30:01.123Z role billing leader a token 42 since 2026-11-21T16:29:59.123Z\n" +
+			"2026-11-21T16:30:01.123Z role audit leader b token 7 since 2026-11-21T16:29:59.123Z\n" +
+			"2026-11-21T16:30:01.123Z role billing no leader (a's heartbeats stopped; its token was 42)\n" +
+			"2026-11-21T16:30:01.123Z role audit no leader (b's heartbeats stopped; its token was 7)\n" +
+			`2026-11-21T16:30:01.123Z role "two words" leader c token 1 since 2026-11-21T16:29:59.123Z` + "\n"},
+		{true, `{"time":"2026-11-21T16:30:01.123Z","role":"billing","partition":0,"event":"leader","leader":"a","tenure":"3","token":42,"since":"2026-11-21T16:29:59.123Z"}` + "\n" +
+			`{"time":"2026-11-21T16:30:01.123Z","role":"audit","partition":1,"event":"leader","leader":"b","tenure":"5","token":7,"since":"2026-11-21T16:29:59.123Z"}` + "\n" +
+			`{"time":"2026-11-21T16:30:01.123Z","role":"billing","partition":0,"event":"no-leader","last_leader":"a","last_token":42}` + "\n" +
+			`{"time":"2026-11-21T16:30:01.123Z","role":"audit","partition":1,"event":"no-leader","last_leader":"b","last_token":7}` + "\n" +
+			`{"time":"2026-11-21T16:30:01.123Z","role":"two words","partition":2,"event":"leader","leader":"c","tenure":"1","token":1,"since":"2026-11-21T16:29:59.123Z"}` + "\n"},
+	} {
+		var out bytes.Buffer
+		p := &watchPrinter{w: &out, json: c.json, now: func() time.Time { return at }}
+		p.print(billing)
+		p.print(audit)
+		p.print(goneli.LeaderInfo{Role: "billing", Partition: 0})
+		p.print(goneli.LeaderInfo{Role: "audit", Partition: 1})
+		p.print(odd)
+		if out.String() != c.want {
+			t.Errorf("json=%v: got\n%s\nwant\n%s", c.json, out.String(), c.want)
+		}
+	}
+}

@@ -7,10 +7,16 @@
 // reads the clock, then checks IsLeader, and reports the clock reading as an action only if the
 // check passed. A process frozen between the two readings therefore reports nothing for that run,
 // so a report always means "IsLeader was true at or after this instant".
+//
+// With -roles N or -role NAME the member contends for several roles with goneli.NewRoles instead
+// of for the single leadership of goneli.New. Its acquired, fenced, revoked and act lines then name
+// their role, and each act span means that IsLeader of that role was true at its first and last
+// action; spans of one role never overlap, spans of different roles may.
 package member
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,6 +40,9 @@ type Line struct {
 	To    int64  `json:"to,omitempty"`   // EventAct: last action of the span
 	Runs  int64  `json:"runs,omitempty"` // EventAct: task runs in the span
 	Info  string `json:"info,omitempty"` // tenure, reason or error text
+	// Role is the role an acquired, fenced, revoked or act line is about: empty for a member
+	// without roles (the single leader of goneli.New).
+	Role string `json:"role,omitempty"`
 }
 
 // Events a member reports.
@@ -58,6 +67,9 @@ type Options struct {
 	Task             time.Duration // simulated work per run
 	Kafka            map[string]string
 	LogLevel         string // goneli's log level on stderr: off, error, warn, info, debug
+	// Roles, if not empty, are the roles to contend for with goneli.NewRoles; otherwise the
+	// member contends for the single leadership of goneli.New.
+	Roles []string
 }
 
 // flushEvery is how often an open span of actions is reported, bounding what a SIGKILL can hide.
@@ -66,7 +78,25 @@ const flushEvery = 50 * time.Millisecond
 // Main parses args (without the program name) and runs a member until SIGTERM or SIGINT, writing
 // lines to stdout. It returns the process exit status.
 func Main(args []string) int {
+	o, err := ParseArgs(args, os.Stderr)
+	if err != nil {
+		return 2
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	stop := make(chan struct{})
+	go func() { <-sig; close(stop) }()
+	if err := Run(o, os.Stdout, stop); err != nil {
+		return 1
+	}
+	return 0
+}
+
+// ParseArgs parses a member's flags (args without the program name); usage and errors go to
+// output.
+func ParseArgs(args []string, output io.Writer) (Options, error) {
 	fs := flag.NewFlagSet("member", flag.ContinueOnError)
+	fs.SetOutput(output)
 	var o Options
 	var kafkaKV multiFlag
 	fs.StringVar(&o.Broker, "kafka", "localhost:9092", "bootstrap servers")
@@ -78,18 +108,52 @@ func Main(args []string) int {
 	fs.DurationVar(&o.Task, "task", time.Millisecond, "simulated work per leader task run")
 	fs.Var(&kafkaKV, "X", "extra librdkafka setting key=value (repeatable)")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "goneli log level on stderr")
+	var numbered int
+	var named roleFlag
+	fs.IntVar(&numbered, "roles", 0, "contend for this many numbered roles, \"0\" to \"N-1\", with NewRoles (0: the single leader of New)")
+	fs.Var(&named, "role", "contend for this named role with NewRoles (repeatable, in partition order)")
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return o, err
 	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		fmt.Fprintf(output, "member: %v\n", err)
+		return o, err
+	}
+	roles, err := rolesOf(numbered, named)
+	if err != nil {
+		fmt.Fprintf(output, "member: %v\n", err)
+		return o, err
+	}
+	o.Roles = roles
 	o.Kafka = kafkaKV.m
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	stop := make(chan struct{})
-	go func() { <-sig; close(stop) }()
-	if err := Run(o, os.Stdout, stop); err != nil {
-		return 1
+	return o, nil
+}
+
+// rolesOf is the role list the -roles and -role flags ask for: nil for neither.
+func rolesOf(numbered int, named roleFlag) ([]string, error) {
+	switch {
+	case numbered < 0:
+		return nil, fmt.Errorf("-roles %d: want a positive number", numbered)
+	case numbered > 0 && len(named) > 0:
+		return nil, errors.New("-roles and -role exclude each other")
+	case numbered > 0:
+		return goneli.Shards(numbered), nil
 	}
-	return 0
+	return named, nil
+}
+
+// roleFlag collects -role values in order.
+type roleFlag []string
+
+func (f *roleFlag) String() string { return strings.Join(*f, ",") }
+
+func (f *roleFlag) Set(s string) error {
+	if s == "" {
+		return errors.New("a role name must not be empty")
+	}
+	*f = append(*f, s)
+	return nil
 }
 
 type multiFlag struct{ m map[string]string }
@@ -111,6 +175,9 @@ func (f *multiFlag) Set(s string) error {
 // Run contends until stop is closed, then closes gracefully. Lines go to out.
 func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	w := &writer{enc: json.NewEncoder(out), name: o.Name}
+	if w.name == "" {
+		w.name = "member"
+	}
 	kc := goneli.KafkaConfigMap{"bootstrap.servers": o.Broker}
 	for k, v := range o.Kafka {
 		kc[k] = v
@@ -126,39 +193,38 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	if o.MinPollInterval > 0 {
 		config.MinPollInterval = goneli.Duration(o.MinPollInterval)
 	}
-	acts := &spans{w: w}
-	n, err := goneli.New(config, func(e goneli.Event) {
+	acts := newRoleSpans(w, o.Roles)
+	barrier := func(e goneli.Event) {
 		switch e := e.(type) {
 		case goneli.LeaderAcquired:
-			w.write(Line{Event: EventAcquired, Info: e.Tenure})
+			w.write(Line{Event: EventAcquired, Info: e.Tenure, Role: e.Role})
 		case goneli.LeaderFenced:
-			acts.flush()
-			w.write(Line{Event: EventFenced, Info: e.Reason})
+			acts[e.Role].flush()
+			w.write(Line{Event: EventFenced, Info: e.Reason, Role: e.Role})
 		case goneli.LeaderRevoked:
-			acts.flush()
-			w.write(Line{Event: EventRevoked, Info: e.Tenure})
+			acts[e.Role].flush()
+			w.write(Line{Event: EventRevoked, Info: e.Tenure, Role: e.Role})
 		}
-	})
+	}
+	c, err := contend(config, o.Roles, barrier)
 	if err != nil {
 		w.write(Line{Event: EventError, Info: err.Error()})
 		return err
 	}
-	w.name = config.Name
-	if w.name == "" {
-		w.name = "member"
-	}
 	w.write(Line{Event: EventStarted})
-	p, err := n.Background(func() {
+	// Each run reads the clock, then checks that role's IsLeader, and reports the reading only if
+	// the check passed.
+	p, err := c.background(func(role string, isLeader func() bool) {
 		t := time.Now()
-		if n.IsLeader() {
-			acts.act(t)
+		if isLeader() {
+			acts[role].act(t)
 		}
 		if o.Task > 0 {
 			time.Sleep(o.Task)
 		}
 	})
 	if err != nil {
-		_ = n.Close()
+		_ = c.close()
 		w.write(Line{Event: EventError, Info: err.Error()})
 		return err
 	}
@@ -170,7 +236,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			p.Close()
 			_ = p.Await()
 			acts.flush()
-			if err := n.Close(); err != nil {
+			if err := c.close(); err != nil {
 				w.write(Line{Event: EventError, Info: err.Error()})
 				return err
 			}
@@ -180,11 +246,44 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			acts.flush()
 			if err := p.Error(); err != nil {
 				w.write(Line{Event: EventError, Info: err.Error()})
-				_ = n.Close()
+				_ = c.close()
 				return err
 			}
 		}
 	}
+}
+
+// contender is what Run needs of goneli.New's Neli or goneli.NewRoles' Roles.
+type contender struct {
+	close func() error
+	// background starts the pulser with a task that runs for each led role (role "" without
+	// roles), given the role's IsLeader.
+	background func(task func(role string, isLeader func() bool)) (goneli.Pulser, error)
+}
+
+// contend joins the group: with goneli.New if roles is empty, with goneli.NewRoles otherwise.
+func contend(config goneli.Config, roles []string, barrier goneli.Barrier) (contender, error) {
+	if len(roles) == 0 {
+		n, err := goneli.New(config, barrier)
+		if err != nil {
+			return contender{}, err
+		}
+		return contender{close: n.Close, background: func(task func(string, func() bool)) (goneli.Pulser, error) {
+			return n.Background(func() { task("", n.IsLeader) })
+		}}, nil
+	}
+	rs, err := goneli.NewRoles(config, roles, barrier)
+	if err != nil {
+		return contender{}, err
+	}
+	// Looked up once: the map is only read from here on, by every role's task goroutine.
+	isLeader := map[string]func() bool{}
+	for _, r := range rs.All() {
+		isLeader[r.Name()] = r.IsLeader
+	}
+	return contender{close: rs.Close, background: func(task func(string, func() bool)) (goneli.Pulser, error) {
+		return rs.Background(func(role string) { task(role, isLeader[role]) })
+	}}, nil
 }
 
 type writer struct {
@@ -203,10 +302,33 @@ func (w *writer) write(l Line) {
 	_ = w.enc.Encode(l)
 }
 
-// spans coalesces actions into reported spans.
+// roleSpans holds the open span of every role, keyed by role ("" without roles). The map is
+// filled before the member contends and only read afterwards.
+type roleSpans map[string]*spans
+
+func newRoleSpans(w *writer, roles []string) roleSpans {
+	out := roleSpans{}
+	if len(roles) == 0 {
+		roles = []string{""}
+	}
+	for _, r := range roles {
+		out[r] = &spans{w: w, role: r}
+	}
+	return out
+}
+
+// flush reports every role's open span.
+func (rs roleSpans) flush() {
+	for _, s := range rs {
+		s.flush()
+	}
+}
+
+// spans coalesces one role's actions into reported spans.
 type spans struct {
 	mu       sync.Mutex
 	w        *writer
+	role     string
 	from, to time.Time
 	runs     int64
 }
@@ -222,12 +344,15 @@ func (s *spans) act(t time.Time) {
 }
 
 func (s *spans) flush() {
+	if s == nil {
+		return // an event of a role this member does not know; goneli never sends one
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.runs == 0 {
 		return
 	}
-	s.w.write(Line{Event: EventAct, From: s.from.UnixNano(), To: s.to.UnixNano(), Runs: s.runs})
+	s.w.write(Line{Event: EventAct, From: s.from.UnixNano(), To: s.to.UnixNano(), Runs: s.runs, Role: s.role})
 	s.runs = 0
 }
 

@@ -11,10 +11,14 @@ import (
 type Fault struct {
 	Kind      string
 	Victim    string // process incarnation hit, or "" for a broker-wide fault with no leader
-	WasLeader bool   // the victim was acting as leader when the fault began
-	At        time.Time
-	Healed    time.Time // when the fault was undone (or the killed process restarted)
-	Detail    string
+	WasLeader bool   // the victim was acting as leader (of any role) when the fault began
+	// Roles, for members with roles, maps each role the fault hit to the process that led it when
+	// the fault began: the victim's roles for a fault of one process, every led role for a fault
+	// of the broker. Without roles it is empty, and Victim and WasLeader say whom it hit.
+	Roles  map[string]string
+	At     time.Time
+	Healed time.Time // when the fault was undone (or the killed process restarted)
+	Detail string
 }
 
 // Outcome says what leadership did after a fault that hit the leader.
@@ -38,23 +42,57 @@ func (o Outcome) String() string {
 // FaultResult is a fault with what the checker made of it.
 type FaultResult struct {
 	Fault
+	// Outcome and Failover are for the fault as a whole. Without roles they are the leader's.
+	// With roles they sum up Roles: FailedOver if any role moved, else Resumed if any resumed,
+	// else Unaffected, or NotLeader if the fault hit no role; Failover is the longest of the
+	// roles', the time until every role hit was led again.
 	Outcome Outcome
 	// Failover is the time from the fault to the first action after the interruption (by another
 	// process for FailedOver, by the victim for Resumed).
 	Failover time.Duration
+	// Roles is the outcome for each leadership the fault hit, in role order: every role of
+	// Fault.Roles, or without roles the single leadership (role "") if the victim led.
+	Roles []RoleResult
+}
+
+// RoleResult is what leadership of one role did after a fault.
+type RoleResult struct {
+	Role     string
+	Leader   string // who led the role when the fault began
+	Outcome  Outcome
+	Failover time.Duration
+}
+
+// RoleReport is the verdict on one role of a run.
+type RoleReport struct {
+	Role     string
+	Spans    int
+	Overlaps int           // pairs of act spans of two processes for this role sharing an instant
+	Gap      time.Duration // the longest stretch in which nobody acted for this role
+	GapAt    time.Time
+	GapAfter string // the last fault kind injected before the gap ended
 }
 
 // Report is the verdict on one run.
 type Report struct {
 	Start, End   time.Time
 	Spans        int
-	Overlaps     []Overlap // act spans of two processes overlapping: the safety property
+	Overlaps     []Overlap // act spans of two processes for one role overlapping: the safety property
 	InfoOverlaps []Overlap // acquired..fenced intervals of two processes overlapping: information
-	Gap          time.Duration
-	GapAt        time.Time
-	GapAfter     string // the last fault kind injected before the gap ended
-	Faults       []FaultResult
-	Violations   []string // other broken promises (event order)
+	// Gap is the longest leaderless stretch of any role, GapRole that role ("" without roles).
+	Gap        time.Duration
+	GapAt      time.Time
+	GapAfter   string // the last fault kind injected before the gap ended
+	GapRole    string
+	Roles      []RoleReport // every role acted for, in role order (one, "", without roles)
+	Faults     []FaultResult
+	Violations []string // other broken promises (event order)
+}
+
+// HasRoles reports whether the members contended for named roles rather than the single
+// leadership.
+func (r Report) HasRoles() bool {
+	return len(r.Roles) > 1 || (len(r.Roles) == 1 && r.Roles[0].Role != "")
 }
 
 // interruption is the shortest pause in a leader's actions that counts as leadership lost and
@@ -64,7 +102,7 @@ const interruption = 250 * time.Millisecond
 
 // Check judges a run from every process's lines (keyed by incarnation, in the order written), the
 // deaths of processes that could not report their own end (keyed by incarnation), and the faults
-// in the order injected.
+// in the order injected. Every role is judged on its own.
 func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults []Fault) Report {
 	var r Report
 	for _, ls := range lines {
@@ -81,7 +119,9 @@ func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults [
 	for _, who := range names(lines) {
 		_, died := deaths[who]
 		if err := EventOrder(lines[who], died); err != nil {
-			r.Violations = append(r.Violations, fmt.Sprintf("%s: %v", who, err))
+			for _, e := range splitJoined(err) {
+				r.Violations = append(r.Violations, fmt.Sprintf("%s: %v", who, e))
+			}
 		}
 	}
 	spans := ActSpans(lines)
@@ -93,35 +133,85 @@ func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults [
 	}
 	r.InfoOverlaps = Overlaps(tenures)
 
-	if gap, ok := WorstGap(spans); ok {
-		r.Gap, r.GapAt = gap.Duration(), gap.From
-		for _, f := range faults {
-			if !f.At.After(gap.To) {
-				r.GapAfter = f.Kind
+	byRole := ByRole(spans)
+	for _, rs := range byRole {
+		rr := RoleReport{Role: rs.Role, Spans: len(rs.Spans), Overlaps: len(overlaps(rs.Spans))}
+		if gap, ok := WorstGap(rs.Spans); ok {
+			rr.Gap, rr.GapAt = gap.Duration(), gap.From
+			for _, f := range faults {
+				if !f.At.After(gap.To) {
+					rr.GapAfter = f.Kind
+				}
+			}
+			if rr.Gap > r.Gap {
+				r.Gap, r.GapAt, r.GapAfter, r.GapRole = rr.Gap, rr.GapAt, rr.GapAfter, rr.Role
 			}
 		}
+		r.Roles = append(r.Roles, rr)
 	}
 
+	roleSpans := map[string][]Span{}
+	for _, rs := range byRole {
+		roleSpans[rs.Role] = rs.Spans
+	}
 	for i, f := range faults {
-		res := FaultResult{Fault: f, Outcome: NotLeader}
-		if f.WasLeader {
-			limit := r.End
-			if i+1 < len(faults) {
-				limit = faults[i+1].At
-			}
-			res.Outcome, res.Failover = failover(spans, f, limit)
+		limit := r.End
+		if i+1 < len(faults) {
+			limit = faults[i+1].At
 		}
-		r.Faults = append(r.Faults, res)
+		r.Faults = append(r.Faults, judge(f, roleSpans, limit))
 	}
 	return r
 }
 
-// failover walks the actions (sorted by From) after fault f, up to limit, until leadership moved
-// or was interrupted and resumed.
-func failover(spans []Span, f Fault, limit time.Time) (Outcome, time.Duration) {
+// splitJoined undoes errors.Join, so that each role's broken order is a violation of its own.
+func splitJoined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// judge works out what leadership of every role f hit did until limit.
+func judge(f Fault, spans map[string][]Span, limit time.Time) FaultResult {
+	res := FaultResult{Fault: f, Outcome: NotLeader}
+	hit := f.Roles
+	if len(hit) == 0 && f.WasLeader {
+		hit = map[string]string{"": f.Victim}
+	}
+	roles := make([]string, 0, len(hit))
+	for role := range hit {
+		roles = append(roles, role)
+	}
+	SortRoles(roles)
+	for _, role := range roles {
+		rr := RoleResult{Role: role, Leader: hit[role]}
+		rr.Outcome, rr.Failover = failover(spans[role], rr.Leader, f.At, limit)
+		res.Roles = append(res.Roles, rr)
+	}
+	for _, rr := range res.Roles {
+		if rank(rr.Outcome) > rank(res.Outcome) {
+			res.Outcome = rr.Outcome
+		}
+		if rr.Outcome == FailedOver || rr.Outcome == Resumed {
+			res.Failover = max(res.Failover, rr.Failover)
+		}
+	}
+	return res
+}
+
+// rank orders outcomes for summing up several roles: a move outweighs a resumption, which
+// outweighs nothing noticeable.
+func rank(o Outcome) int {
+	return map[Outcome]int{NotLeader: 0, Unaffected: 1, Resumed: 2, FailedOver: 3}[o]
+}
+
+// failover walks one role's actions (sorted by From) after a fault at at that hit its leader
+// victim, up to limit, until leadership moved or was interrupted and resumed.
+func failover(spans []Span, victim string, at, limit time.Time) (Outcome, time.Duration) {
 	var last time.Time // the latest action seen so far, starting with the victim's before the fault
 	for _, s := range spans {
-		if s.To.Before(f.At) {
+		if s.To.Before(at) {
 			if s.To.After(last) {
 				last = s.To
 			}
@@ -131,14 +221,14 @@ func failover(spans []Span, f Fault, limit time.Time) (Outcome, time.Duration) {
 			break
 		}
 		from := s.From
-		if from.Before(f.At) {
-			from = f.At
+		if from.Before(at) {
+			from = at
 		}
-		if s.Who != f.Victim {
-			return FailedOver, from.Sub(f.At)
+		if s.Who != victim {
+			return FailedOver, from.Sub(at)
 		}
-		if !last.IsZero() && from.Sub(last) >= interruption && from.After(f.At) {
-			return Resumed, from.Sub(f.At)
+		if !last.IsZero() && from.Sub(last) >= interruption && from.After(at) {
+			return Resumed, from.Sub(at)
 		}
 		if s.To.After(last) {
 			last = s.To

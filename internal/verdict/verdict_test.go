@@ -29,8 +29,8 @@ func span(who string, from, to int) Span { return Span{Who: who, From: ms(from),
 
 func TestOverlaps(t *testing.T) {
 	type pair struct {
-		a, b     string
-		from, to int
+		role, a, b string
+		from, to   int
 	}
 	for _, c := range []struct {
 		name  string
@@ -39,13 +39,25 @@ func TestOverlaps(t *testing.T) {
 	}{
 		{"none", nil, nil},
 		{"back to back", []Span{span("a", 100, 200), span("b", 201, 300)}, nil},
-		{"one shared instant", []Span{span("a", 100, 200), span("b", 200, 300)}, []pair{{"a", "b", 200, 200}}},
-		{"inside another", []Span{span("a", 100, 200), span("b", 201, 300), span("a", 250, 260)}, []pair{{"b", "a", 250, 260}}},
+		{"one shared instant", []Span{span("a", 100, 200), span("b", 200, 300)}, []pair{{"", "a", "b", 200, 200}}},
+		{"inside another", []Span{span("a", 100, 200), span("b", 201, 300), span("a", 250, 260)}, []pair{{"", "b", "a", 250, 260}}},
 		{"same process twice", []Span{span("a", 400, 500), span("a", 450, 600)}, nil},
-		{"unsorted input", []Span{span("b", 150, 160), span("a", 100, 200)}, []pair{{"a", "b", 150, 160}}},
+		{"unsorted input", []Span{span("b", 150, 160), span("a", 100, 200)}, []pair{{"", "a", "b", 150, 160}}},
 		{"three at once", []Span{span("a", 0, 100), span("b", 50, 150), span("c", 90, 95)},
-			[]pair{{"a", "b", 50, 100}, {"a", "c", 90, 95}, {"b", "c", 90, 95}}},
-		{"ended long before", []Span{span("a", 0, 10), span("b", 20, 30), span("c", 25, 40)}, []pair{{"b", "c", 25, 30}}},
+			[]pair{{"", "a", "b", 50, 100}, {"", "a", "c", 90, 95}, {"", "b", "c", 90, 95}}},
+		{"ended long before", []Span{span("a", 0, 10), span("b", 20, 30), span("c", 25, 40)}, []pair{{"", "b", "c", 25, 30}}},
+		// With roles, spans conflict only with spans of other processes for the same role.
+		{"different roles at once", []Span{roleSpan("a", "0", 100, 200), roleSpan("b", "1", 150, 250)}, nil},
+		{"same role at once", []Span{roleSpan("a", "0", 100, 200), roleSpan("b", "0", 150, 250)}, []pair{{"0", "a", "b", 150, 200}}},
+		{"one process leading two roles", []Span{roleSpan("a", "0", 0, 100), roleSpan("a", "1", 0, 100)}, nil},
+		{"one shared instant of one role", []Span{roleSpan("a", "x", 0, 100), roleSpan("b", "y", 50, 150),
+			roleSpan("b", "x", 100, 120), roleSpan("c", "y", 160, 200)}, []pair{{"x", "a", "b", 100, 100}}},
+		{"handover per role, swapped", []Span{roleSpan("a", "0", 0, 100), roleSpan("b", "1", 0, 100),
+			roleSpan("b", "0", 101, 200), roleSpan("a", "1", 101, 200)}, nil},
+		// Role order is numeric for numbered roles: 2 before 10.
+		{"overlaps in two roles", []Span{roleSpan("a", "10", 0, 100), roleSpan("b", "10", 90, 110),
+			roleSpan("c", "2", 500, 600), roleSpan("a", "2", 550, 560)}, []pair{{"2", "c", "a", 550, 560}, {"10", "a", "b", 90, 100}}},
+		{"single leader and a role are apart", []Span{roleSpan("a", "", 0, 100), roleSpan("b", "0", 0, 100)}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := Overlaps(c.spans)
@@ -54,8 +66,11 @@ func TestOverlaps(t *testing.T) {
 			}
 			for i, w := range c.want {
 				o := got[i]
-				if o.A.Who != w.a || o.B.Who != w.b || !o.From.Equal(ms(w.from)) || !o.To.Equal(ms(w.to)) {
-					t.Errorf("overlap %d = %v (%s..%s), want %s and %s %d..%d ms", i, o, o.From.Sub(t0), o.To.Sub(t0), w.a, w.b, w.from, w.to)
+				if o.A.Role != w.role || o.B.Role != w.role || o.A.Who != w.a || o.B.Who != w.b || !o.From.Equal(ms(w.from)) || !o.To.Equal(ms(w.to)) {
+					t.Errorf("overlap %d = %v (%s..%s), want %s and %s for role %q %d..%d ms", i, o, o.From.Sub(t0), o.To.Sub(t0), w.a, w.b, w.role, w.from, w.to)
+				}
+				if names := strings.Contains(o.String(), "for role "+w.role); names != (w.role != "") {
+					t.Errorf("overlap %d reads %q; want it to name role %q", i, o, w.role)
 				}
 			}
 		})
@@ -268,6 +283,195 @@ func TestIntervals(t *testing.T) {
 	for i := range want {
 		if got[i].Who != want[i].Who || !got[i].From.Equal(want[i].From) || !got[i].To.Equal(want[i].To) || got[i].Open != want[i].Open {
 			t.Errorf("interval %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func roleSpan(who, role string, from, to int) Span {
+	return Span{Who: who, Role: role, From: ms(from), To: ms(to)}
+}
+
+func roleAct(role string, from, to int) member.Line {
+	l := act(from, to)
+	l.Role = role
+	return l
+}
+
+func roleEv(role string, at int, event string) member.Line {
+	l := ev(at, event)
+	l.Role = role
+	return l
+}
+
+func TestSortRoles(t *testing.T) {
+	roles := []string{"b", "10", "", "2", "a", "0"}
+	SortRoles(roles)
+	if want := []string{"0", "2", "10", "", "a", "b"}; strings.Join(roles, ",") != strings.Join(want, ",") {
+		t.Errorf("SortRoles = %q, want %q", roles, want)
+	}
+}
+
+func TestPausesPerRole(t *testing.T) {
+	// Role 0 pauses 300 ms between a and b; role 1 is acted on throughout by c, so the run as a
+	// whole never lacks an action, yet role 0 went without a leader.
+	spans := []Span{roleSpan("a", "0", 0, 100), roleSpan("b", "0", 400, 500),
+		roleSpan("c", "1", 0, 250), roleSpan("c", "1", 260, 500)}
+	gap, ok := WorstGap(spans)
+	if !ok || gap.Role != "0" || gap.Duration() != 300*time.Millisecond || gap.Before != "a" || gap.After != "b" {
+		t.Errorf("WorstGap = %+v, %v; want role 0's 300ms from a to b", gap, ok)
+	}
+	closest, ok := ClosestHandover(spans)
+	if !ok || closest.Role != "0" || closest.Duration() != 300*time.Millisecond {
+		t.Errorf("ClosestHandover = %+v, %v; want role 0's (role 1 never changed hands)", closest, ok)
+	}
+}
+
+func TestEventOrderPerRole(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		lines []member.Line
+		died  bool
+		want  []string // parts of the error; none: no error
+	}{
+		{"interleaved roles", []member.Line{roleEv("0", 0, member.EventAcquired), roleEv("1", 1, member.EventAcquired),
+			roleEv("0", 2, member.EventFenced), roleEv("1", 3, member.EventRevoked), roleEv("0", 4, member.EventRevoked)}, false, nil},
+		{"one role left open", []member.Line{roleEv("0", 0, member.EventAcquired), roleEv("1", 1, member.EventAcquired),
+			roleEv("0", 2, member.EventRevoked)}, false, []string{`role 1: events "A"`}},
+		{"one role left open by a death", []member.Line{roleEv("0", 0, member.EventAcquired), roleEv("1", 1, member.EventAcquired),
+			roleEv("0", 2, member.EventRevoked)}, true, nil},
+		{"two roles broken", []member.Line{roleEv("b", 0, member.EventRevoked), roleEv("a", 1, member.EventAcquired),
+			roleEv("a", 2, member.EventAcquired)}, true, []string{`role a: events "AA"`, `role b: events "R"`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := EventOrder(c.lines, c.died)
+			if (err == nil) != (len(c.want) == 0) {
+				t.Fatalf("EventOrder = %v, want errors %q", err, c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("EventOrder = %q, lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLeaders(t *testing.T) {
+	lines := []member.Line{
+		{Name: "a", Event: member.EventAct, Role: "0", From: 10, To: 20},
+		{Name: "b", Event: member.EventAct, Role: "0", From: 30, To: 40},
+		{Name: "a", Event: member.EventAct, Role: "1", From: 30, To: 35},
+		{Name: "c", Event: member.EventAct, Role: "2", From: 5, To: 9},
+		{Name: "c", Event: member.EventRevoked, Role: "2", At: 50},
+	}
+	got := Leaders(lines, time.Unix(0, 30))
+	if len(got) != 2 || got["0"] != "b" || got["1"] != "a" {
+		t.Errorf("Leaders = %v, want b for 0, a for 1, and nobody for 2 (last act too old)", got)
+	}
+}
+
+func TestIntervalsPerRole(t *testing.T) {
+	lines := map[string][]member.Line{
+		"a": {roleEv("0", 0, member.EventAcquired), roleEv("1", 5, member.EventAcquired), roleEv("0", 10, member.EventRevoked)},
+		"b": {roleEv("0", 20, member.EventAcquired), roleEv("0", 30, member.EventRevoked)},
+	}
+	got := Intervals(lines, map[string]time.Time{"a": ms(50)}, ms(100))
+	want := []Interval{
+		{Span: roleSpan("a", "0", 0, 10)},
+		{Span: roleSpan("a", "1", 5, 50), Open: true},
+		{Span: roleSpan("b", "0", 20, 30)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Intervals = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i].Span != want[i].Span || got[i].Open != want[i].Open {
+			t.Errorf("interval %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// TestCheckPerRole runs the whole check on members with roles: a process acting for two roles at
+// once is fine, two processes acting for one role at once are not, and gaps, event order and
+// failovers are each role's own.
+func TestCheckPerRole(t *testing.T) {
+	lines := map[string][]member.Line{
+		// a leads roles 0 and 1 until it is killed at 200 ms.
+		"a": {roleEv("0", 0, member.EventAcquired), roleEv("1", 0, member.EventAcquired),
+			roleAct("0", 1, 100), roleAct("1", 1, 100), roleAct("0", 101, 190), roleAct("1", 101, 190)},
+		// b takes role 0 over 300 ms after the fault, then role 1 600 ms after it; both while
+		// c acts for role 2 all along, which is no conflict.
+		"b": {roleEv("0", 450, member.EventAcquired), roleAct("0", 500, 900),
+			roleEv("1", 750, member.EventAcquired), roleAct("1", 800, 900),
+			roleEv("0", 950, member.EventRevoked), roleEv("1", 950, member.EventRevoked)},
+		// c leads role 2 throughout, and once acts for role 1 while b does: an overlap of role 1.
+		"c": {roleEv("2", 0, member.EventAcquired), roleAct("2", 1, 500), roleAct("2", 501, 900), roleAct("1", 850, 860),
+			roleEv("2", 950, member.EventRevoked), roleEv("1", 960, member.EventRevoked)},
+	}
+	faults := []Fault{
+		{Kind: "sigkill", Victim: "a", WasLeader: true, At: ms(200), Roles: map[string]string{"0": "a", "1": "a"}},
+		{Kind: "refuse", Victim: "b", At: ms(940)},
+	}
+	r := Check(lines, map[string]time.Time{"a": ms(200)}, faults)
+	if !r.HasRoles() {
+		t.Error("HasRoles() = false")
+	}
+	if len(r.Overlaps) != 1 || r.Overlaps[0].A.Role != "1" || r.Overlaps[0].A.Who != "b" || r.Overlaps[0].B.Who != "c" {
+		t.Fatalf("overlaps %v, want only b's and c's of role 1", r.Overlaps)
+	}
+	if len(r.Violations) != 1 || r.Violations[0] != `c: role 1: events "R" break the order Acquired (Fenced Acquired)* [Fenced] Revoked` {
+		t.Errorf("violations %q, want only c's revocation of role 1 it never acquired", r.Violations)
+	}
+	wantRoles := []RoleReport{
+		{Role: "0", Spans: 3, Gap: 310 * time.Millisecond, GapAt: ms(190), GapAfter: "sigkill"},
+		{Role: "1", Spans: 4, Overlaps: 1, Gap: 610 * time.Millisecond, GapAt: ms(190), GapAfter: "sigkill"},
+		{Role: "2", Spans: 2, Gap: time.Millisecond, GapAt: ms(500), GapAfter: "sigkill"},
+	}
+	if len(r.Roles) != len(wantRoles) {
+		t.Fatalf("role reports %+v, want %+v", r.Roles, wantRoles)
+	}
+	for i, w := range wantRoles {
+		if g := r.Roles[i]; g.Role != w.Role || g.Spans != w.Spans || g.Overlaps != w.Overlaps || g.Gap != w.Gap || !g.GapAt.Equal(w.GapAt) || g.GapAfter != w.GapAfter {
+			t.Errorf("role report %d = %+v, want %+v", i, g, w)
+		}
+	}
+	if r.Gap != 610*time.Millisecond || r.GapRole != "1" || r.GapAfter != "sigkill" {
+		t.Errorf("worst gap %v of role %q after %q, want 610ms of role 1 after sigkill", r.Gap, r.GapRole, r.GapAfter)
+	}
+	kill := r.Faults[0]
+	if kill.Outcome != FailedOver || kill.Failover != 600*time.Millisecond || len(kill.Roles) != 2 {
+		t.Fatalf("sigkill: %v after %v, roles %+v; want failed over, every role after 600ms", kill.Outcome, kill.Failover, kill.Roles)
+	}
+	for i, w := range []RoleResult{{"0", "a", FailedOver, 300 * time.Millisecond}, {"1", "a", FailedOver, 600 * time.Millisecond}} {
+		if kill.Roles[i] != w {
+			t.Errorf("sigkill role %d: %+v, want %+v", i, kill.Roles[i], w)
+		}
+	}
+	if f := r.Faults[1]; f.Outcome != NotLeader || len(f.Roles) != 0 {
+		t.Errorf("refuse of a process leading nothing: %v, roles %+v", f.Outcome, f.Roles)
+	}
+}
+
+func TestCheckSumsUpRoleOutcomes(t *testing.T) {
+	lines := map[string][]member.Line{
+		// a leads 0, 1 and 2. After the fault at 100 ms it acts on for 0 without a pause, pauses
+		// 400 ms for 1, and loses 2 to b.
+		"a": {roleAct("0", 0, 90), roleAct("1", 0, 90), roleAct("2", 0, 90), roleAct("0", 91, 600), roleAct("1", 490, 600)},
+		"b": {roleAct("2", 300, 600)},
+	}
+	for _, c := range []struct {
+		roles    map[string]string
+		outcome  Outcome
+		failover time.Duration
+	}{
+		{map[string]string{"0": "a"}, Unaffected, 0},
+		{map[string]string{"0": "a", "1": "a"}, Resumed, 390 * time.Millisecond},
+		{map[string]string{"0": "a", "1": "a", "2": "a"}, FailedOver, 390 * time.Millisecond},
+		{map[string]string{"2": "a"}, FailedOver, 200 * time.Millisecond},
+	} {
+		r := Check(lines, nil, []Fault{{Kind: "stall", Victim: "a", WasLeader: true, At: ms(100), Roles: c.roles}})
+		if f := r.Faults[0]; f.Outcome != c.outcome || f.Failover != c.failover || len(f.Roles) != len(c.roles) {
+			t.Errorf("roles %v: %v after %v (%+v), want %v after %v", c.roles, f.Outcome, f.Failover, f.Roles, c.outcome, c.failover)
 		}
 	}
 }

@@ -1,0 +1,49 @@
+package goneli
+
+import (
+	"testing"
+)
+
+// Records round-trip, and a version 1 record (51 bytes, no kind or role) reads as a heartbeat of
+// the unnamed role, so that instances of the previous version and this one read each other.
+func TestHeartbeatRecords(t *testing.T) {
+	in := heartbeat{tenure: 1, seq: 2, sentWall: 3, sentMono: 4, since: 5, token: 6, kind: kindReleasing, role: "billing"}
+	var out heartbeat
+	if err := out.decode(in.appendTo(nil)); err != nil || out != in {
+		t.Fatalf("round trip: %+v, %v; want %+v", out, err, in)
+	}
+	plain := heartbeat{tenure: 1, seq: 2, sentWall: 3, sentMono: 4, since: 5, token: 6}
+	v1 := plain.appendTo(nil)[:heartbeatV1Size]
+	v1[2] = 1
+	if err := out.decode(v1); err != nil || out.kind != kindHeartbeat || out.role != "" || out.token != 6 {
+		t.Fatalf("version 1 record: %+v, %v", out, err)
+	}
+	for _, bad := range [][]byte{
+		nil,
+		[]byte("not a heartbeat at all, but long enough to be one if it were"),
+		in.appendTo(nil)[:heartbeatSize+3], // the role is cut short
+		append([]byte{'N', 'L', 2}, make([]byte, heartbeatV1Size)...)[:heartbeatSize-1],
+	} {
+		if err := out.decode(bad); err == nil {
+			t.Errorf("decoded %q", bad)
+		}
+	}
+}
+
+// Any record decodes without a panic, and whatever decodes survives a round trip.
+func FuzzHeartbeatDecode(f *testing.F) {
+	for _, h := range []heartbeat{{}, {tenure: 1, seq: 2, token: 3, role: "billing", kind: kindReleased}} {
+		f.Add(h.appendTo(nil))
+	}
+	f.Add([]byte("NL\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h heartbeat
+		if h.decode(b) != nil {
+			return
+		}
+		var again heartbeat
+		if err := again.decode(h.appendTo(nil)); err != nil || again != h {
+			t.Fatalf("%x decoded to %+v, which re-encodes to %+v (%v)", b, h, again, err)
+		}
+	})
+}
