@@ -16,52 +16,14 @@ func (n *neli) closeBound() time.Duration {
 }
 
 // shutdown runs the close sequence on a goroutine of its own, so that a Close made by the barrier
-// does not wait for itself. during says that the application was being called when Close began;
-// that call may be the one waiting for Close, so the final events are not waited for.
-func (n *neli) shutdown(during bool) {
+// does not wait for itself.
+func (n *neli) shutdown() {
 	deadline := time.Now().Add(n.closeBound())
 	var errs []error
 	// The pulsing goroutine gives up mu within a poll, or at once if it waits in the rebalance
 	// callback for the barrier: that wait ends when closing does.
 	n.mu.Lock()
-	// Leaving the group waits for the final LeaderRevoked events instead of writing release
-	// markers: Close promises the barrier that much, and nothing else is left to hold up. Earlier
-	// revocations whose barrier calls are still under way are waited for too, so that their
-	// released markers can be written before the producer closes.
-	var finals []*delivery
-	for _, p := range n.parts {
-		out := p.lease.revoke(false)
-		if d := n.apply(p, out); d != nil {
-			finals = append(finals, d)
-			if out.release != nil {
-				n.releases = append(n.releases, release{p: p, marker: *out.release, done: d})
-			}
-		}
-	}
-	for _, r := range n.releases {
-		finals = append(finals, r.done)
-	}
-	delivered := during || awaitDeliveries(finals, n.timing.maxPoll, nil)
-	if !delivered {
-		n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
-			n.config.Name, n.timing.maxPoll)
-	}
-	if len(n.releases) > 0 {
-		// Released markers tell observers at once that these roles have no leader, and earlier
-		// successors that they may stop waiting. They are written with delivery reports of their
-		// own and waited for briefly, so that the producer is not closed under them.
-		done := n.releases
-		n.releases = nil
-		for i := range done {
-			done[i].marker.kind = kindReleased
-		}
-		n.writeMarkers(done, n.releaseFlush())
-	}
-	// A group check may be using the producer's connections.
-	n.checker.stop()
-	if n.producer != nil {
-		n.producer.Close()
-	}
+	n.endAll(deadline)
 	// librdkafka 2.11 under the cooperative-sticky assignor can skip the LeaveGroup when a member
 	// that owns no partition closes; the coordinator then waits for it through the next rebalance,
 	// and whoever joins or leaves next is held up to a rebalance timeout. An explicit unsubscribe
@@ -93,12 +55,90 @@ func (n *neli) shutdown(during bool) {
 	n.state.Store(int32(Closed))
 	n.log.I()("goneli %s: closed", n.config.Name)
 	close(n.kafkaClosed)
-	if delivered || during {
-		// The last event was delivered, or the call under way is about to return (it may be
-		// the one that closed): the dispatchers finish at once.
+	// A barrier call that is still under way returns once the Close it may have made has: Await
+	// and a Close from elsewhere wait for the last events too, within the close bound.
+	events := make(chan struct{})
+	go func() {
 		n.events.wait()
+		close(events)
+	}()
+	select {
+	case <-events:
+	case <-time.After(time.Until(deadline)):
 	}
 	close(n.closed)
+}
+
+// endAll ends every tenure for Close. Close waits for the final LeaderRevoked events, up to the
+// rebalance timeout, before it leaves the group, as a revocation in a rebalance would. It does
+// not wait while a barrier call made Close (fromBarrier): that call cannot return before Close
+// does. Roles whose LeaderRevoked was not delivered, then or after the rebalance timeout, get
+// releasing markers instead, so that their successors still wait for the barrier, and the
+// released markers follow from a goroutine that keeps the producer open until then (or until
+// deadline). Called with mu held.
+func (n *neli) endAll(deadline time.Time) {
+	for _, p := range n.parts {
+		out := p.lease.revoke(false)
+		if d := n.apply(p, out); d != nil && out.release != nil {
+			n.releases = append(n.releases, release{p: p, marker: *out.release, done: d, fresh: true})
+		}
+	}
+	var finals []*delivery
+	for _, r := range n.releases {
+		finals = append(finals, r.done)
+	}
+	if !awaitDeliveries(finals, n.timing.maxPoll, n.fromBarrier) {
+		select {
+		case <-n.fromBarrier:
+		default:
+			n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
+				n.config.Name, n.timing.maxPoll)
+		}
+	}
+	var done, busy, unmarked []release
+	for _, r := range n.releases {
+		select {
+		case <-r.done.done:
+			r.marker.kind = kindReleased
+			done = append(done, r)
+		default:
+			busy = append(busy, r)
+			if r.fresh {
+				unmarked = append(unmarked, r)
+			}
+		}
+	}
+	n.releases = nil
+	// Released markers also tell observers at once that these roles have no leader.
+	n.writeMarkers(append(unmarked, done...), n.releaseFlush())
+	// A group check may be using the producer's connections.
+	n.checker.stop()
+	if n.producer == nil {
+		return
+	}
+	if len(busy) == 0 {
+		n.producer.Close()
+		return
+	}
+	// Each role's released marker goes out as soon as its own barrier call returns; the producer
+	// closes after the last of them, or at deadline.
+	n.closers.Add(1)
+	go func() {
+		defer n.closers.Done()
+		defer n.producer.Close()
+		var writers sync.WaitGroup
+		for _, r := range busy {
+			writers.Add(1)
+			go func() {
+				defer writers.Done()
+				if awaitDelivery(r.done, time.Until(deadline), nil) {
+					r.marker.kind = kindReleased
+					n.writeMarkers([]release{r}, n.releaseFlush())
+				}
+			}()
+		}
+		writers.Wait()
+	}()
 }
 
 // subscriptionReader is what awaitLeft asks of the consumer beyond KafkaConsumer; *kafka.Consumer

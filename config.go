@@ -97,8 +97,9 @@ type Config struct {
 	ObserveLeader bool
 
 	// OnLeaderChange, if set, is called with the new LeaderInfo whenever the observed leader
-	// changes, and implies ObserveLeader. It runs on the barrier's goroutine, in order with the
-	// events, and must not block for long. Default: nil.
+	// changes, and implies ObserveLeader. It runs on the goroutine that calls the barrier with the
+	// first role's events (the only role of New), in order with them, and must not block for long.
+	// Default: nil.
 	OnLeaderChange func(LeaderInfo)
 }
 
@@ -411,7 +412,11 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	consumer["enable.auto.offset.store"] = false
 	consumer["auto.commit.interval.ms"] = int(t.commit.Milliseconds())
 	consumer["enable.partition.eof"] = false
-	setDefault(consumer, "auto.offset.reset", "latest")
+	// Every assignment names its start (releaseLookback records before the end), so a reset only
+	// happens when that start is out of range: before the log start of a partition that retention
+	// has trimmed, where the earliest record is the one to read from so as not to skip a release
+	// marker, or beyond the end of a log that restarted, which is read from its beginning.
+	setDefault(consumer, "auto.offset.reset", "earliest")
 	if t.classic {
 		consumer["session.timeout.ms"] = int(t.session.Milliseconds())
 		consumer["heartbeat.interval.ms"] = int(t.interval.Milliseconds())

@@ -104,6 +104,9 @@ type Stats struct {
 	RenewalLag time.Duration
 	// YieldRemaining is how long this instance stays out of the group after Yield.
 	YieldRemaining time.Duration
+	// Releasing is set while this instance owns the role's partition but waits for the previous
+	// holder's barrier to return from LeaderRevoked (at most the rebalance timeout).
+	Releasing bool
 	// GroupConflict is set while this instance owns the role's partition but will not lead
 	// because members of its group use another leader topic or other roles.
 	GroupConflict *GroupConflictError
@@ -146,6 +149,7 @@ func (n *neli) statsOf(p *part) Stats {
 	if s.Assigned {
 		s.Tenure = strconv.FormatUint(v.tenure, 16)
 		s.GroupConflict = v.conflict
+		s.Releasing = v.releasing
 	}
 	if s.Leading {
 		s.Token = v.token

@@ -36,13 +36,15 @@ type release struct {
 	p      *part
 	marker heartbeat
 	done   *delivery
+	fresh  bool // made by Close: its releasing marker has not been written yet
 }
 
 // releaseLookback is how many records before the end of a partition a new tenure starts reading,
 // so that it sees a predecessor's release marker (lease.foreign). Only the partition's owner
-// writes, and a revoked owner writes nothing after its marker but the released one, so a few
-// records are plenty.
-const releaseLookback = 8
+// writes; a revoked owner writes nothing after its marker but the released one, and a tenure that
+// waits on a marker writes one heartbeat until the wait is over, so the marker stays in reach
+// through a chain of fifteen successors that came and went while it waited.
+const releaseLookback = 16
 
 // cycle polls the consumer dry (within bounds), lets the lease act on the time that has passed and
 // starts what it asks for.

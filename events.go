@@ -73,7 +73,8 @@ func roleField(role string) string {
 // partition was revoked in a rebalance, or Close or Yield was called. IsLeader is already false.
 // Blocking in the barrier holds back the successor (for up to max.poll.interval.ms, which goneli
 // sets to the session timeout unless raised), so a leader may finish in-flight work first; it
-// does not hold back the other roles.
+// does not hold back the other roles. After a LeaderFenced that says the assignment was lost, the
+// group has moved on already and a successor may lead at any moment: nothing is held back.
 type LeaderRevoked struct {
 	Role   string
 	Tenure string

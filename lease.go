@@ -184,7 +184,11 @@ func (l *lease) due() leaseOut {
 		return out
 	}
 	now := l.now()
-	if now >= l.t.next {
+	// A tenure that waits for a predecessor sends one heartbeat, the one that shows when it has
+	// read the partition up to its own records, and no more until the wait is over: every record
+	// it writes meanwhile would push the predecessor's marker further from the end of the
+	// partition, out of the reach of a successor of its own (releaseLookback).
+	if now >= l.t.next && !(l.waiting() && l.t.seq > 0) {
 		l.t.seq++
 		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now, role: l.role}
 		if l.t.acquired {
@@ -371,6 +375,10 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		return
 	}
 	l.lag = now - hb.sent
+	// A lease that ran out before anything fenced it (the watchdog waits for the lock that the
+	// cycle delivering this renewal holds) is fenced now, so that its events still say so and the
+	// renewal acquires afresh.
+	l.lapse(out)
 	if !l.t.verified || l.waiting() {
 		if l.t.held == nil || hb.sent > l.t.held.sent {
 			l.t.held = &hb
@@ -399,11 +407,19 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 // nobody pulses; IsLeader turns false at the instant itself (valid), whoever calls what.
 func (l *lease) expire() leaseOut {
 	var out leaseOut
-	if l.t.leading && l.now() >= l.t.renewedSent+l.timeout {
-		l.fence(&out, l.lapsedReason())
+	if l.lapse(&out) {
 		l.publish()
 	}
 	return out
+}
+
+// lapse fences a lease that has run out, and reports whether it did.
+func (l *lease) lapse(out *leaseOut) bool {
+	if l.t.leading && l.now() >= l.t.renewedSent+l.timeout {
+		l.fence(out, l.lapsedReason())
+		return true
+	}
+	return false
 }
 
 // deadline is when the current lease ends, and whether there is one to watch.
@@ -480,7 +496,7 @@ func (l *lease) revoke(lost bool) leaseOut {
 func (l *lease) publish() {
 	v := &leaseView{
 		assigned:  l.t.active,
-		releasing: l.t.active && len(l.t.releasing) > 0,
+		releasing: l.t.active && l.waiting(),
 		leading:   l.t.leading,
 		epoch:     l.epoch,
 		tenure:    l.t.id,

@@ -157,6 +157,12 @@ func TestLeaseTransitions(t *testing.T) {
 			r.renewal(time.Millisecond, time.Millisecond)
 			r.deliver()
 		}, "AFA", true},
+		{"a renewal after an unnoticed lapse fences first", func(r *rig) {
+			r.acquire()
+			r.wait(rigLease) // nobody calls expire: the watchdog is waiting for the lock
+			r.renewal(time.Millisecond, time.Millisecond)
+			r.deliver()
+		}, "AFA", true},
 		{"late heartbeat never revives", func(r *rig) {
 			r.acquire()
 			h, off := r.heartbeat()
@@ -471,6 +477,26 @@ func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
 			h, off := r.heartbeat()
 			r.back(h, off)
 			r.take(r.l.foreign(releasing))
+			r.commit(off + 1)
+		}, "A"},
+		{"one heartbeat while waiting", func(r *rig) {
+			r.due() // the first heartbeat goes out at once, before any record is read
+			r.take(r.l.foreign(releasing))
+			for range 5 {
+				r.wait(rigInterval)
+				r.due()
+			}
+			if len(r.sent) != 1 {
+				t.Errorf("%d heartbeats while waiting for the predecessor, want 1", len(r.sent))
+			}
+			r.take(r.l.foreign(released))
+			r.due()
+			if len(r.sent) != 2 {
+				t.Errorf("no heartbeat once the wait was over")
+			}
+			h, off := r.sent[1], r.offset
+			r.offset++
+			r.back(h, off)
 			r.commit(off + 1)
 		}, "A"},
 		{"other records are ignored", func(r *rig) {

@@ -75,7 +75,8 @@ type Neli interface {
 	// events follow when the call returns; Await waits for those as well.
 	Close() error
 
-	// Await blocks until the instance is Closed and the barrier has returned from its last event.
+	// Await blocks until the instance is Closed and the barrier has returned from its last event,
+	// or the close bound (see Close) has passed.
 	Await()
 
 	// State reports the lifecycle stage.
@@ -126,14 +127,18 @@ type neli struct {
 	leaderSignal chan struct{}
 
 	// Lifecycle. Close returns at kafkaClosed when made during a barrier call, else at closed.
-	closeOnce     sync.Once
-	closing       chan struct{} // Close has begun
-	kafkaClosed   chan struct{} // the instance has left the group and its clients are closed or abandoned
-	closed        chan struct{} // and the last event was delivered
-	closeErr      error
-	clientsClosed chan struct{} // every client finished closing, which can be after Close returns
-	closers       sync.WaitGroup
-	logs          *logForwarder
+	closeOnce sync.Once
+	closing   chan struct{} // Close has begun
+	// fromBarrier is closed when Close is called while the barrier is being called, perhaps by
+	// the barrier itself: the close sequence then waits for no barrier call.
+	fromBarrier     chan struct{}
+	fromBarrierOnce sync.Once
+	kafkaClosed     chan struct{} // the instance has left the group and its clients are closed or abandoned
+	closed          chan struct{} // and the last event was delivered
+	closeErr        error
+	clientsClosed   chan struct{} // every client finished closing, which can be after Close returns
+	closers         sync.WaitGroup
+	logs            *logForwarder
 
 	checker  *groupChecker // the group check (groupcheck.go)
 	watchdog *watchdog
@@ -196,6 +201,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 		pollDeadline:  concurrent.NewDeadline(*config.MinPollInterval),
 		leaderSignal:  make(chan struct{}, 1),
 		closing:       make(chan struct{}),
+		fromBarrier:   make(chan struct{}),
 		kafkaClosed:   make(chan struct{}),
 		closed:        make(chan struct{}),
 		clientsClosed: make(chan struct{}),
@@ -292,6 +298,11 @@ func (n *neli) prepareGroup() error {
 	defer admin.Close()
 	if reached, err := n.ensureTopic(admin); err != nil || !reached {
 		// Not reached: New has spent its HeartbeatTimeout, and every tenure checks again anyway.
+		if err == nil && len(n.parts) > 1 {
+			n.log.W()("goneli %s: could not make sure that leader topic %s has a partition for each of the %d roles; "+
+				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
+				n.config.Name, n.topic, len(n.parts))
+		}
 		return err
 	}
 	desc, err := describeGroup(context.Background(), admin, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
@@ -520,12 +531,16 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 
 func (n *neli) Close() error {
 	// A call made while the application is being called may come from the barrier itself, which
-	// cannot return before Close does: it waits only for the Kafka side.
+	// cannot return before Close does: it waits only for the Kafka side, and the close sequence
+	// stops waiting for the barrier, leaving release markers to hold successors back instead.
 	during := n.events.inCall()
+	if during {
+		n.fromBarrierOnce.Do(func() { close(n.fromBarrier) })
+	}
 	n.closeOnce.Do(func() {
 		n.state.Store(int32(Closing))
 		close(n.closing)
-		go n.shutdown(during)
+		go n.shutdown()
 	})
 	if during {
 		<-n.kafkaClosed

@@ -403,6 +403,41 @@ func TestBarrierMayCallTheInstance(t *testing.T) {
 	}
 }
 
+// A barrier that calls Close while handling the LeaderRevoked of a Close made elsewhere must not
+// hold that Close up: the close sequence stops waiting for the barrier at once, instead of after
+// the rebalance timeout.
+func TestBarrierClosesDuringClose(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	var n Neli
+	ready := make(chan struct{})
+	n, err := New(testConfig(b, group, "a", log), func(e Event) {
+		r.add("a", e)
+		<-ready
+		if _, ok := e.(LeaderRevoked); ok {
+			if err := n.Close(); err != nil {
+				t.Errorf("Close from the barrier: %v", err)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(ready)
+	p := pulse(t, n)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	p.Close()
+	_ = p.Await()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	awaitClientsClosed(t, n)
+	if log.contains("has not returned from LeaderRevoked") {
+		t.Error("Close waited out the rebalance timeout for a barrier that was waiting for Close")
+	}
+	checkGrammar(t, r.snapshot())
+}
+
 func TestNewCreatesLeaderTopic(t *testing.T) {
 	b := startBroker(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)

@@ -51,7 +51,8 @@ type Roles interface {
 	// Close gives up every role and leaves the group; see Neli.Close.
 	Close() error
 
-	// Await blocks until the instance is Closed and the barrier has returned from its last events.
+	// Await blocks until the instance is Closed and the barrier has returned from its last events,
+	// or the close bound (see Neli.Close) has passed.
 	Await()
 
 	// State reports the lifecycle stage.
@@ -109,15 +110,17 @@ func Shards(n int) []string {
 	return out
 }
 
-// maxRoles keeps a role list within what a consumer group handles well: one partition per role.
-const maxRoles = 10000
+// MaxRoles is the most roles NewRoles accepts. Each role is a partition of the leader topic, and
+// an instance that leads many reads a heartbeat of each back every MinPollInterval, which one poll
+// cycle serves up to this many of.
+const MaxRoles = maxEventsPerCycle
 
 func validateRoles(roles []string) error {
 	if len(roles) == 0 {
 		return &ConfigError{Field: "roles", Reason: "need at least one role"}
 	}
-	if len(roles) > maxRoles {
-		return &ConfigError{Field: "roles", Value: len(roles), Reason: fmt.Sprintf("at most %d roles, one partition each", maxRoles)}
+	if len(roles) > MaxRoles {
+		return &ConfigError{Field: "roles", Value: len(roles), Reason: fmt.Sprintf("at most %d roles, one partition each", MaxRoles)}
 	}
 	var errs []error
 	seen := map[string]bool{}

@@ -351,3 +351,138 @@ func TestRolesObserved(t *testing.T) {
 		t.Errorf("a release names role %q", gone.Role)
 	}
 }
+
+// slowRevoker is a barrier that takes a while over every LeaderRevoked and records, per role, when
+// it returned.
+type slowRevoker struct {
+	r        *recorder
+	who      string
+	slow     time.Duration
+	mu       sync.Mutex
+	returned map[string]time.Time
+}
+
+func (s *slowRevoker) barrier(e Event) {
+	s.r.add(s.who, e)
+	if _, ok := e.(LeaderRevoked); ok {
+		time.Sleep(s.slow) // the in-flight work this test is about
+		s.mu.Lock()
+		s.returned[roleOfEvent(e)] = time.Now()
+		s.mu.Unlock()
+	}
+}
+
+// checkWaitedFor asserts that every LeaderAcquired of successor came after s's barrier returned
+// from the same role's LeaderRevoked.
+func (s *slowRevoker) checkWaitedFor(t *testing.T, successor string, events []stamped) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range events {
+		if a, ok := e.what.(LeaderAcquired); ok && e.who == successor {
+			if done, ok := s.returned[a.Role]; !ok || e.at.Before(done) {
+				t.Errorf("%s acquired role %q at %s, before %s's barrier returned from its LeaderRevoked (%v): %s",
+					successor, a.Role, e.at.Format("15:04:05.000"), s.who, done.Format("15:04:05.000"), describe(events))
+			}
+		}
+	}
+}
+
+// A Close made while the barrier is busy with one role's LeaderRevoked (from another goroutine, or
+// from the barrier itself) does not wait for it, but the successors of every role still do.
+func TestRolesCloseDuringASlowRevokeHoldsSuccessorsBack(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	roles := []string{"x", "y"}
+	const lease = 3 * time.Second // rebalance timeout 6 s
+	config := func(name string) Config {
+		c := testConfig(b, group, name, log)
+		c.HeartbeatTimeout = Duration(lease)
+		return c
+	}
+	s := &slowRevoker{r: r, who: "a", slow: 3 * lease / 2, returned: map[string]time.Time{}}
+	a, err := NewRoles(config("a"), roles, s.barrier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, err := a.Background(func(string) { time.Sleep(time.Millisecond) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pa.Close()
+		_ = pa.Await()
+		_ = a.Close()
+		awaitClientsClosed(t, a.(*roleSet).n)
+	})
+	awaitLed(t, "a to lead both roles", roles, map[string]Roles{"a": a}, func(map[string][]string) bool { return true })
+	c := roleContender(t, config("c"), roles, r)
+	// c's join moves one role; a's barrier is busy with that role's LeaderRevoked when a closes.
+	r.await(t, "a to give a role up", has[LeaderRevoked]("a"))
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	awaitLed(t, "c to lead both roles", roles, map[string]Roles{"c": c}, func(map[string][]string) bool { return true })
+	a.Await()
+	events := r.snapshot()
+	s.checkWaitedFor(t, "c", events)
+	checkRoles(t, events)
+}
+
+// A successor that waits for its predecessor's barrier, and goes away before it is over, leaves
+// the release marker within reach of the next one.
+func TestReleaseMarkerOutlivesAWaitingSuccessor(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	const lease = 3 * time.Second // heartbeats every 100 ms; rebalance timeout 6 s
+	config := func(name string) Config {
+		c := testConfig(b, group, name, log)
+		c.HeartbeatTimeout = Duration(lease)
+		return c
+	}
+	s := &slowRevoker{r: r, who: "a", slow: 5 * time.Second, returned: map[string]time.Time{}}
+	a, err := NewCurator(config("a"), s.barrier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = a.Close()
+		awaitClientsClosed(t, a)
+	})
+	pulse(t, a)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	followers := map[string]Curator{
+		"b": contender(t, config("b"), r).(Curator),
+		"c": contender(t, config("c"), r).(Curator),
+	}
+	awaitStable(t, b, group, 3)
+	if err := a.Yield(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var waiting string
+	awaitCondition(t, "a follower to wait for a's barrier", func() bool {
+		for name, f := range followers {
+			if f.Stats().Releasing {
+				waiting = name
+				return true
+			}
+		}
+		return false
+	})
+	// Long enough for a waiting tenure that kept heartbeating to push the marker out of reach of
+	// the next one.
+	time.Sleep(2500 * time.Millisecond)
+	if err := followers[waiting].Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := "b"
+	if waiting == "b" {
+		next = "c"
+	}
+	events := r.await(t, next+" to lead", has[LeaderAcquired](next))
+	if i, _ := first[LeaderAcquired](events, waiting, 0); i >= 0 {
+		t.Errorf("%s led while a's barrier had LeaderRevoked", waiting)
+	}
+	s.checkWaitedFor(t, next, events)
+	checkGrammar(t, events)
+}

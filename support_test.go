@@ -75,6 +75,18 @@ func newTestLog(t *testing.T) *testLog {
 	return l
 }
 
+// contains reports whether any line logged so far contains s.
+func (l *testLog) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *testLog) scribe() scribe.Scribe {
 	s := scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(func(format string, args ...interface{}) {
 		line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)

@@ -79,7 +79,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"run", "--role", "a", "--roles", "2", "--", "true"}, exitUsage, "--roles and --role cannot be used together"},
 		{[]string{"run", "--roles", "0", "--", "true"}, exitUsage, "--roles 0: want at least 1 role"},
 		{[]string{"run", "--roles", "-3", "--", "true"}, exitUsage, "--roles -3: want at least 1 role"},
-		{[]string{"run", "--roles", "10001", "--", "true"}, exitUsage, "--roles 10001: at most 10000 roles"},
+		{[]string{"run", "--roles", "1001", "--", "true"}, exitUsage, "--roles 1001: at most 1000 roles"},
 		{[]string{"run", "--roles", "many", "--", "true"}, exitUsage, "-roles"},
 		{[]string{"run", "--role", "", "--", "true"}, exitUsage, "--role must not be empty"},
 		{[]string{"run", "--role", "a", "--role", "", "--", "true"}, exitUsage, "--role must not be empty"},

@@ -100,10 +100,6 @@ func (l *roleList) Set(v string) error {
 	return nil
 }
 
-// maxRoles is goneli's own limit (NewRoles refuses more: one partition per role), checked before
-// the names are made so that a slip such as --roles 1000000000 costs a line, not the memory.
-const maxRoles = 10000
-
 func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	var o runOptions
 	o.kafka = "localhost:9092"
@@ -179,8 +175,10 @@ func (o *runOptions) roleNamesOf(fs *flag.FlagSet) ([]string, error) {
 		return nil, badUsage("--roles and --role cannot be used together: give either --roles N for numbered roles or --role NAME once per named role")
 	case count && o.roleCount < 1:
 		return nil, badUsage("--roles %d: want at least 1 role", o.roleCount)
-	case count && o.roleCount > maxRoles:
-		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", o.roleCount, maxRoles)
+	case count && o.roleCount > goneli.MaxRoles:
+		// Checked before the names are made, so that a slip such as --roles 1000000000 costs a
+		// line, not the memory.
+		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", o.roleCount, goneli.MaxRoles)
 	case count:
 		return goneli.Shards(o.roleCount), nil
 	case !named:
