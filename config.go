@@ -33,6 +33,10 @@ const (
 	// timeout is derived as twice the HeartbeatTimeout, and librdkafka cannot hold a group session
 	// shorter than about a second without spurious rebalances.
 	MinHeartbeatTimeout = 500 * time.Millisecond
+
+	// MaxAddressLength is the longest Config.Address Validate accepts, in bytes. Every heartbeat
+	// carries the address, so it is kept to what a URL needs.
+	MaxAddressLength = 1024
 )
 
 // KafkaConfigMap holds librdkafka configuration properties, shared by the consumer and the
@@ -75,6 +79,12 @@ type Config struct {
 	// Name identifies this instance in logs, in its heartbeats and (as goneli-<Name>) in the Kafka
 	// client.id. Default: <hostname>_<pid>_<unix seconds>.
 	Name string
+
+	// Address is how others reach this instance while it leads, for example the URL of its API, so
+	// that followers can forward work to the leader. Any string of at most MaxAddressLength bytes;
+	// the leader carries it in every heartbeat and Watch, Curator.Leader, OnLeaderChange, `neli
+	// watch` and Describe report it as LeaderInfo.Address. Default: empty, no address.
+	Address string
 
 	// PollDuration is how long one Pulse may wait in the consumer's poll for an event. It may not
 	// exceed MinPollInterval. Default: DefaultPollDuration (1 ms).
@@ -218,6 +228,9 @@ func (c Config) Validate() error {
 	if c.Name == "" {
 		bad("Name", nil, "must not be empty")
 	}
+	if len(c.Address) > MaxAddressLength {
+		bad("Address", c.Address[:32]+"...", "must be at most %d bytes (it is %d), as it travels in every heartbeat", MaxAddressLength, len(c.Address))
+	}
 	switch {
 	case c.PollDuration == nil:
 		bad("PollDuration", nil, "must be set")
@@ -263,9 +276,9 @@ func (c Config) String() string {
 		}
 		masked[k] = v
 	}
-	return fmt.Sprintf("Config[KafkaConfig=%v, LeaderTopic=%s, LeaderGroupID=%s, Name=%s, "+
+	return fmt.Sprintf("Config[KafkaConfig=%v, LeaderTopic=%s, LeaderGroupID=%s, Name=%s, Address=%s, "+
 		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s]",
-		masked, c.LeaderTopic, c.LeaderGroupID, c.Name,
+		masked, c.LeaderTopic, c.LeaderGroupID, c.Name, c.Address,
 		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout))
 }
 

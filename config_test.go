@@ -71,6 +71,7 @@ func TestValidate(t *testing.T) {
 		{"negative poll duration", func(c *Config) { c.PollDuration = Duration(-1) }, "PollDuration", "must not be negative"},
 		{"long poll duration", func(c *Config) { c.PollDuration = Duration(time.Second) }, "PollDuration", "at most MinPollInterval (100ms)"},
 		{"static membership", func(c *Config) { c.KafkaConfig["group.instance.id"] = "pod-0" }, `KafkaConfig["group.instance.id"]`, "two instances would lead"},
+		{"long address", func(c *Config) { c.Address = strings.Repeat("a", MaxAddressLength+1) }, "Address", "at most 1024 bytes (it is 1025)"},
 		{"nil min poll", func(c *Config) { c.MinPollInterval = nil }, "MinPollInterval", "must be set"},
 		{"tiny min poll", func(c *Config) { c.MinPollInterval = Duration(time.Microsecond) }, "MinPollInterval", "at least 1ms"},
 		{"nil heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = nil }, "HeartbeatTimeout", "must be set"},

@@ -57,6 +57,8 @@ type LeaderInfo struct {
 	Partition int32
 	// Name is the leader's Config.Name; empty when no leader is known.
 	Name string
+	// Address is the leader's Config.Address, empty if it set none.
+	Address string
 	// Tenure and Token are those of the leader's LeaderAcquired event.
 	Tenure string
 	Token  int64
@@ -71,7 +73,11 @@ func (l LeaderInfo) String() string {
 	if l.Name == "" {
 		return "LeaderInfo[none]"
 	}
-	return fmt.Sprintf("LeaderInfo[Name=%s, Tenure=%s, Token=%d, Since=%s]", l.Name, l.Tenure, l.Token, l.Since.Format(time.RFC3339Nano))
+	addr := ""
+	if l.Address != "" {
+		addr = ", Address=" + l.Address
+	}
+	return fmt.Sprintf("LeaderInfo[Name=%s%s, Tenure=%s, Token=%d, Since=%s]", l.Name, addr, l.Tenure, l.Token, l.Since.Format(time.RFC3339Nano))
 }
 
 // Stats is a snapshot of a Curator's state and counters. Durations are zero when they do not apply.
@@ -195,6 +201,7 @@ func (n *neli) leaderOf(p *part) (LeaderInfo, bool) {
 			Role:          p.name,
 			Partition:     p.id,
 			Name:          n.config.Name,
+			Address:       n.config.Address,
 			Tenure:        strconv.FormatUint(v.tenure, 16),
 			Token:         v.token,
 			Since:         v.since,

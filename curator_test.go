@@ -143,6 +143,7 @@ func TestFollowerObservesLeader(t *testing.T) {
 	// TestSingleLeaderAmongSeveral), so a's Token stays valid for the comparison below.
 	leaderConfig := testConfig(b, group, "a", log)
 	leaderConfig.HeartbeatTimeout = Duration(3 * time.Second)
+	leaderConfig.Address = "http://a.example:8080"
 	a := contender(t, leaderConfig, r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 
@@ -150,6 +151,7 @@ func TestFollowerObservesLeader(t *testing.T) {
 	config := testConfig(b, group, "f", log)
 	config.HeartbeatTimeout = Duration(3 * time.Second)
 	config.OnLeaderChange = func(info LeaderInfo) { changes <- info }
+	config.Address = "http://f.example:8080"
 	f := contender(t, config, r).(Curator)
 	awaitInfo := func(name string) LeaderInfo {
 		t.Helper()
@@ -166,20 +168,20 @@ func TestFollowerObservesLeader(t *testing.T) {
 		}
 	}
 	info := awaitInfo("a")
-	if info.Token != a.(Curator).Token() || info.Since.IsZero() {
+	if info.Token != a.(Curator).Token() || info.Since.IsZero() || info.Address != leaderConfig.Address {
 		t.Fatalf("observed %v, a's token is %d", info, a.(Curator).Token())
 	}
-	if got, ok := f.Leader(); !ok || got.Name != "a" {
+	if got, ok := f.Leader(); !ok || got.Name != "a" || got.Address != leaderConfig.Address {
 		t.Fatalf("Leader() = %v, %v", got, ok)
 	}
-	if got, ok := a.(Curator).Leader(); !ok || got.Name != "a" {
+	if got, ok := a.(Curator).Leader(); !ok || got.Name != "a" || got.Address != leaderConfig.Address {
 		t.Fatalf("the leader does not know itself: %v, %v", got, ok)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if next := awaitInfo("f"); next.Token <= info.Token {
-		t.Fatalf("f's token %d is not above a's %d", next.Token, info.Token)
+	if next := awaitInfo("f"); next.Token <= info.Token || next.Address != config.Address {
+		t.Fatalf("f took over as %v; a's token was %d", next, info.Token)
 	}
 }
 

@@ -434,10 +434,12 @@ func (n *neli) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) 
 	if !n.ensureProducer() {
 		return errors.New("no producer")
 	}
+	rec := *h
+	rec.address = n.config.Address
 	return n.producer.Produce(&kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &n.topic, Partition: p.id},
 		Key:            n.key,
-		Value:          h.appendTo(make([]byte, 0, heartbeatSize+len(h.role))),
+		Value:          rec.appendTo(make([]byte, 0, rec.size())),
 	}, reports)
 }
 

@@ -7,10 +7,10 @@ import (
 )
 
 // A heartbeat is one record on a partition of the leader topic. Its key is the sender's Name; its
-// value is a binary layout, big-endian, of 54 bytes plus the role's name:
+// value is a binary layout, big-endian, of 56 bytes plus the role's name and the leader's address:
 //
 //	0   2  magic "NL"
-//	2   1  version (2)
+//	2   1  version (3)
 //	3   8  tenure id, random per assignment of the partition
 //	11  8  sequence number within the tenure, from 1
 //	19  8  send time, Unix nanoseconds (wall clock, for observers and logs)
@@ -20,10 +20,12 @@ import (
 //	51  1  kind: 0 a heartbeat, 1 the tenure is releasing the partition, 2 the tenure has released it
 //	52  2  length of the role's name
 //	54  n  the role's name (empty for the single leader of New)
+//	+0  2  length of the sender's Config.Address
+//	+2  m  the address (empty if none is set)
 //
-// Version 1 records end at byte 51 and are heartbeats of the unnamed role. The first 51 bytes have
-// the same meaning in every version, so that instances of different versions read one another's
-// heartbeats.
+// Version 1 records end at byte 51 and are heartbeats of the unnamed role; version 2 records end
+// after the role's name and carry no address. Each version only appends to the one before, so
+// instances of different versions read one another's records by the prefix they know.
 //
 // The monotonic send time means nothing to other processes; the sender uses it to date its own
 // heartbeats when they come back, so that wall-clock steps cannot stretch a lease.
@@ -36,6 +38,7 @@ type heartbeat struct {
 	token    int64
 	kind     recordKind
 	role     string
+	address  string
 }
 
 // recordKind tells heartbeats from the markers a tenure writes when it gives its partition up.
@@ -52,9 +55,10 @@ const (
 )
 
 const (
-	heartbeatVersion = 2
+	heartbeatVersion = 3
 	heartbeatV1Size  = 51
-	heartbeatSize    = 54 // without the role's name
+	heartbeatV2Size  = 54 // without the role's name
+	heartbeatSize    = 56 // without the role's name and the address
 	maxRoleName      = 255
 )
 
@@ -70,10 +74,17 @@ func (h *heartbeat) appendTo(b []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, uint64(h.token))
 	b = append(b, byte(h.kind))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(h.role)))
-	return append(b, h.role...)
+	b = append(b, h.role...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(h.address)))
+	return append(b, h.address...)
 }
 
-// decode reads a heartbeat of any version. A later version is read by its version 2 prefix.
+// size is the length of the encoded record.
+func (h *heartbeat) size() int {
+	return heartbeatSize + len(h.role) + len(h.address)
+}
+
+// decode reads a heartbeat of any version. A later version is read by its version 3 prefix.
 func (h *heartbeat) decode(b []byte) error {
 	if len(b) < heartbeatV1Size || b[0] != 'N' || b[1] != 'L' || b[2] < 1 {
 		return errNotHeartbeat
@@ -84,18 +95,29 @@ func (h *heartbeat) decode(b []byte) error {
 	h.sentMono = time.Duration(binary.BigEndian.Uint64(b[27:]))
 	h.since = int64(binary.BigEndian.Uint64(b[35:]))
 	h.token = int64(binary.BigEndian.Uint64(b[43:]))
-	h.kind, h.role = kindHeartbeat, ""
+	h.kind, h.role, h.address = kindHeartbeat, "", ""
 	if b[2] == 1 {
 		return nil
 	}
-	if len(b) < heartbeatSize {
+	if len(b) < heartbeatV2Size {
 		return errNotHeartbeat
 	}
-	n := int(binary.BigEndian.Uint16(b[52:]))
-	if len(b) < heartbeatSize+n {
+	end := heartbeatV2Size + int(binary.BigEndian.Uint16(b[52:]))
+	if len(b) < end {
 		return errNotHeartbeat
 	}
 	h.kind = recordKind(b[51])
-	h.role = string(b[heartbeatSize : heartbeatSize+n])
+	h.role = string(b[heartbeatV2Size:end])
+	if b[2] == 2 {
+		return nil
+	}
+	if len(b) < end+2 {
+		return errNotHeartbeat
+	}
+	n := int(binary.BigEndian.Uint16(b[end:]))
+	if len(b) < end+2+n {
+		return errNotHeartbeat
+	}
+	h.address = string(b[end+2 : end+2+n])
 	return nil
 }

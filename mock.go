@@ -16,6 +16,9 @@ type MockConfig struct {
 	// MinPollInterval paces a non-leader's Pulse, as it does for the real thing. Default:
 	// DefaultMinPollInterval.
 	MinPollInterval *time.Duration
+
+	// Address is what the mock's LeaderInfo reports as Address while it leads. Default: empty.
+	Address string
 }
 
 // SetDefaults fills the unset optional fields with their defaults.
@@ -32,6 +35,8 @@ func (c MockConfig) Validate() error {
 		return &ConfigError{Field: "MinPollInterval", Reason: "must be set"}
 	case *c.MinPollInterval < time.Millisecond:
 		return &ConfigError{Field: "MinPollInterval", Value: *c.MinPollInterval, Reason: "must be at least 1ms"}
+	case len(c.Address) > MaxAddressLength:
+		return &ConfigError{Field: "Address", Value: c.Address[:32] + "...", Reason: fmt.Sprintf("must be at most %d bytes", MaxAddressLength)}
 	}
 	return nil
 }
@@ -236,7 +241,7 @@ func (m *mock) leaderOf(r *mockRole) (LeaderInfo, bool) {
 	if !r.leader.Load() {
 		return LeaderInfo{}, false
 	}
-	return LeaderInfo{Role: r.name, Partition: r.partition, Name: "mock", Tenure: r.tenureName(), Token: int64(r.tenure),
+	return LeaderInfo{Role: r.name, Partition: r.partition, Name: "mock", Address: m.config.Address, Tenure: r.tenureName(), Token: int64(r.tenure),
 		Since: r.since, LastHeartbeat: time.Now()}, true
 }
 

@@ -107,6 +107,7 @@ func (o *observer) onMessage(m *kafka.Message) {
 		Role:          h.role,
 		Partition:     p,
 		Name:          string(m.Key),
+		Address:       h.address,
 		Tenure:        strconv.FormatUint(h.tenure, 16),
 		Token:         h.token,
 		Since:         time.Unix(0, h.since),
@@ -144,7 +145,7 @@ func (o *observer) onMessage(m *kafka.Message) {
 		o.mu.Unlock()
 		return
 	}
-	changed := !r.known || info.Token != r.last.Token
+	changed := !r.known || info.Token != r.last.Token || info.Address != r.last.Address
 	r.last, r.known, r.maxToken = info, true, h.token
 	r.lastSeen = time.Since(o.start)
 	o.mu.Unlock()

@@ -18,11 +18,20 @@ import (
 // (NewRolesCollector) at every scrape. Register it with a prometheus.Registerer.
 type Collector struct {
 	// stats returns the figures to export: one Stats for a Curator, one per role for Roles.
-	stats  func() []goneli.Stats
-	roles  bool // label per-role metrics with the role
-	gauges []gauge
-	counts []counter
-	trans  *prometheus.Desc
+	stats func() []goneli.Stats
+	// leaders returns the leader each role's Leader() knows of, in the order of stats.
+	leaders func() []leaderSeen
+	roles   bool // label per-role metrics with the role
+	gauges  []gauge
+	counts  []counter
+	trans   *prometheus.Desc
+	info    *prometheus.Desc
+}
+
+type leaderSeen struct {
+	role  string
+	info  goneli.LeaderInfo
+	known bool
 }
 
 type gauge struct {
@@ -40,8 +49,17 @@ type counter struct {
 
 // NewCollector returns a collector for c. Every metric carries constLabels (for example the
 // group and instance name), and is named goneli_*.
+//
+// goneli_leader_info{leader, address} is 1 for the leader that Curator.Leader reports, so followers
+// show where to forward work; it is absent while no leader is known, and a follower knows one only
+// with Config.ObserveLeader or OnLeaderChange set.
 func NewCollector(c goneli.Curator, constLabels prometheus.Labels) *Collector {
-	return newCollector(func() []goneli.Stats { return []goneli.Stats{c.Stats()} }, false, constLabels)
+	col := newCollector(func() []goneli.Stats { return []goneli.Stats{c.Stats()} }, false, constLabels)
+	col.leaders = func() []leaderSeen {
+		info, ok := c.Leader()
+		return []leaderSeen{{info: info, known: ok}}
+	}
+	return col
 }
 
 // NewRolesCollector returns a collector for every role of r: the metrics of NewCollector, each
@@ -49,7 +67,17 @@ func NewCollector(c goneli.Curator, constLabels prometheus.Labels) *Collector {
 // that sum(goneli_leader) counts the roles led. goneli_live and goneli_yield_remaining_seconds
 // describe the whole instance and carry no role label. constLabels must not include "role".
 func NewRolesCollector(r goneli.Roles, constLabels prometheus.Labels) *Collector {
-	return newCollector(func() []goneli.Stats { return rolesStats(r) }, true, constLabels)
+	col := newCollector(func() []goneli.Stats { return rolesStats(r) }, true, constLabels)
+	col.leaders = func() []leaderSeen {
+		all := r.All()
+		out := make([]leaderSeen, len(all))
+		for i, role := range all {
+			info, ok := role.Leader()
+			out[i] = leaderSeen{role: role.Name(), info: info, known: ok}
+		}
+		return out
+	}
+	return col
 }
 
 // rolesStats returns the Stats of r's roles, in partition order, each labelled with its role.
@@ -116,6 +144,7 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 			k("commit_rejections_total", "Heartbeat offset commits refused by the group coordinator.", func(s goneli.Stats) uint64 { return s.CommitRejections }),
 		},
 		trans: d("transitions_total", "Leadership events delivered, by kind: acquired, fenced, revoked.", false, "kind"),
+		info:  d("leader_info", "1 for the leader this instance knows of (itself, or as observed), by its name and Config.Address.", false, "leader", "address"),
 	}
 }
 
@@ -128,6 +157,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- k.desc
 	}
 	ch <- c.trans
+	ch <- c.info
 }
 
 // Collect implements prometheus.Collector.
@@ -161,6 +191,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}{{"acquired", s.Acquired}, {"fenced", s.Fenced}, {"revoked", s.Revoked}} {
 			ch <- prometheus.MustNewConstMetric(c.trans, prometheus.CounterValue, float64(t.n), append(role, t.kind)...)
 		}
+	}
+	if c.leaders == nil {
+		return
+	}
+	for _, l := range c.leaders() {
+		if !l.known || l.info.Name == "" {
+			continue
+		}
+		var labels []string
+		if c.roles {
+			labels = []string{l.role}
+		}
+		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1, append(labels, l.info.Name, l.info.Address)...)
 	}
 }
 

@@ -48,7 +48,9 @@ func TestLeaderMetricsAndHealth(t *testing.T) {
 	}
 	defer b.Close()
 	acquired := make(chan struct{})
-	c, err := goneli.NewCurator(testConfig(b, "metrics"), func(e goneli.Event) {
+	config := testConfig(b, "metrics")
+	config.Address = "http://metrics.example:8080"
+	c, err := goneli.NewCurator(config, func(e goneli.Event) {
 		if _, ok := e.(goneli.LeaderAcquired); ok {
 			close(acquired)
 		}
@@ -68,7 +70,8 @@ func TestLeaderMetricsAndHealth(t *testing.T) {
 		t.Fatalf("/metrics: %d", code)
 	}
 	for _, want := range []string{`goneli_leader{group="metrics"} 1`, `goneli_transitions_total{group="metrics",kind="acquired"} 1`,
-		`goneli_heartbeats_confirmed_total{group="metrics"}`, `goneli_lease_remaining_seconds{group="metrics"}`} {
+		`goneli_heartbeats_confirmed_total{group="metrics"}`, `goneli_lease_remaining_seconds{group="metrics"}`,
+		`goneli_leader_info{address="http://metrics.example:8080",group="metrics",leader="` + config.Name + `"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
@@ -82,7 +85,7 @@ func TestLeaderMetricsAndHealth(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, body := get(t, h, "/metrics"); !strings.Contains(body, `goneli_leader{group="metrics"} 0`) ||
+	if _, body := get(t, h, "/metrics"); !strings.Contains(body, `goneli_leader{group="metrics"} 0`) || strings.Contains(body, "goneli_leader_info{") ||
 		!strings.Contains(body, `goneli_transitions_total{group="metrics",kind="revoked"} 1`) {
 		t.Fatalf("/metrics after Close:\n%s", body)
 	}
@@ -143,7 +146,7 @@ func has(body, want string) bool {
 }
 
 func TestRolesMetricsCarryTheRole(t *testing.T) {
-	m, err := goneli.NewMockRoles(goneli.MockConfig{}, []string{"billing", "audit", "search"})
+	m, err := goneli.NewMockRoles(goneli.MockConfig{Address: "10.0.0.7:8080"}, []string{"billing", "audit", "search"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,13 +178,14 @@ func TestRolesMetricsCarryTheRole(t *testing.T) {
 		`goneli_transitions_total{group="g",kind="fenced",role="search"} 0`,
 		`goneli_live{group="g"} 1`,
 		`goneli_yield_remaining_seconds{group="g"} 0`,
+		`goneli_leader_info{address="10.0.0.7:8080",group="g",leader="mock",role="billing"} 1`,
 	} {
 		if !has(body, want) {
 			t.Errorf("/metrics lacks the line %q", want)
 		}
 	}
 	// Every per-role series once per role; the instance's own figures once, without a role.
-	for prefix, n := range map[string]int{"goneli_leader{": 3, "goneli_heartbeats_sent_total{": 3, "goneli_transitions_total{": 9, "goneli_live{": 1} {
+	for prefix, n := range map[string]int{"goneli_leader{": 3, "goneli_heartbeats_sent_total{": 3, "goneli_transitions_total{": 9, "goneli_live{": 1, "goneli_leader_info{": 1} {
 		if got := lines(body, prefix); len(got) != n {
 			t.Errorf("%d %s lines, want %d: %q", len(got), prefix, n, got)
 		}

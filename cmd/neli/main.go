@@ -1,11 +1,13 @@
 // Command neli is goneli from the shell: a demo of leader election on an embedded broker, a
 // supervisor that runs a command only while its instance leads (or one copy per role it leads,
-// with --roles or --role), a watcher that prints who leads a group without joining it, and a
+// with --roles or --role), a watcher that prints who leads a group without joining it, a status
+// command that shows a group's members and leaders once, and a
 // standalone embedded broker for local development.
 //
 //	neli demo   [--members 3] [--duration 30s] [--kafka ADDR]
 //	neli run    [flags] [--roles N | --role NAME...] [--grace 10s] [--metrics-addr HOST:PORT] -- CMD [ARGS...]
 //	neli watch  [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
+//	neli status [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
 //
 // Every subcommand takes --help.
@@ -52,6 +54,7 @@ func subcommands() []subcommand {
 		{"demo", "run several contenders on an embedded broker and disrupt their leaders", runDemo},
 		{"run", "run a command only while this instance is the leader (a copy per role led, with --roles)", runRun},
 		{"watch", "print each change of leader of a group, without joining it", runWatch},
+		{"status", "show a group once: stable or not, who is in it, who leads, without joining it", runStatus},
 		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
 	}
 }
@@ -82,7 +85,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		return status
 	}
-	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, broker (neli --help)\n", args[0])
+	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, broker (neli --help)\n", args[0])
 	return exitUsage
 }
 

@@ -89,6 +89,11 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"watch", "now"}, exitUsage, `unexpected argument "now"`},
 		{[]string{"watch", "--heartbeat-timeout", "1ms"}, exitUsage, "--heartbeat-timeout"},
 		{[]string{"watch", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
+		{[]string{"status", "--format", "yaml"}, exitUsage, "--format"},
+		{[]string{"status", "now"}, exitUsage, `unexpected argument "now"`},
+		{[]string{"status", "--group", ""}, exitUsage, "--group"},
+		{[]string{"status", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
+		{[]string{"run", "--address", strings.Repeat("x", 1025), "--", "true"}, exitUsage, "--address is 1025 bytes long: at most 1024"},
 		{[]string{"broker", "--listen", "10.1.2.3:9092"}, exitUsage, "--listen"},
 		{[]string{"broker", "--listen", "127.0.0.1:port"}, exitUsage, "--listen"},
 	}
@@ -116,7 +121,7 @@ func TestBadCommandLines(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, sub := range []string{"demo", "run", "watch", "broker"} {
+	for _, sub := range []string{"demo", "run", "watch", "status", "broker"} {
 		status, stdout, stderr := runNeli(t, sub, "--help")
 		if status != exitOK || !strings.Contains(stdout, "Usage: neli "+sub) || !strings.Contains(stdout, "-log-level") && sub != "broker" {
 			t.Errorf("neli %s --help: status %d, stdout %q, stderr %q", sub, status, stdout, stderr)
@@ -124,7 +129,7 @@ func TestHelp(t *testing.T) {
 	}
 	// The run help is where the environment and signals of CMD are documented.
 	_, stdout, _ := runNeli(t, "run", "--help")
-	for _, want := range []string{"NELI_TOKEN", "SIGUSR1", "-yield-for", "-metrics-addr", "/healthz", "-roles", "-role", "NELI_ROLE",
+	for _, want := range []string{"NELI_TOKEN", "SIGUSR1", "-yield-for", "-metrics-addr", "/healthz", "-roles", "-role", "NELI_ROLE", "-address",
 		"If a copy exits by itself"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("neli run --help does not mention %s", want)

@@ -81,7 +81,9 @@ type runOptions struct {
 	onRevoked  string
 	// metricsAddr is where /metrics and /healthz are served; empty means nowhere.
 	metricsAddr string
-	yieldFor    time.Duration
+	// address is advertised in this instance's heartbeats while it leads (Config.Address).
+	address  string
+	yieldFor time.Duration
 	// roleCount and roleNames are --roles and --role as given; roles is the list they make, nil
 	// for the single leader.
 	roleCount int
@@ -109,6 +111,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.StringVar(&o.onAcquired, "on-acquired", "", "shell command to run on becoming leader (instead of -- CMD)")
 	fs.StringVar(&o.onRevoked, "on-revoked", "", "shell command to run on losing leadership (instead of -- CMD)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (default: none)")
+	fs.StringVar(&o.address, "address", "", "where others reach this instance while it leads, for example its URL; 'neli watch' and 'neli status' show it (default: none)")
 	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
 	fs.IntVar(&o.roleCount, "roles", 0, "contend for N numbered roles, 0 to N-1, and run a copy of CMD for each role led (default: a single leader)")
 	fs.Var(&o.roleNames, "role", "contend for the role NAME and run a copy of CMD for each role led; repeat for more roles (in the same order on every instance)")
@@ -132,6 +135,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	}
 	if o.grace < 0 {
 		return o, badUsage("--grace %v must not be negative", o.grace)
+	}
+	if len(o.address) > goneli.MaxAddressLength {
+		return o, badUsage("--address is %d bytes long: at most %d are allowed, as every heartbeat carries it", len(o.address), goneli.MaxAddressLength)
 	}
 	switch {
 	case o.yieldFor < 0:
@@ -220,6 +226,7 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 		return 0, err
 	}
 	config := o.config(scr)
+	config.Address = o.address
 	config.SetDefaults()
 
 	sup := newSupervisor(o, config, log)

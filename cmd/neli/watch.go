@@ -17,8 +17,8 @@ import (
 )
 
 const watchAbout = `Prints each change of leader of --group as it happens, one line each on stdout: the time
-it was seen, the leader's name, its fencing token (the NELI_TOKEN its 'neli run' gives CMD)
-and since when it has led. "no leader" means the last leader's heartbeats have not been
+it was seen, the leader's name, its address if it has one ('neli run --address'), its
+fencing token (the NELI_TOKEN its 'neli run' gives CMD) and since when it has led. "no leader" means the last leader's heartbeats have not been
 seen for --heartbeat-timeout; give the lease the contenders use. On start it shows the
 sender of the newest heartbeat at once; if that leader has already gone, a "no leader"
 line follows one --heartbeat-timeout later.
@@ -32,6 +32,7 @@ cannot become leader or cause a rebalance. SIGINT or SIGTERM stops it with statu
 
   text: 2026-11-21T16:30:01.123Z leader a token 42 since 2026-11-21T16:29:58.950Z
         2026-11-21T16:30:09.004Z no leader (a's heartbeats stopped; its token was 42)
+        2026-11-21T16:30:12.310Z leader b at http://b.internal:8080 token 97 since 2026-11-21T16:30:12.201Z
         2026-11-21T16:30:01.123Z role billing leader a token 7 since 2026-11-21T16:29:58.950Z
         2026-11-21T16:30:09.004Z role billing no leader (a's heartbeats stopped; its token was 7)
   json: {"time":"...","event":"leader","leader":"a","tenure":"3","token":42,"since":"..."}
@@ -114,6 +115,7 @@ type watchRecord struct {
 	Partition  *int32 `json:"partition,omitempty"`
 	Event      string `json:"event"` // "leader" or "no-leader"
 	Leader     string `json:"leader,omitempty"`
+	Address    string `json:"address,omitempty"`
 	Tenure     string `json:"tenure,omitempty"`
 	Token      int64  `json:"token,omitempty"`
 	Since      string `json:"since,omitempty"`
@@ -133,7 +135,7 @@ func (p *watchPrinter) print(info goneli.LeaderInfo) {
 		last := p.last[info.Partition]
 		r.Event, r.LastLeader, r.LastToken = "no-leader", last.Name, last.Token
 	} else {
-		r.Event, r.Leader, r.Tenure, r.Token, r.Since = "leader", info.Name, info.Tenure, info.Token, info.Since.Format(watchTime)
+		r.Event, r.Leader, r.Address, r.Tenure, r.Token, r.Since = "leader", info.Name, info.Address, info.Tenure, info.Token, info.Since.Format(watchTime)
 		p.last[info.Partition] = info
 	}
 	if p.json {
@@ -146,6 +148,8 @@ func (p *watchPrinter) print(info goneli.LeaderInfo) {
 		at += " role " + quoteField(r.Role)
 	}
 	switch {
+	case r.Event == "leader" && r.Address != "":
+		fmt.Fprintf(p.w, "%s leader %s at %s token %d since %s\n", at, r.Leader, quoteField(r.Address), r.Token, r.Since)
 	case r.Event == "leader":
 		fmt.Fprintf(p.w, "%s leader %s token %d since %s\n", at, r.Leader, r.Token, r.Since)
 	case r.LastLeader != "":

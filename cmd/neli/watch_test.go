@@ -281,16 +281,16 @@ func get(t *testing.T, client *http.Client, url string) (int, []byte) {
 func TestWatchPrinter(t *testing.T) {
 	at := time.Date(2026, 11, 21, 16, 30, 1, 123e6, time.UTC)
 	since := at.Add(-2 * time.Second)
-	leader := goneli.LeaderInfo{Name: "a", Tenure: "3", Token: 42, Since: since}
+	leader := goneli.LeaderInfo{Name: "a", Address: "10.0.0.7:8080", Tenure: "3", Token: 42, Since: since}
 	for _, c := range []struct {
 		json bool
 		want string
 	}{
 		{false, "2026-11-21T16:30:01.123Z no leader\n" +
-			"2026-11-21T16:30:01.123Z leader a token 42 since 2026-11-21T16:29:59.123Z\n" +
+			"2026-11-21T16:30:01.123Z leader a at 10.0.0.7:8080 token 42 since 2026-11-21T16:29:59.123Z\n" +
 			"2026-11-21T16:30:01.123Z no leader (a's heartbeats stopped; its token was 42)\n"},
 		{true, `{"time":"2026-11-21T16:30:01.123Z","event":"no-leader"}` + "\n" +
-			`{"time":"2026-11-21T16:30:01.123Z","event":"leader","leader":"a","tenure":"3","token":42,"since":"2026-11-21T16:29:59.123Z"}` + "\n" +
+			`{"time":"2026-11-21T16:30:01.123Z","event":"leader","leader":"a","address":"10.0.0.7:8080","tenure":"3","token":42,"since":"2026-11-21T16:29:59.123Z"}` + "\n" +
 			`{"time":"2026-11-21T16:30:01.123Z","event":"no-leader","last_leader":"a","last_token":42}` + "\n"},
 	} {
 		var out bytes.Buffer
@@ -311,7 +311,7 @@ func TestWatchPrinterRoles(t *testing.T) {
 	since := at.Add(-2 * time.Second)
 	billing := goneli.LeaderInfo{Role: "billing", Partition: 0, Name: "a", Tenure: "3", Token: 42, Since: since}
 	audit := goneli.LeaderInfo{Role: "audit", Partition: 1, Name: "b", Tenure: "5", Token: 7, Since: since}
-	odd := goneli.LeaderInfo{Role: "two words", Partition: 2, Name: "c", Tenure: "1", Token: 1, Since: since}
+	odd := goneli.LeaderInfo{Role: "two words", Partition: 2, Name: "c", Address: "http://c:8080/a b", Tenure: "1", Token: 1, Since: since}
 	for _, c := range []struct {
 		json bool
 		want string
@@ -320,12 +320,12 @@ func TestWatchPrinterRoles(t *testing.T) {
 			"2026-11-21T16:30:01.123Z role audit leader b token 7 since 2026-11-21T16:29:59.123Z\n" +
 			"2026-11-21T16:30:01.123Z role billing no leader (a's heartbeats stopped; its token was 42)\n" +
 			"2026-11-21T16:30:01.123Z role audit no leader (b's heartbeats stopped; its token was 7)\n" +
-			`2026-11-21T16:30:01.123Z role "two words" leader c token 1 since 2026-11-21T16:29:59.123Z` + "\n"},
+			`2026-11-21T16:30:01.123Z role "two words" leader c at "http://c:8080/a b" token 1 since 2026-11-21T16:29:59.123Z` + "\n"},
 		{true, `{"time":"2026-11-21T16:30:01.123Z","role":"billing","partition":0,"event":"leader","leader":"a","tenure":"3","token":42,"since":"2026-11-21T16:29:59.123Z"}` + "\n" +
 			`{"time":"2026-11-21T16:30:01.123Z","role":"audit","partition":1,"event":"leader","leader":"b","tenure":"5","token":7,"since":"2026-11-21T16:29:59.123Z"}` + "\n" +
 			`{"time":"2026-11-21T16:30:01.123Z","role":"billing","partition":0,"event":"no-leader","last_leader":"a","last_token":42}` + "\n" +
 			`{"time":"2026-11-21T16:30:01.123Z","role":"audit","partition":1,"event":"no-leader","last_leader":"b","last_token":7}` + "\n" +
-			`{"time":"2026-11-21T16:30:01.123Z","role":"two words","partition":2,"event":"leader","leader":"c","tenure":"1","token":1,"since":"2026-11-21T16:29:59.123Z"}` + "\n"},
+			`{"time":"2026-11-21T16:30:01.123Z","role":"two words","partition":2,"event":"leader","leader":"c","address":"http://c:8080/a b","tenure":"1","token":1,"since":"2026-11-21T16:29:59.123Z"}` + "\n"},
 	} {
 		var out bytes.Buffer
 		p := &watchPrinter{w: &out, json: c.json, now: func() time.Time { return at }}
