@@ -1,6 +1,7 @@
 package goneli_test
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -103,4 +104,34 @@ func ExampleNewRoles() {
 	// billing: partition 0, leader true, token 1
 	// mailer: partition 1, leader true, token 1
 	// acquired billing, acquired mailer, revoked billing, revoked mailer
+}
+
+// Run a leader task that gets a context, and stop with the program's context: ending it cancels
+// the task's context, waits for the task, and hands leadership over. A real program would end the
+// context on SIGTERM with signal.NotifyContext.
+func ExampleRun() {
+	broker, err := kafkatest.Start()
+	if err != nil {
+		panic(err)
+	}
+	defer broker.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	config := goneli.Config{
+		KafkaConfig:      goneli.KafkaConfigMap{"bootstrap.servers": broker.Addr},
+		LeaderGroupID:    "example-run",
+		HeartbeatTimeout: goneli.Duration(time.Second),
+		Scribe:           scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(scribe.Nop)}),
+	}
+	err = goneli.Run(ctx, config, func(ctx context.Context) {
+		fmt.Println("leading")
+		stop() // in a real program: SIGTERM
+		<-ctx.Done()
+		fmt.Println("task stopped:", ctx.Err())
+	})
+	fmt.Println("Run returned", err)
+	// Output:
+	// leading
+	// task stopped: context canceled
+	// Run returned <nil>
 }

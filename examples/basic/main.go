@@ -1,9 +1,14 @@
-// Command basic runs a leader task in the background with goneli's Background pulser. Start it in
-// several terminals with the same -kafka to watch only one of them work.
+// Command basic leads with goneli.Run: a leader function that gets a context, cancelled when
+// leadership ends, and a graceful handover on SIGINT or SIGTERM. Start it in several terminals
+// with the same -kafka to watch only one of them work, and stop that one to see another take over.
 package main
 
 import (
+	"context"
 	"log"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/goneli/goneli"
@@ -11,32 +16,32 @@ import (
 )
 
 func main() {
-	env, done := local.Start()
+	env, done := local.Start() // -kafka, or an embedded broker; -for bounds the run
 	defer done()
 
-	n, err := goneli.New(goneli.Config{
+	// Without this, a SIGTERM kills the process and the successor waits out the group session
+	// (about twice HeartbeatTimeout) instead of taking over at once.
+	ctx, stop := signal.NotifyContext(env.Ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	err := goneli.Run(ctx, goneli.Config{
 		KafkaConfig:   goneli.KafkaConfigMap{"bootstrap.servers": env.Servers},
 		LeaderGroupID: "example-basic",
+	}, func(ctx context.Context) {
+		log.Printf("leader: acquired")
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				log.Printf("leader: stopping (%v)", context.Cause(ctx))
+				return
+			case <-tick.C:
+				log.Printf("leader: doing one unit of work")
+			}
+		}
 	})
 	if err != nil {
 		log.Fatal(err)
-	}
-	// The task runs over and over while this instance leads. Each run is one small unit of work:
-	// leadership is checked between runs, so a run must end well within the lease.
-	p, err := n.Background(func() {
-		log.Printf("leader: doing one unit of work")
-		time.Sleep(500 * time.Millisecond)
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-
-	<-env.Ctx.Done()
-	// Close hands leadership over at once instead of making a successor wait out the session.
-	if err := n.Close(); err != nil {
-		log.Print(err)
-	}
-	if err := p.Await(); err != nil {
-		log.Print(err)
 	}
 }

@@ -3,8 +3,8 @@
 package main
 
 import (
+	"context"
 	"flag"
-	"time"
 
 	"github.com/goneli/goneli"
 	"github.com/goneli/goneli/examples/internal/local"
@@ -33,9 +33,10 @@ func main() {
 		LeaderGroupID: "example-logrus",
 		Scribe:        scribe.New(scribelogrus.Bind(log)),
 	}
-	err = local.Lead(env.Ctx, config, func() {
-		log.WithField("role", "leader").Info("doing one unit of work")
-		time.Sleep(500 * time.Millisecond)
+	err = goneli.Run(env.Ctx, config, func(ctx context.Context) {
+		log.WithField("role", "leader").Info("leading until told to stop")
+		<-ctx.Done()
+		log.WithField("role", "leader").Info("stopped leading")
 	})
 	if err != nil {
 		log.Error(err)

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"log"
 	"os"
@@ -45,11 +46,23 @@ func main() {
 		config.KafkaConfig = goneli.KafkaConfigMap{"bootstrap.servers": env.Servers}
 	}
 
-	err := local.Lead(env.Ctx, config, func() {
-		log.Printf("leader: doing one unit of work")
-		time.Sleep(500 * time.Millisecond)
+	err := goneli.Run(env.Ctx, config, func(ctx context.Context) {
+		for ctx.Err() == nil {
+			log.Printf("leader: doing one unit of work")
+			sleep(ctx, 500*time.Millisecond)
+		}
 	})
 	if err != nil {
 		log.Print(err)
+	}
+}
+
+// sleep waits for d or until ctx ends, whichever is first.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 )
 
@@ -52,23 +51,4 @@ func Start() (Env, func()) {
 		stopSignals()
 		stopBroker()
 	}
-}
-
-// Lead contends with config until ctx ends, running task whenever it leads, then hands
-// leadership over. It is the flow that examples/basic spells out.
-func Lead(ctx context.Context, config goneli.Config, task goneli.LeaderTask) error {
-	n, err := goneli.New(config)
-	if err != nil {
-		return err
-	}
-	p, err := n.Background(task)
-	if err != nil {
-		_ = n.Close()
-		return err
-	}
-	<-ctx.Done()
-	if err := n.Close(); err != nil {
-		return err
-	}
-	return p.Await()
 }
