@@ -3,6 +3,7 @@ package goneli
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -33,6 +34,12 @@ const (
 	// timeout is derived as twice the HeartbeatTimeout, and librdkafka cannot hold a group session
 	// shorter than about a second without spurious rebalances.
 	MinHeartbeatTimeout = 500 * time.Millisecond
+
+	// MaxHeartbeatTimeout is the largest HeartbeatTimeout Validate accepts. The group session is
+	// twice the lease, and librdkafka allows sessions of at most an hour. Brokers also refuse
+	// sessions over their group.max.session.timeout.ms (30 min by default), so leases above 15 min
+	// need that raised.
+	MaxHeartbeatTimeout = 30 * time.Minute
 
 	// MaxAddressLength is the longest Config.Address Validate accepts, in bytes. Every heartbeat
 	// carries the address, so it is kept to what a URL needs.
@@ -99,8 +106,16 @@ type Config struct {
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
 	// of the newest own heartbeat that came back and whose offset the group coordinator accepted.
 	// The group session timeout and heartbeat interval are derived from it. Default:
-	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout.
+	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout and at most MaxHeartbeatTimeout.
 	HeartbeatTimeout *time.Duration
+
+	// LeaderTopicReplicationFactor is the replication factor the leader topic gets when goneli
+	// creates it; a topic that exists is left as it is. With 2 or more, the topic's
+	// min.insync.replicas is set to the smaller of 2 and one less than the factor, so that
+	// heartbeats (produced with acks=all) survive the loss of a broker. Use 3 in production.
+	// Default: 0, the broker's default.replication.factor, which is often 1: losing that one
+	// broker then stops every leader of the group until it returns.
+	LeaderTopicReplicationFactor int
 
 	// ObserveLeader makes this instance follow who leads, whether or not it is the leader, at the
 	// cost of a second consumer that reads partition 0 (see Curator.Leader). Default: false.
@@ -210,6 +225,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.LeaderTopic == "":
 		bad("LeaderTopic", nil, "must not be empty")
+	case (c.LeaderTopic == "." || c.LeaderTopic == ".." || !topicName.MatchString(c.LeaderTopic)) && c.LeaderTopic == c.LeaderGroupID+".neli":
+		bad("LeaderTopic", c.LeaderTopic, "must be 1 to 249 characters of [a-zA-Z0-9._-]; the default, LeaderGroupID + \".neli\", is not, so set LeaderTopic")
 	case c.LeaderTopic == "." || c.LeaderTopic == ".." || !topicName.MatchString(c.LeaderTopic):
 		bad("LeaderTopic", c.LeaderTopic, "must be 1 to 249 characters of [a-zA-Z0-9._-] and not '.' or '..'")
 	}
@@ -227,6 +244,9 @@ func (c Config) Validate() error {
 	}
 	if c.Name == "" {
 		bad("Name", nil, "must not be empty")
+	}
+	if c.LeaderTopicReplicationFactor < 0 || c.LeaderTopicReplicationFactor > math.MaxInt16 {
+		bad("LeaderTopicReplicationFactor", c.LeaderTopicReplicationFactor, "must be 0 (the broker's default) to %d", math.MaxInt16)
 	}
 	if len(c.Address) > MaxAddressLength {
 		bad("Address", c.Address[:32]+"...", "must be at most %d bytes (it is %d), as it travels in every heartbeat", MaxAddressLength, len(c.Address))
@@ -252,6 +272,8 @@ func (c Config) Validate() error {
 		bad("HeartbeatTimeout", nil, "must be set")
 	case *c.HeartbeatTimeout < MinHeartbeatTimeout:
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at least %v", MinHeartbeatTimeout)
+	case *c.HeartbeatTimeout > MaxHeartbeatTimeout:
+		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at most %v: the group session is twice the lease, and librdkafka allows at most 1h", MaxHeartbeatTimeout)
 	case c.MinPollInterval != nil && *c.HeartbeatTimeout < 3**c.MinPollInterval:
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout,
 			"must be at least 3 x MinPollInterval (%v) so that several heartbeats fit in one lease", *c.MinPollInterval)
@@ -265,12 +287,12 @@ func (c Config) Validate() error {
 }
 
 // String renders the configuration with secrets (any KafkaConfig key containing "password",
-// "secret" or "key") masked.
+// "secret", "jaas" or "key", except the paths named *.location) masked.
 func (c Config) String() string {
 	masked := KafkaConfigMap{}
 	for k, v := range c.KafkaConfig {
 		lk := strings.ToLower(k)
-		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") ||
+		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "jaas") ||
 			(strings.Contains(lk, "key") && !strings.HasSuffix(lk, ".location")) {
 			v = "***"
 		}
@@ -365,9 +387,15 @@ func (c Config) prepare() (Config, groupTiming, error) {
 		}
 		c.KafkaConfig = clone
 	}
+	noGroup := c.LeaderGroupID == ""
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
 		return c, groupTiming{}, err
+	}
+	if noGroup {
+		// Kept from v0.5.0, but two services built as "app" on one cluster would share a group and
+		// elect one leader between them without anyone having chosen that.
+		c.Scribe.W()("goneli %s: no LeaderGroupID given, so the group is %q, the program's file name; every program of that name on this cluster shares it", c.Name, c.LeaderGroupID)
 	}
 	t, err := c.groupTiming()
 	return c, t, err

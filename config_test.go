@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,20 @@ func TestSetDefaults(t *testing.T) {
 	}
 }
 
+// A group left to its default is named after the program, which deserves a warning, since two
+// programs of the same name would share it unknowingly.
+func TestDefaultGroupIsWarnedAbout(t *testing.T) {
+	for _, group := range []string{"", "chosen"} {
+		log := newTestLog(t)
+		if _, _, err := (Config{LeaderGroupID: group, Scribe: log.scribe()}).prepare(); err != nil {
+			t.Fatal(err)
+		}
+		if warned := log.contains("no LeaderGroupID given"); warned != (group == "") {
+			t.Errorf("LeaderGroupID %q: warned %v", group, warned)
+		}
+	}
+}
+
 func TestMinPollIntervalFollowsShortLeases(t *testing.T) {
 	c := Config{HeartbeatTimeout: Duration(time.Second)}
 	c.SetDefaults()
@@ -60,6 +75,7 @@ func TestValidate(t *testing.T) {
 		{"empty group", func(c *Config) { c.LeaderGroupID = "" }, "LeaderGroupID", "must not be empty"},
 		{"empty topic", func(c *Config) { c.LeaderTopic = "" }, "LeaderTopic", "must not be empty"},
 		{"bad topic", func(c *Config) { c.LeaderTopic = "a/b" }, "LeaderTopic", "[a-zA-Z0-9._-]"},
+		{"group that cannot name the topic", func(c *Config) { c.LeaderGroupID, c.LeaderTopic = "my group", "my group.neli" }, "LeaderTopic", "the default, LeaderGroupID + \".neli\", is not, so set LeaderTopic"},
 		{"dot topic", func(c *Config) { c.LeaderTopic = ".." }, "LeaderTopic", "not '.' or '..'"},
 		{"long topic", func(c *Config) { c.LeaderTopic = strings.Repeat("t", 250) }, "LeaderTopic", "1 to 249"},
 		{"consumer provider", func(c *Config) { c.KafkaConsumerProvider = nil }, "KafkaConsumerProvider", "must be set"},
@@ -76,6 +92,7 @@ func TestValidate(t *testing.T) {
 		{"tiny min poll", func(c *Config) { c.MinPollInterval = Duration(time.Microsecond) }, "MinPollInterval", "at least 1ms"},
 		{"nil heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = nil }, "HeartbeatTimeout", "must be set"},
 		{"short heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = Duration(100 * time.Millisecond) }, "HeartbeatTimeout", "at least 500ms"},
+		{"long heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = Duration(time.Hour) }, "HeartbeatTimeout", "at most 30m0s"},
 		{"lease vs poll", func(c *Config) { c.MinPollInterval = Duration(2 * time.Second) }, "HeartbeatTimeout", "3 x MinPollInterval"},
 		{"unsafe session", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 5500 }, `KafkaConfig["session.timeout.ms"]`, "at least HeartbeatTimeout + 2 x heartbeat.interval.ms (6000)"},
 		{"unsafe interval", func(c *Config) { c.KafkaConfig["heartbeat.interval.ms"] = "3000" }, `KafkaConfig["heartbeat.interval.ms"]`, "(11000)"},
@@ -182,9 +199,10 @@ func TestConsumerProtocolSkipsClientGroupTiming(t *testing.T) {
 func TestConfigStringMasksSecrets(t *testing.T) {
 	c := validConfig()
 	c.KafkaConfig["sasl.password"] = "hunter2"
+	c.KafkaConfig["sasl.jaas.config"] = `org.apache.kafka.common.security.plain.PlainLoginModule required password="hunter3";`
 	c.KafkaConfig["ssl.key.location"] = "/etc/key.pem"
 	s := c.String()
-	if strings.Contains(s, "hunter2") {
+	if strings.Contains(s, "hunter2") || strings.Contains(s, "hunter3") {
 		t.Errorf("String leaks the password: %s", s)
 	}
 	if !strings.Contains(s, "/etc/key.pem") || !strings.Contains(s, "HeartbeatTimeout=5s") {
@@ -215,4 +233,67 @@ func TestNewLeavesCallerConfigMapAlone(t *testing.T) {
 	if len(km) != 0 {
 		t.Fatalf("New modified the caller's map: %v", km)
 	}
+}
+
+// Whatever a user puts in KafkaConfig and the durations, preparing the config never panics, every
+// refusal is a ConfigError, and an accepted config keeps the lease's safety margins: the session
+// outlasts the lease by two group heartbeats, so that a leader cut off from Kafka fences itself
+// before the coordinator can expel it, and a rebalance may last no less than the session.
+func FuzzConfigPrepare(f *testing.F) {
+	f.Add("session.timeout.ms", "5500", int64(5*time.Second), int64(100*time.Millisecond), false)
+	f.Add("heartbeat.interval.ms", "3000", int64(time.Second), int64(0), false)
+	f.Add("group.protocol", "consumer", int64(3*time.Second), int64(0), true)
+	f.Add("max.poll.interval.ms", "soon", int64(0), int64(0), false)
+	f.Add("group.instance.id", "pod-0", int64(0), int64(0), false)
+	f.Fuzz(func(t *testing.T, key, value string, lease, poll int64, asInt bool) {
+		c := Config{KafkaConfig: KafkaConfigMap{}, LeaderGroupID: "g", Name: "n", Scribe: newTestLog(t).scribe()}
+		if asInt {
+			if v, err := strconv.Atoi(value); err == nil {
+				c.KafkaConfig[key] = v
+			} else {
+				c.KafkaConfig[key] = value
+			}
+		} else {
+			c.KafkaConfig[key] = value
+		}
+		if lease != 0 {
+			c.HeartbeatTimeout = Duration(time.Duration(lease))
+		}
+		if poll != 0 {
+			c.MinPollInterval = Duration(time.Duration(poll))
+		}
+		prepared, timing, err := c.prepare()
+		if err != nil {
+			for _, e := range flatten(err) {
+				var ce *ConfigError
+				if !errors.As(e, &ce) {
+					t.Fatalf("a refusal that is not a ConfigError: %T %v", e, e)
+				}
+			}
+			return
+		}
+		ht := *prepared.HeartbeatTimeout
+		if timing.classic && timing.session < ht+2*timing.interval {
+			t.Fatalf("accepted a session of %v for a lease of %v with group heartbeats every %v", timing.session, ht, timing.interval)
+		}
+		if timing.maxPoll < timing.session && timing.classic {
+			t.Fatalf("accepted max.poll.interval.ms %v below the session %v", timing.maxPoll, timing.session)
+		}
+		consumer, producer, _ := prepared.clientConfigs(timing)
+		if consumer["enable.auto.offset.store"] != false || consumer["group.instance.id"] != nil || producer["group.id"] != nil {
+			t.Fatalf("derived settings lost what goneli owns: consumer %v, producer %v", consumer, producer)
+		}
+	})
+}
+
+// flatten lists the errors joined in err.
+func flatten(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var all []error
+		for _, e := range j.Unwrap() {
+			all = append(all, flatten(e)...)
+		}
+		return all
+	}
+	return []error{err}
 }

@@ -109,6 +109,11 @@ func (n *neli) handle(ev kafka.Event) error {
 			}
 			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
 		}
+		if e.Code() == kafka.ErrInvalidSessionTimeout && n.timing.classic {
+			// A configuration mismatch that no retry can mend; this instance never joined, so it
+			// holds no lease to give up.
+			return &SessionTimeoutError{Session: n.timing.session, HeartbeatTimeout: *n.config.HeartbeatTimeout, Err: e}
+		}
 		n.logKafkaError("consumer", e)
 	}
 	return nil
@@ -567,10 +572,6 @@ func (n *neli) logKafkaError(client string, e kafka.Error) {
 	if e.Code() == kafka.ErrInconsistentGroupProtocol {
 		hint = fmt.Sprintf(" (members of group %s use another assignment strategy; goneli v0.5.0 members use librdkafka's "+
 			"eager default and cannot share a group with cooperative-sticky ones: see the README's Migrating section)", n.config.LeaderGroupID)
-	}
-	if e.Code() == kafka.ErrInvalidSessionTimeout {
-		hint = fmt.Sprintf(" (the derived session.timeout.ms=%d is outside the broker's group.min/max.session.timeout.ms; "+
-			"raise HeartbeatTimeout or lower the broker's group.min.session.timeout.ms)", n.timing.session.Milliseconds())
 	}
 	n.throttle.log(n.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", n.config.Name, client, e, hint)
 }

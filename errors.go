@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ErrNonLivePulse is returned by Pulse, PulseCtx, Background and Yield once Close has begun.
@@ -16,6 +17,27 @@ var ErrNonLivePulse = errors.New("goneli: cannot pulse in non-live state")
 // be reached, for which librdkafka waits indefinitely. The consumer then finishes closing in the
 // background, and the group expels the instance after its session timeout, as after a crash.
 var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
+
+// SessionTimeoutError is the fatal error Pulse returns when the group coordinator refuses the
+// group session that goneli derives from HeartbeatTimeout (twice the lease), because it lies
+// outside the broker's group.min.session.timeout.ms to group.max.session.timeout.ms (6 s to
+// 30 min under Kafka's defaults). librdkafka would retry the JoinGroup for ever; the refusal comes
+// with the first answer to it, so the error comes from the first Pulse after that answer,
+// normally within a second of New.
+type SessionTimeoutError struct {
+	Session          time.Duration
+	HeartbeatTimeout time.Duration
+	Err              error
+}
+
+func (e *SessionTimeoutError) Error() string {
+	return fmt.Sprintf("goneli: the broker refuses a group session of %v, twice HeartbeatTimeout (%v): it lies outside the broker's "+
+		"group.min.session.timeout.ms to group.max.session.timeout.ms (6s to 30m by default); raise HeartbeatTimeout "+
+		"(to at least 3s under Kafka's defaults) or lower the broker's group.min.session.timeout.ms (%v)", e.Session, e.HeartbeatTimeout, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *SessionTimeoutError) Unwrap() error { return e.Err }
 
 // TopicError reports that the leader topic is missing and could not be created.
 type TopicError struct {

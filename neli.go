@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -53,7 +54,9 @@ type Neli interface {
 
 	// Pulse does the due Kafka work (polling, heartbeats, lease checks) and reports leadership. A
 	// leader returns at once; a non-leader keeps pulsing until it becomes leader or timeout
-	// passes, and then returns (false, nil). Errors are fatal: the instance cannot continue.
+	// passes, and then returns (false, nil). Errors are fatal: the instance cannot continue. They
+	// include a *SessionTimeoutError when the broker refuses the group session that HeartbeatTimeout
+	// implies.
 	Pulse(timeout time.Duration) (bool, error)
 
 	// PulseCtx is Pulse bounded by ctx. When ctx's deadline passes it returns (false, nil), as
@@ -360,9 +363,15 @@ func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
 		return true, &TopicError{Topic: n.topic, Err: tm.Error}
 	}
-	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{{
-		Topic: n.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig,
-	}}, kafka.SetAdminOperationTimeout(timeout))
+	spec := kafka.TopicSpecification{Topic: n.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig}
+	if rf := n.config.LeaderTopicReplicationFactor; rf > 0 {
+		spec.ReplicationFactor = rf
+		if rf >= 2 {
+			spec.Config = maps.Clone(leaderTopicConfig)
+			spec.Config["min.insync.replicas"] = strconv.Itoa(min(2, rf-1))
+		}
+	}
+	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{spec}, kafka.SetAdminOperationTimeout(timeout))
 	if err == nil && len(res) == 1 {
 		err = res[0].Error
 		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {

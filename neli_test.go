@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -448,6 +449,48 @@ func TestNewCreatesLeaderTopic(t *testing.T) {
 	}
 }
 
+// A replication factor given in the config reaches the topic, with min.insync.replicas 2; one
+// the cluster cannot meet fails New with a TopicError.
+func TestNewCreatesReplicatedLeaderTopic(t *testing.T) {
+	b := startBroker(t, kfake.NumBrokers(3))
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	config := testConfig(b, group, "a", log)
+	config.LeaderTopicReplicationFactor = 3
+	newNeli(t, config, r)
+
+	admin, err := kafka.NewAdminClient(&kafka.ConfigMap{"bootstrap.servers": b.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	topic := group + ".neli"
+	md, err := admin.GetMetadata(&topic, false, int(awaitLimit.Milliseconds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := md.Topics[topic].Partitions; len(ps) != 1 || len(ps[0].Replicas) != 3 {
+		t.Fatalf("partitions of %s: %+v, want one with 3 replicas", topic, ps)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	res, err := admin.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	if err != nil || len(res) != 1 {
+		t.Fatalf("describing %s: %v", topic, err)
+	}
+	if v := res[0].Config["min.insync.replicas"].Value; v != "2" {
+		t.Fatalf("min.insync.replicas of %s = %q, want 2", topic, v)
+	}
+
+	config = testConfig(b, group+"-x", "a", log)
+	config.LeaderTopicReplicationFactor = 4
+	_, err = New(config)
+	var te *TopicError
+	var ke kafka.Error
+	if !errors.As(err, &te) || !errors.As(err, &ke) || ke.Code() != kafka.ErrInvalidReplicationFactor {
+		t.Fatalf("a replication factor above the brokers: %v, want a TopicError with INVALID_REPLICATION_FACTOR", err)
+	}
+}
+
 func TestNewFailsWhenTopicCannotBeCreated(t *testing.T) {
 	b := startBroker(t)
 	log, group := newTestLog(t), groupName(t)
@@ -497,5 +540,48 @@ func TestPulseCtx(t *testing.T) {
 	defer cancel3()
 	if leader, err := n.PulseCtx(ctx); !leader || err != nil {
 		t.Fatalf("PulseCtx = %v, %v; want it to wait for leadership", leader, err)
+	}
+}
+
+// A Background task run longer than the lease gets the instance fenced; the log says why, in
+// goneli's words rather than librdkafka's advice about max.poll.interval.ms.
+func TestBackgroundTaskOverrunIsExplained(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	n := newNeli(t, testConfig(b, group, "a", log), r)
+	var runs atomic.Int32
+	p, err := n.Background(func() {
+		if runs.Add(1) == 1 {
+			time.Sleep(testLease + testLease/2) // the overrun under test
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		p.Close()
+		_ = p.Await()
+	}()
+	r.await(t, "a fenced", has[LeaderFenced]("a"))
+	awaitCondition(t, "the overrun explained", func() bool { return log.contains("a Background task run took 1.5") })
+	if !log.contains("longer than the lease (HeartbeatTimeout 1s)") {
+		t.Fatal("the warning does not name the lease")
+	}
+}
+
+// A broker that refuses the session a lease implies makes Pulse fail with a SessionTimeoutError
+// instead of leaving librdkafka to retry the JoinGroup for ever.
+func TestRefusedSessionIsFatal(t *testing.T) {
+	b := startBroker(t, kfake.GroupMinSessionTimeout(6*time.Second))
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	n := newNeli(t, testConfig(b, group, "a", log), r)
+	_, err := n.Pulse(awaitLimit)
+	var se *SessionTimeoutError
+	var ke kafka.Error
+	if !errors.As(err, &se) || se.Session != 2*testLease || !errors.As(err, &ke) || ke.Code() != kafka.ErrInvalidSessionTimeout {
+		t.Fatalf("Pulse: %v, want a SessionTimeoutError for a 2s session", err)
+	}
+	if !strings.Contains(err.Error(), "raise HeartbeatTimeout") {
+		t.Fatalf("the error does not say what to change: %v", err)
 	}
 }

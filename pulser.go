@@ -81,6 +81,7 @@ func newPulser(state State, noTask bool, what string) (*pulser, context.Context,
 func (p *pulser) run(ctx context.Context, n Neli, task LeaderTask) {
 	defer close(p.done)
 	defer p.cancel()
+	warned := false // said once per pulser: a task that overruns usually does so every time
 	for ctx.Err() == nil {
 		leader, err := n.PulseCtx(ctx)
 		if err != nil {
@@ -93,8 +94,18 @@ func (p *pulser) run(ctx context.Context, n Neli, task LeaderTask) {
 		if leader && n.IsLeader() {
 			start := time.Now()
 			task()
-			if rest := MinTaskInterval - time.Since(start); rest > 0 {
+			took := time.Since(start)
+			if rest := MinTaskInterval - took; rest > 0 {
 				taskPause(ctx, rest)
+			}
+			if nl, ok := n.(*neli); ok && !warned && took > *nl.config.HeartbeatTimeout {
+				// The instance cannot poll while the task runs: it is fenced, and librdkafka then
+				// leaves the group with advice to raise max.poll.interval.ms, which would not help.
+				warned = true
+				nl.log.W()("goneli %s: a Background task run took %v, longer than the lease (HeartbeatTimeout %v): "+
+					"no heartbeat can be renewed while a run lasts, so this instance was fenced and left the group. "+
+					"Keep each run well under the lease, or use goneli.Run for leader work that runs for a whole tenure",
+					nl.config.Name, took.Round(time.Millisecond), *nl.config.HeartbeatTimeout)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/obsidiandynamics/libstdgo/scribe"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 )
 
@@ -36,9 +37,9 @@ const awaitLimit = 30 * time.Second
 // testLease is the HeartbeatTimeout used by the tests: session timeout 2 s, group heartbeat 100 ms.
 const testLease = time.Second
 
-func startBroker(t *testing.T) *kafkatest.Broker {
+func startBroker(t *testing.T, opts ...kfake.Opt) *kafkatest.Broker {
 	t.Helper()
-	return kafkatest.StartT(t)
+	return kafkatest.StartT(t, opts...)
 }
 
 // awaitStable waits until the group is stable with n members.

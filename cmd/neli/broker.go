@@ -44,6 +44,9 @@ func runBroker(args []string, stdout, stderr io.Writer) (int, error) {
 	var seed []string
 	for _, t := range strings.Split(*topics, ",") {
 		if t = strings.TrimSpace(t); t != "" {
+			if !validTopic(t) {
+				return 0, badUsage("--topics: %q is not a valid Kafka topic name (1 to 249 characters of [a-zA-Z0-9._-], not . or ..)", t)
+			}
 			seed = append(seed, t)
 		}
 	}

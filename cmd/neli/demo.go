@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,10 @@ func parseDemo(args []string, stdout io.Writer) (demoOptions, error) {
 	if fs.NArg() > 0 {
 		return o, badUsage("unexpected argument %q", fs.Arg(0))
 	}
+	// Settings from -F, -X or the environment may name the bootstrap servers instead of --kafka.
+	if err := o.validate(); err != nil {
+		return o, err
+	}
 	if o.kafka != "" && !flagSet(fs, "heartbeat-timeout") {
 		o.heartbeatTimeout = realKafkaLease
 	}
@@ -71,9 +76,6 @@ func parseDemo(args []string, stdout io.Writer) (demoOptions, error) {
 	}
 	if o.name == "" {
 		o.name = "n"
-	}
-	if err := o.validate(); err != nil {
-		return o, err
 	}
 	if o.members < 2 || o.members > 9 {
 		return o, badUsage("--members %d: use 2 to 9 (a failover needs someone to fail over to)", o.members)
@@ -400,6 +402,22 @@ func (d *demo) exited(p *fleet.Proc) {
 	d.spawn()
 }
 
+// memberEnv passes the Kafka settings from -F, -X and the environment, other than the bootstrap
+// servers, to a member through its environment rather than its arguments, which ps shows.
+func (d *demo) memberEnv() []string {
+	props := map[string]string{}
+	for k, v := range d.o.resolved {
+		if k != "bootstrap.servers" {
+			props[k] = fmt.Sprint(v)
+		}
+	}
+	if len(props) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(props) // cannot fail: strings only
+	return []string{member.KafkaConfigEnv + "=" + string(b)}
+}
+
 func (d *demo) spawn() {
 	d.spawned++
 	name := fmt.Sprintf("%s%d", d.o.name, d.spawned)
@@ -419,6 +437,7 @@ func (d *demo) spawn() {
 			"-log-level", strings.ToLower(d.o.logLevel),
 			"-task", "1ms",
 		},
+		Env: d.memberEnv(),
 		// Members live in their own process group so that a Ctrl-C reaches only the demo, which
 		// then stops them in order; if the demo dies, the kernel kills them.
 		Setpgid:   true,

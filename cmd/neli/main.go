@@ -9,6 +9,7 @@
 //	neli watch  [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli status [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
+//	neli version
 //
 // Every subcommand takes --help.
 package main
@@ -56,6 +57,7 @@ func subcommands() []subcommand {
 		{"watch", "print each change of leader of a group, without joining it", runWatch},
 		{"status", "show a group once: stable or not, who is in it, who leads, without joining it", runStatus},
 		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
+		{"version", "print the versions of neli, goneli, librdkafka and Go", runVersion},
 	}
 }
 
@@ -67,6 +69,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
+		return exitOK
+	case "-version", "--version":
+		fmt.Fprintln(stdout, versionLine())
 		return exitOK
 	case "member":
 		// Hidden: the contender process that neli demo starts by re-executing this binary.
@@ -85,7 +90,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		return status
 	}
-	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, broker (neli --help)\n", args[0])
+	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, broker, version (neli --help)\n", args[0])
 	return exitUsage
 }
 
@@ -161,6 +166,8 @@ type common struct {
 	heartbeatTimeout time.Duration
 	logLevel         string
 	logFormat        string
+	kafkaSettings
+	fs *flag.FlagSet // to tell whether --kafka was given
 }
 
 func (c *common) register(fs *flag.FlagSet, defaultGroup, defaultLevel string, defaultLease time.Duration) {
@@ -172,14 +179,25 @@ func (c *common) register(fs *flag.FlagSet, defaultGroup, defaultLevel string, d
 		"the lease; the group session timeout is twice this and must be allowed by the broker's group.min.session.timeout.ms")
 	fs.StringVar(&c.logLevel, "log-level", defaultLevel, "log level: trace, debug, info, warn, error or off")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	c.kafkaSettings.register(fs)
+	c.fs = fs
 }
 
 func (c *common) validate() error {
 	if c.group == "" {
 		return badUsage("--group must not be empty")
 	}
+	if c.topic == "" && !validTopic(c.group+".neli") {
+		return badUsage("--group %q cannot name the leader topic: %q is not a valid Kafka topic name (1 to 249 characters of [a-zA-Z0-9._-]); pass --topic", c.group, c.group+".neli")
+	}
+	if c.topic != "" && !validTopic(c.topic) {
+		return badUsage("--topic %q: a Kafka topic name is 1 to 249 characters of [a-zA-Z0-9._-], and not . or ..", c.topic)
+	}
 	if c.heartbeatTimeout < goneli.MinHeartbeatTimeout {
 		return badUsage("--heartbeat-timeout %v is too short: the minimum is %v", c.heartbeatTimeout, goneli.MinHeartbeatTimeout)
+	}
+	if c.heartbeatTimeout > goneli.MaxHeartbeatTimeout {
+		return badUsage("--heartbeat-timeout %v is too long: the maximum is %v, as the group session is twice the lease and librdkafka allows at most 1h", c.heartbeatTimeout, goneli.MaxHeartbeatTimeout)
 	}
 	if _, err := logrusLevel(c.logLevel); err != nil {
 		return err
@@ -187,6 +205,11 @@ func (c *common) validate() error {
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return badUsage("--log-format %q: use text or json", c.logFormat)
 	}
+	servers, err := c.resolve(c.kafka, c.fs != nil && flagSet(c.fs, "kafka"))
+	if err != nil {
+		return err
+	}
+	c.kafka = servers
 	return nil
 }
 
@@ -220,19 +243,33 @@ func (c *common) logger(w io.Writer) (*logrus.Logger, scribe.Scribe) {
 	} else {
 		l.SetFormatter(&logrus.TextFormatter{FullTimestamp: true, TimestampFormat: "15:04:05.000"})
 	}
+	for _, key := range c.exposed {
+		l.Warnf("-X %s puts a secret on the command line, where ps shows it to every user of this host; use -F FILE or %s%s instead",
+			key, envPrefix, strings.ToUpper(strings.ReplaceAll(key, ".", "_")))
+	}
 	return l, scribe.New(scribelogrus.Bind(l))
 }
 
 // config builds the goneli configuration from the common flags.
 func (c *common) config(s scribe.Scribe) goneli.Config {
 	return goneli.Config{
-		KafkaConfig:      goneli.KafkaConfigMap{"bootstrap.servers": c.kafka},
+		KafkaConfig:      c.kafkaConfig(),
 		LeaderGroupID:    c.group,
 		LeaderTopic:      c.topic,
 		Name:             c.name,
 		HeartbeatTimeout: goneli.Duration(c.heartbeatTimeout),
 		Scribe:           s,
 	}
+}
+
+// kafkaConfig is a copy of the resolved Kafka properties, or bootstrap.servers alone before they
+// are resolved.
+func (c *common) kafkaConfig() goneli.KafkaConfigMap {
+	kc := goneli.KafkaConfigMap{"bootstrap.servers": c.kafka}
+	for k, v := range c.resolved {
+		kc[k] = v
+	}
+	return kc
 }
 
 // reachTimeout bounds the check that the broker is there at all.
@@ -264,6 +301,11 @@ func checkReachable(servers string) error {
 	}
 	return fmt.Errorf("cannot reach Kafka at %s (%s); start one (for example 'neli broker' or 'docker compose up -d') or fix --kafka",
 		servers, strings.Join(errs, "; "))
+}
+
+// validTopic reports whether Kafka accepts name as a topic name.
+func validTopic(name string) bool {
+	return name != "" && len(name) <= 249 && name != "." && name != ".." && goneli.Sanitise(name) == name
 }
 
 // flagSet reports whether the flag called name was given on the command line.

@@ -63,6 +63,7 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"run", "--on-acquired", "true", "--", "true"}, exitUsage, "not both"},
 		{[]string{"run", "--heartbeat-timeout", "10ms", "--", "true"}, exitUsage, "--heartbeat-timeout"},
 		{[]string{"run", "--heartbeat-timeout", "soon", "--", "true"}, exitUsage, "-heartbeat-timeout"},
+		{[]string{"run", "--heartbeat-timeout", "1h", "--", "true"}, exitUsage, "--heartbeat-timeout 1h0m0s is too long: the maximum is 30m0s"},
 		{[]string{"run", "--log-format", "xml", "--", "true"}, exitUsage, "--log-format"},
 		{[]string{"run", "--log-level", "loud", "--", "true"}, exitUsage, "--log-level"},
 		{[]string{"run", "--grace", "-1s", "--", "true"}, exitUsage, "--grace"},
@@ -94,6 +95,13 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"status", "--group", ""}, exitUsage, "--group"},
 		{[]string{"status", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
 		{[]string{"run", "--address", strings.Repeat("x", 1025), "--", "true"}, exitUsage, "--address is 1025 bytes long: at most 1024"},
+		{[]string{"run", "--group", "my group", "--", "true"}, exitUsage, `--group "my group" cannot name the leader topic`},
+		{[]string{"status", "--group", "my group"}, exitUsage, "pass --topic"},
+		{[]string{"watch", "--topic", "a/b"}, exitUsage, `--topic "a/b"`},
+		{[]string{"broker", "--topics", "ok,bad topic"}, exitUsage, `--topics: "bad topic"`},
+		{[]string{"run", "-X", "security.protocol", "--", "true"}, exitUsage, "-X"},
+		{[]string{"run", "--replication-factor", "-1", "--", "true"}, exitUsage, "--replication-factor -1"},
+		{[]string{"version", "now"}, exitUsage, `unexpected argument "now"`},
 		{[]string{"broker", "--listen", "10.1.2.3:9092"}, exitUsage, "--listen"},
 		{[]string{"broker", "--listen", "127.0.0.1:port"}, exitUsage, "--listen"},
 	}
@@ -120,10 +128,20 @@ func TestBadCommandLines(t *testing.T) {
 	}
 }
 
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		status, stdout, stderr := runNeli(t, args...)
+		if status != exitOK || !strings.HasPrefix(stdout, "neli ") || !strings.Contains(stdout, "librdkafka 2.11.1") ||
+			!strings.Contains(stdout, "confluent-kafka-go v2.11.1") || !strings.Contains(stdout, " go1.") || stderr != "" {
+			t.Errorf("neli %v: status %d, stdout %q, stderr %q", args, status, stdout, stderr)
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
-	for _, sub := range []string{"demo", "run", "watch", "status", "broker"} {
+	for _, sub := range []string{"demo", "run", "watch", "status", "broker", "version"} {
 		status, stdout, stderr := runNeli(t, sub, "--help")
-		if status != exitOK || !strings.Contains(stdout, "Usage: neli "+sub) || !strings.Contains(stdout, "-log-level") && sub != "broker" {
+		if status != exitOK || !strings.Contains(stdout, "Usage: neli "+sub) || !strings.Contains(stdout, "-log-level") && sub != "broker" && sub != "version" {
 			t.Errorf("neli %s --help: status %d, stdout %q, stderr %q", sub, status, stdout, stderr)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -84,6 +85,8 @@ type runOptions struct {
 	// address is advertised in this instance's heartbeats while it leads (Config.Address).
 	address  string
 	yieldFor time.Duration
+	// replicas is the leader topic's replication factor if neli creates it; 0 for the broker's.
+	replicas int
 	// roleCount and roleNames are --roles and --role as given; roles is the list they make, nil
 	// for the single leader.
 	roleCount int
@@ -112,6 +115,7 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.StringVar(&o.onRevoked, "on-revoked", "", "shell command to run on losing leadership (instead of -- CMD)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (default: none)")
 	fs.StringVar(&o.address, "address", "", "where others reach this instance while it leads, for example its URL; 'neli watch' and 'neli status' show it (default: none)")
+	fs.IntVar(&o.replicas, "replication-factor", 0, "replication factor of the leader topic if neli creates it, for example 3 (default: the broker's default.replication.factor)")
 	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
 	fs.IntVar(&o.roleCount, "roles", 0, "contend for N numbered roles, 0 to N-1, and run a copy of CMD for each role led (default: a single leader)")
 	fs.Var(&o.roleNames, "role", "contend for the role NAME and run a copy of CMD for each role led; repeat for more roles (in the same order on every instance)")
@@ -135,6 +139,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	}
 	if o.grace < 0 {
 		return o, badUsage("--grace %v must not be negative", o.grace)
+	}
+	if o.replicas < 0 || o.replicas > math.MaxInt16 {
+		return o, badUsage("--replication-factor %d: want 1 to %d, or 0 for the broker's default", o.replicas, math.MaxInt16)
 	}
 	if len(o.address) > goneli.MaxAddressLength {
 		return o, badUsage("--address is %d bytes long: at most %d are allowed, as every heartbeat carries it", len(o.address), goneli.MaxAddressLength)
@@ -227,6 +234,7 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 	}
 	config := o.config(scr)
 	config.Address = o.address
+	config.LeaderTopicReplicationFactor = o.replicas
 	config.SetDefaults()
 
 	sup := newSupervisor(o, config, log)

@@ -71,3 +71,47 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("text status without a live leader: %d\n%s", code, text)
 	}
 }
+
+// awaitText waits for a line from lines that contains text, and returns it.
+func awaitText(t *testing.T, lines <-chan procLine, text string) string {
+	t.Helper()
+	timeout := time.After(awaitLimit)
+	for {
+		select {
+		case l := <-lines:
+			if strings.Contains(l.text, text) {
+				return l.text
+			}
+			t.Logf("%s: %s", l.proc, l.text)
+		case <-timeout:
+			t.Fatalf("no line with %q within %v", text, awaitLimit)
+		}
+	}
+}
+
+// neli watch says at once why nobody leads: a group that does not exist, or a leader whose newest
+// heartbeat is older than the lease.
+func TestWatchSaysWhyNobodyLeads(t *testing.T) {
+	b := startBroker(t)
+	group := testGroup(t)
+	lines := make(chan procLine, 100)
+	w := startProc(t, "watch", lines, nil, "watch", "--kafka", b.Addr, "--group", group, "--heartbeat-timeout", "1s")
+	awaitText(t, lines, "no leader (group "+group+" does not exist (yet)")
+	w.signal(t, syscall.SIGTERM)
+	if status := w.wait(t); status != exitOK {
+		t.Fatalf("neli watch exited with %d", status)
+	}
+
+	a := startRun(t, b.Addr, lines, nil, "--name", "a", "--", "sh", "-c", tokenScript)
+	awaitStart(t, lines, "a")
+	a.signal(t, syscall.SIGKILL)
+	for limit := time.Now().Add(awaitLimit); statusJSON(t, b.Addr, group).Roles[0].Leader != nil; {
+		// No event announces that a's heartbeat has aged past the lease: ask again until it has.
+		if time.Now().After(limit) {
+			t.Fatalf("a still reported live %v after SIGKILL", awaitLimit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	startProc(t, "watch2", lines, nil, "watch", "--kafka", b.Addr, "--group", group, "--heartbeat-timeout", "1s")
+	awaitText(t, lines, "no leader (newest heartbeat from a, ")
+}

@@ -20,8 +20,9 @@ const watchAbout = `Prints each change of leader of --group as it happens, one l
 it was seen, the leader's name, its address if it has one ('neli run --address'), its
 fencing token (the NELI_TOKEN its 'neli run' gives CMD) and since when it has led. "no leader" means the last leader's heartbeats have not been
 seen for --heartbeat-timeout; give the lease the contenders use. On start it shows the
-sender of the newest heartbeat at once; if that leader has already gone, a "no leader"
-line follows one --heartbeat-timeout later.
+current leader within one of its heartbeats, and when nobody leads it says why at once: the
+group or the topic does not exist, the partition has no heartbeats, or the newest one is
+too old (with its sender and age).
 
 For a group with roles ('neli run --roles' or '--role'), every line names the role it is
 about, and each role is followed on its own: role i is partition i of the leader topic.
@@ -88,6 +89,28 @@ func runWatch(args []string, stdout, stderr io.Writer) (int, error) {
 
 	p := &watchPrinter{w: stdout, json: o.format == "json", now: time.Now}
 	log.Infof("neli watch: following the leader of group %s on topic %s", config.LeaderGroupID, config.LeaderTopic)
+	// A live leader shows up within one of its heartbeats; silence could mean anything, so say at
+	// once why nobody leads.
+	st, err := goneli.Describe(ctx, config)
+	switch {
+	case errors.Is(err, goneli.ErrNoSuchGroup):
+		p.noLeader("", 0, fmt.Sprintf("group %s does not exist (yet): no member has joined it; check --group", quoteField(config.LeaderGroupID)))
+	case err != nil:
+		log.Warnf("neli watch: cannot describe the group (%v); following the heartbeats only", err)
+	case len(st.Roles) == 0:
+		p.noLeader("", 0, fmt.Sprintf("topic %s does not exist (yet); check --group or --topic", config.LeaderTopic))
+	default:
+		for _, r := range st.Roles {
+			switch {
+			case r.Leader.Name != "":
+				// Watch reports it with its first heartbeat.
+			case r.Newest.Name == "":
+				p.noLeader(r.Role, r.Partition, "no heartbeats yet")
+			default:
+				p.noLeader(r.Role, r.Partition, fmt.Sprintf("newest %s from %s, %s old", r.Newest.Kind, r.Newest.Name, r.Newest.Age.Round(time.Millisecond)))
+			}
+		}
+	}
 	// Watch returns only with an error: context.Canceled is the signal's doing, and the end of a
 	// successful watch.
 	if err := goneli.Watch(ctx, config, p.print); !errors.Is(err, context.Canceled) {
@@ -121,6 +144,18 @@ type watchRecord struct {
 	Since      string `json:"since,omitempty"`
 	LastLeader string `json:"last_leader,omitempty"`
 	LastToken  int64  `json:"last_token,omitempty"`
+	// Reason says why nobody leads, on the lines printed when watch starts.
+	Reason string `json:"reason,omitempty"`
+}
+
+// noLeader prints a "no leader" line with the reason, for a role that nobody leads when watch
+// starts.
+func (p *watchPrinter) noLeader(role string, partition int32, reason string) {
+	r := watchRecord{Time: p.now().Format(watchTime), Role: role, Event: "no-leader", Reason: reason}
+	if role != "" {
+		r.Partition = &partition
+	}
+	p.write(r)
 }
 
 func (p *watchPrinter) print(info goneli.LeaderInfo) {
@@ -138,6 +173,10 @@ func (p *watchPrinter) print(info goneli.LeaderInfo) {
 		r.Event, r.Leader, r.Address, r.Tenure, r.Token, r.Since = "leader", info.Name, info.Address, info.Tenure, info.Token, info.Since.Format(watchTime)
 		p.last[info.Partition] = info
 	}
+	p.write(r)
+}
+
+func (p *watchPrinter) write(r watchRecord) {
 	if p.json {
 		line, _ := json.Marshal(r) // cannot fail: strings and integers only
 		fmt.Fprintf(p.w, "%s\n", line)
@@ -154,6 +193,8 @@ func (p *watchPrinter) print(info goneli.LeaderInfo) {
 		fmt.Fprintf(p.w, "%s leader %s token %d since %s\n", at, r.Leader, r.Token, r.Since)
 	case r.LastLeader != "":
 		fmt.Fprintf(p.w, "%s no leader (%s's heartbeats stopped; its token was %d)\n", at, r.LastLeader, r.LastToken)
+	case r.Reason != "":
+		fmt.Fprintf(p.w, "%s no leader (%s)\n", at, r.Reason)
 	default:
 		fmt.Fprintf(p.w, "%s no leader\n", at)
 	}

@@ -126,9 +126,23 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 		return o, err
 	}
 	o.Roles = roles
-	o.Kafka = kafkaKV.m
+	o.Kafka = map[string]string{}
+	if env := os.Getenv(KafkaConfigEnv); env != "" {
+		if err := json.Unmarshal([]byte(env), &o.Kafka); err != nil {
+			fmt.Fprintf(output, "member: $%s: %v\n", KafkaConfigEnv, err)
+			return o, err
+		}
+	}
+	for k, v := range kafkaKV.m {
+		o.Kafka[k] = v
+	}
 	return o, nil
 }
+
+// KafkaConfigEnv names the environment variable through which a parent passes librdkafka
+// properties as a JSON object of strings: unlike arguments, a process's environment is not shown
+// to other users of the host, so secrets stay out of ps. -X settings override it.
+const KafkaConfigEnv = "NELI_MEMBER_KAFKA_CONFIG"
 
 // rolesOf is the role list the -roles and -role flags ask for: nil for neither.
 func rolesOf(numbered int, named roleFlag) ([]string, error) {
