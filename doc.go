@@ -78,6 +78,18 @@
 // runs on while a successor leads. Keep each unit of leader work short, re-check IsLeader between
 // steps, and where a downstream system must refuse a deposed leader, fence it there.
 //
+// Run and RunRoles give leader work a context that is cancelled when the barrier hears of the
+// fence or revocation. That is as prompt as the watchdog (milliseconds after the lease runs out),
+// but work that ignores its context, or is paused, runs on just the same: the context tells the
+// work when to stop, it cannot stop it.
+//
+// # Observing
+//
+// Followers with ObserveLeader, Watch and Describe learn who leads (and Config.Address, where
+// to reach the leader) from the heartbeats on the leader topic. What they report rests on the
+// leader's wall clock and is for routing and display, never for deciding who may act: a follower
+// may report a leader a moment after its lease ran out, or a new leader a heartbeat late.
+//
 // # Liveness
 //
 // After a graceful Close, a successor is elected about one group heartbeat interval later. After

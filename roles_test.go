@@ -49,7 +49,13 @@ func checkRoles(t *testing.T, events []stamped) {
 // ends. Its events are recorded as who.
 func roleContender(t *testing.T, config Config, roles []string, r *recorder) Roles {
 	t.Helper()
-	rs, err := NewRoles(config, roles, r.barrier(config.Name))
+	return roleContenderWith(t, config, roles, r.barrier(config.Name))
+}
+
+// roleContenderWith is roleContender with a barrier of the test's own.
+func roleContenderWith(t *testing.T, config Config, roles []string, barrier Barrier) Roles {
+	t.Helper()
+	rs, err := NewRoles(config, roles, barrier)
 	if err != nil {
 		t.Fatalf("NewRoles(%s): %v", config.Name, err)
 	}
@@ -196,7 +202,7 @@ func TestRolesSlowRevokeHoldsUpNoOtherRole(t *testing.T) {
 	var mu sync.Mutex
 	var returned time.Time // when a's barrier returned from its LeaderRevoked
 	slow := 3 * lease / 2  // longer than a lease, shorter than the rebalance timeout (2 leases)
-	a, err := NewRoles(config("a"), roles, func(e Event) {
+	a := roleContenderWith(t, config("a"), roles, func(e Event) {
 		r.add("a", e)
 		if _, ok := e.(LeaderRevoked); ok {
 			time.Sleep(slow) // the work this test is about: finishing in-flight work
@@ -204,19 +210,6 @@ func TestRolesSlowRevokeHoldsUpNoOtherRole(t *testing.T) {
 			returned = time.Now()
 			mu.Unlock()
 		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa, err := a.Background(func(string) { time.Sleep(time.Millisecond) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pa.Close()
-		_ = pa.Await()
-		_ = a.Close()
-		awaitClientsClosed(t, a.(*roleSet).n)
 	})
 	awaitLed(t, "a to lead both roles", roles, map[string]Roles{"a": a}, func(map[string][]string) bool { return true })
 
@@ -401,20 +394,7 @@ func TestRolesCloseDuringASlowRevokeHoldsSuccessorsBack(t *testing.T) {
 		return c
 	}
 	s := &slowRevoker{r: r, who: "a", slow: 3 * lease / 2, returned: map[string]time.Time{}}
-	a, err := NewRoles(config("a"), roles, s.barrier)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pa, err := a.Background(func(string) { time.Sleep(time.Millisecond) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pa.Close()
-		_ = pa.Await()
-		_ = a.Close()
-		awaitClientsClosed(t, a.(*roleSet).n)
-	})
+	a := roleContenderWith(t, config("a"), roles, s.barrier)
 	awaitLed(t, "a to lead both roles", roles, map[string]Roles{"a": a}, func(map[string][]string) bool { return true })
 	c := roleContender(t, config("c"), roles, r)
 	// c's join moves one role; a's barrier is busy with that role's LeaderRevoked when a closes.

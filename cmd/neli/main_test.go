@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -162,21 +161,7 @@ func TestHelp(t *testing.T) {
 // runNeli runs neli to completion and returns its status and output.
 func runNeli(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, neliBin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatalf("running neli %v: %v", args, err)
-	return 0, "", ""
+	return runNeliEnv(t, nil, args...)
 }
 
 // leaderScript is the command under neli run. It logs its start, a tick every 50 ms and its stop

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -27,32 +24,10 @@ of the leader topic; it never joins the group. Exit status 0 when it could descr
 group (whether or not anyone leads), 1 when the group does not exist or Kafka could not
 be asked, 2 for a bad command line.`
 
-type statusOptions struct {
-	common
-	format string
-}
-
-func parseStatus(args []string, stdout io.Writer) (statusOptions, error) {
-	var o statusOptions
-	o.kafka = "localhost:9092"
-	fs := newFlagSet("status", "[--kafka ADDR] [--group G] [--topic T] [--heartbeat-timeout D] [--format text|json]", statusAbout)
-	o.register(fs, "neli", "warn", goneli.DefaultHeartbeatTimeout)
-	fs.StringVar(&o.format, "format", "text", "output format: text or json")
-	fs.Lookup("name").Usage = "this client's name, seen by the broker as client.id goneli-<name>-... (default <hostname>_<pid>_<time>)"
-	fs.Lookup("heartbeat-timeout").Usage = "the contenders' lease: a leader whose newest heartbeat is older is not live"
-	if err := parse(fs, args, stdout); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, badUsage("unexpected argument %q", fs.Arg(0))
-	}
-	if err := o.validate(); err != nil {
-		return o, err
-	}
-	if o.format != "text" && o.format != "json" {
-		return o, badUsage("--format %q: use text or json", o.format)
-	}
-	return o, nil
+func parseStatus(args []string, stdout io.Writer) (readerOptions, error) {
+	return parseReader("status", statusAbout, "output format: text or json",
+		"this client's name, seen by the broker as client.id goneli-<name>-... (default <hostname>_<pid>_<time>)",
+		"the contenders' lease: a leader whose newest heartbeat is older is not live", args, stdout)
 }
 
 func runStatus(args []string, stdout, stderr io.Writer) (int, error) {
@@ -60,13 +35,10 @@ func runStatus(args []string, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, scr := o.logger(stderr)
-	if err := checkReachable(o.kafka); err != nil {
+	_, config, ctx, stop, err := o.start(stderr)
+	if err != nil {
 		return 0, err
 	}
-	config := o.config(scr)
-	config.SetDefaults()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	st, err := goneli.Describe(ctx, config)
 	switch {

@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/goneli/goneli"
+	"github.com/sirupsen/logrus"
 )
 
 const watchAbout = `Prints each change of leader of --group as it happens, one line each on stdout: the time
@@ -44,20 +45,24 @@ cannot become leader or cause a rebalance. SIGINT or SIGTERM stops it with statu
 // several hosts can be compared.
 const watchTime = "2006-01-02T15:04:05.000Z07:00"
 
-type watchOptions struct {
+// readerOptions are the flags of the commands that only read a group, watch and status.
+type readerOptions struct {
 	common
 	format string
 }
 
-func parseWatch(args []string, stdout io.Writer) (watchOptions, error) {
-	var o watchOptions
+// parseReader parses the flags of watch or status. nameUsage and leaseUsage say what --name and
+// --heartbeat-timeout mean to the command.
+func parseReader(cmd, about, formatUsage, nameUsage, leaseUsage string, args []string, stdout io.Writer) (readerOptions, error) {
+	var o readerOptions
 	o.kafka = "localhost:9092"
-	fs := newFlagSet("watch", "[--kafka ADDR] [--group G] [--topic T] [--heartbeat-timeout D] [--format text|json]", watchAbout)
-	// Quieter than run by default: stdout is the point of watch, and the logs share the terminal.
+	fs := newFlagSet(cmd, "[--kafka ADDR] [--group G] [--topic T] [--heartbeat-timeout D] [--format text|json]", about)
+	// Quieter than run by default: stdout is the point of these commands, and the logs share the
+	// terminal.
 	o.register(fs, "neli", "warn", goneli.DefaultHeartbeatTimeout)
-	fs.StringVar(&o.format, "format", "text", "output format: text or json (one object per line)")
-	fs.Lookup("name").Usage = "this watcher's name, seen by the broker as client.id goneli-<name>-observer (default <hostname>_<pid>_<time>)"
-	fs.Lookup("heartbeat-timeout").Usage = "the contenders' lease: a leader unseen for this long is reported gone"
+	fs.StringVar(&o.format, "format", "text", formatUsage)
+	fs.Lookup("name").Usage = nameUsage
+	fs.Lookup("heartbeat-timeout").Usage = leaseUsage
 	if err := parse(fs, args, stdout); err != nil {
 		return o, err
 	}
@@ -73,18 +78,34 @@ func parseWatch(args []string, stdout io.Writer) (watchOptions, error) {
 	return o, nil
 }
 
+func parseWatch(args []string, stdout io.Writer) (readerOptions, error) {
+	return parseReader("watch", watchAbout, "output format: text or json (one object per line)",
+		"this watcher's name, seen by the broker as client.id goneli-<name>-observer (default <hostname>_<pid>_<time>)",
+		"the contenders' lease: a leader unseen for this long is reported gone", args, stdout)
+}
+
+// start sets up logging, checks that Kafka is there, and returns the goneli config and a context
+// that SIGINT or SIGTERM ends; stop releases the signals.
+func (o *readerOptions) start(stderr io.Writer) (log *logrus.Logger, config goneli.Config, ctx context.Context, stop context.CancelFunc, err error) {
+	log, scr := o.logger(stderr)
+	if err := checkReachable(o.kafka); err != nil {
+		return nil, config, nil, nil, err
+	}
+	config = o.config(scr)
+	config.SetDefaults()
+	ctx, stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	return log, config, ctx, stop, nil
+}
+
 func runWatch(args []string, stdout, stderr io.Writer) (int, error) {
 	o, err := parseWatch(args, stdout)
 	if err != nil {
 		return 0, err
 	}
-	log, scr := o.logger(stderr)
-	if err := checkReachable(o.kafka); err != nil {
+	log, config, ctx, stop, err := o.start(stderr)
+	if err != nil {
 		return 0, err
 	}
-	config := o.config(scr)
-	config.SetDefaults()
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
 	p := &watchPrinter{w: stdout, json: o.format == "json", now: time.Now}
