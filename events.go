@@ -31,6 +31,16 @@ type Event interface {
 // in-flight work first. Close waits likewise for the final LeaderRevoked events. The barrier may
 // call IsLeader, State, Token, Leader, Stats, Yield and Close (Close then returns once the
 // instance has left the group; see Neli.Close), but not Pulse.
+//
+// What a barrier that misbehaves costs:
+//   - Blocking in LeaderAcquired, for however long, delays IsLeader; the lease goes on being
+//     renewed meanwhile, so leadership begins when the barrier returns, if the tenure lasted.
+//   - Blocking in LeaderRevoked holds the role's successor back for at most the rebalance timeout,
+//     and Close for at most its bound; after that the successor may lead while the barrier runs.
+//   - Blocking in LeaderFenced delays the role's later events, not its renewals.
+//   - A panic, here or in OnLeaderChange or a leader task, is not recovered: it ends the process
+//     as any panic on a goroutine does, and the group handles that as a crash (a successor after
+//     the session timeout). A panic in LeaderAcquired comes before IsLeader could turn true.
 type Barrier func(e Event)
 
 // NopBarrier returns a barrier that ignores every event.

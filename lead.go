@@ -22,7 +22,8 @@ type RoleFunc func(ctx context.Context, role string)
 
 // Run contends for leadership of config's group until ctx ends, runs task for each tenure won, and
 // then closes the instance, handing leadership over at once; it is New, a pulse loop and Close in
-// one call, for programs whose leader work is one long-running function. If ctx has already ended,
+// one call, for programs whose leader work is one long-running function. Run does not return
+// before every call of task has returned, so a task must heed its context. If ctx has already ended,
 // Run returns nil without starting anything. Otherwise it returns nil once the
 // instance has closed after ctx ended, New's error if the instance could not start, or a fatal
 // error that stopped the pulse loop (the instance is closed then too).

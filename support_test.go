@@ -320,11 +320,15 @@ func runChild(addr, group, name string) {
 	}
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
+	panics := os.Getenv(childPanicEnv) != ""
 	n, err := New(config, func(e Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(out, "%T\n", e)
 		out.Flush()
+		if _, ok := e.(LeaderAcquired); ok && panics {
+			panic("barrier panics on purpose")
+		}
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
