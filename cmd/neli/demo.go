@@ -120,7 +120,7 @@ func runDemo(args []string, stdout, stderr io.Writer) (int, error) {
 		d.say("lease (HeartbeatTimeout) %v, group session timeout %v: short, which the embedded broker allows,", o.heartbeatTimeout, 2*o.heartbeatTimeout)
 		d.say("so a crashed or frozen leader is replaced within about %v", 2*o.heartbeatTimeout)
 	} else {
-		if err := checkReachable(o.kafka); err != nil {
+		if err := o.checkReachable(); err != nil {
 			return 0, err
 		}
 		d.addr = o.kafka

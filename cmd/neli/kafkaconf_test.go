@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -148,5 +149,38 @@ func TestRunRefusedSession(t *testing.T) {
 	status, _, stderr := runNeli(t, "run", "--kafka", b.Addr, "--group", testGroup(t), "--heartbeat-timeout", "1s", "--log-level", "off", "--", "true")
 	if status != exitFail || !strings.Contains(stderr, "refuses a group session of 2s") || !strings.Contains(stderr, "raise HeartbeatTimeout") {
 		t.Fatalf("neli run with a refused session: status %d, stderr %q", status, stderr)
+	}
+}
+
+// A --kafka that names a port of some other service ends at once with one line, instead of
+// librdkafka retrying its ApiVersions request for ever.
+func TestKafkaThatIsNotKafka(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = conn.Write([]byte("HTTP/1.0 400 Bad Request\r\n\r\n"))
+			_ = conn.Close()
+		}
+	}()
+	defer func() {
+		_ = ln.Close()
+		<-served
+	}()
+	for _, cmd := range [][]string{{"run", "--", "true"}, {"watch"}, {"status"}} {
+		args := append([]string{cmd[0], "--kafka", ln.Addr().String()}, cmd[1:]...)
+		status, _, stderr := runNeli(t, args...)
+		if status != exitFail || !strings.Contains(stderr, "accepts connections but does not answer as Kafka") ||
+			strings.Count(strings.TrimRight(stderr, "\n"), "\n") != 0 {
+			t.Errorf("neli %v: status %d, stderr %q", args, status, stderr)
+		}
 	}
 }

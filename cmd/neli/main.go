@@ -15,6 +15,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -275,10 +276,14 @@ func (c *common) kafkaConfig() goneli.KafkaConfigMap {
 // reachTimeout bounds the check that the broker is there at all.
 const reachTimeout = 5 * time.Second
 
-// checkReachable fails fast when none of the bootstrap servers accepts a TCP connection. goneli
-// itself would keep retrying for ever, which is right for a service but leaves someone who
-// mistyped --kafka staring at a silent terminal.
-func checkReachable(servers string) error {
+// checkReachable fails fast when no bootstrap server answers. goneli itself would keep retrying
+// for ever, which is right for a service but leaves someone who mistyped --kafka staring at a
+// silent terminal. Over a plaintext listener it also checks that the server speaks Kafka, since a
+// port of some other service accepts the connection and then never answers librdkafka.
+func (c *common) checkReachable() error {
+	servers := c.kafka
+	protocol := strings.ToLower(fmt.Sprint(c.kafkaConfig()["security.protocol"]))
+	probe := protocol == "<nil>" || protocol == "plaintext" || protocol == "sasl_plaintext"
 	var errs []string
 	for _, s := range strings.Split(servers, ",") {
 		s = strings.TrimSpace(s)
@@ -290,17 +295,50 @@ func checkReachable(servers string) error {
 			return badUsage("--kafka %q: want host:port[,host:port...]", servers)
 		}
 		conn, err := net.DialTimeout("tcp", s, reachTimeout)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		if probe {
+			err = speaksKafka(conn)
+		}
+		_ = conn.Close()
 		if err == nil {
-			_ = conn.Close()
 			return nil
 		}
-		errs = append(errs, err.Error())
+		errs = append(errs, fmt.Sprintf("%s accepts connections but does not answer as Kafka: %v", s, err))
 	}
 	if len(errs) == 0 {
 		return badUsage("--kafka is empty: want host:port[,host:port...]")
 	}
 	return fmt.Errorf("cannot reach Kafka at %s (%s); start one (for example 'neli broker' or 'docker compose up -d') or fix --kafka",
 		servers, strings.Join(errs, "; "))
+}
+
+// speaksKafka sends an ApiVersions request (version 0, which every Kafka broker answers before
+// authentication) and checks that the answer is framed as Kafka frames it.
+func speaksKafka(conn net.Conn) error {
+	const correlation = 0x6e656c69
+	clientID := "neli-probe"
+	req := binary.BigEndian.AppendUint16(nil, 18) // ApiVersions
+	req = binary.BigEndian.AppendUint16(req, 0)
+	req = binary.BigEndian.AppendUint32(req, correlation)
+	req = binary.BigEndian.AppendUint16(req, uint16(len(clientID)))
+	req = append(req, clientID...)
+	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
+	_ = conn.SetDeadline(time.Now().Add(reachTimeout))
+	if _, err := conn.Write(frame); err != nil {
+		return err
+	}
+	var head [8]byte
+	if _, err := io.ReadFull(conn, head[:]); err != nil {
+		return fmt.Errorf("no answer to an ApiVersions request (%v)", err)
+	}
+	size, id := binary.BigEndian.Uint32(head[:4]), binary.BigEndian.Uint32(head[4:])
+	if size < 4 || size > 1<<20 || id != correlation {
+		return fmt.Errorf("the answer to an ApiVersions request is not a Kafka response (%q)", head[:])
+	}
+	return nil
 }
 
 // validTopic reports whether Kafka accepts name as a topic name.

@@ -229,7 +229,7 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 		}
 		defer metricsLn.Close()
 	}
-	if err := checkReachable(o.kafka); err != nil {
+	if err := o.checkReachable(); err != nil {
 		return 0, err
 	}
 	config := o.config(scr)

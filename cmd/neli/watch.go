@@ -88,7 +88,7 @@ func parseWatch(args []string, stdout io.Writer) (readerOptions, error) {
 // that SIGINT or SIGTERM ends; stop releases the signals.
 func (o *readerOptions) start(stderr io.Writer) (log *logrus.Logger, config goneli.Config, ctx context.Context, stop context.CancelFunc, err error) {
 	log, scr := o.logger(stderr)
-	if err := checkReachable(o.kafka); err != nil {
+	if err := o.checkReachable(); err != nil {
 		return nil, config, nil, nil, err
 	}
 	config = o.config(scr)
