@@ -1,4 +1,4 @@
-.PHONY: test demo vet chaos
+.PHONY: test demo vet chaos soak
 
 # Every package, race detector on. Tests that need Docker skip themselves where there is none.
 test:
@@ -24,3 +24,9 @@ CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50
 chaos:
 	CHAOS_TRIALS=$(CHAOS_TRIALS) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 180m ./chaos/
+
+# The soak: trials of CHAOS_FAULTS faults (50 by default) start until SOAK_DURATION has passed,
+# then the same summary as chaos. CHAOS_ROLES and the other CHAOS_* settings apply.
+SOAK_DURATION ?= 1h
+soak:
+	CHAOS_DURATION=$(SOAK_DURATION) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 24h ./chaos/

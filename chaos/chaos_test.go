@@ -101,6 +101,9 @@ type settings struct {
 	extra   int // random faults the short run (faults == 0) adds to one of each kind
 	kinds   []string
 	logDir  string
+	// duration, if set (CHAOS_DURATION, as in `make soak`), replaces trials: trials start until it
+	// has passed.
+	duration time.Duration
 }
 
 func readSettings(t *testing.T) settings {
@@ -134,6 +137,13 @@ func readSettings(t *testing.T) settings {
 			s.kinds = append(s.kinds, k)
 		}
 	}
+	if v := os.Getenv("CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			t.Fatalf("CHAOS_DURATION=%q: want a positive duration such as 1h", v)
+		}
+		s.duration = d
+	}
 	s.logDir = os.Getenv("CHAOS_LOGDIR")
 	if s.members < 2 {
 		t.Fatalf("CHAOS_MEMBERS=%d: need at least 2", s.members)
@@ -143,11 +153,16 @@ func readSettings(t *testing.T) settings {
 
 // TestChaos runs trials of random faults against a group of member processes and fails on any
 // instant at which two of them acted as leader. By default it runs one short trial: one fault of
-// each default kind and shortExtra more; CHAOS_FAULTS and CHAOS_TRIALS make it longer.
+// each default kind and shortExtra more; CHAOS_FAULTS and CHAOS_TRIALS (or CHAOS_DURATION) make
+// it longer.
 func TestChaos(t *testing.T) {
 	s := readSettings(t)
-	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %d trial(s), %d members, %s, kinds %v",
-		s.seed, s.seed, s.trials, s.members, s.mode(), s.kinds)
+	trials := fmt.Sprintf("%d trial(s)", s.trials)
+	if s.duration > 0 {
+		trials = fmt.Sprintf("trials for %v", s.duration)
+	}
+	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %s, %d members, %s, kinds %v",
+		s.seed, s.seed, trials, s.members, s.mode(), s.kinds)
 	runTrials(t, s)
 }
 
@@ -183,8 +198,10 @@ const rolesShortRoles = 8
 
 // runTrials runs s.trials trials and prints the summary.
 func runTrials(t *testing.T, s settings) {
-	sum := Summary{Trials: s.trials}
-	for i := range s.trials {
+	sum := Summary{}
+	start := time.Now()
+	for i := 0; s.duration == 0 && i < s.trials || s.duration > 0 && time.Since(start) < s.duration; i++ {
+		sum.Trials++
 		seed := s.seed + uint64(i)
 		// A failed trial does not stop the others: their figures still count, and a second
 		// failure is worth knowing about.
