@@ -52,7 +52,8 @@ type RoleStatus struct {
 	Role      string
 	Partition int32
 	// Leader is the live leader, known by a heartbeat of a tenure that has acquired, sent less than
-	// HeartbeatTimeout before At by the sender's wall clock. Its Name is empty when there is none.
+	// HeartbeatTimeout before At by the sender's wall clock (and no more than that after it, for a
+	// clock that runs ahead). Its Name is empty when there is none.
 	Leader LeaderInfo
 	// Owner is the Name of the member the group assigned the partition to, empty if none. It may
 	// differ from Leader.Name for a moment after a rebalance.
@@ -138,12 +139,19 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	}
 	sort.Slice(status.Members, func(i, j int) bool { return status.Members[i].ClientID < status.Members[j].ClientID })
 
-	md, err := admin.GetMetadata(&config.LeaderTopic, false, int(bound.Milliseconds()))
+	// What the description of the group left of the bound.
+	left := max(time.Until(deadline), time.Millisecond)
+	md, err := admin.GetMetadata(&config.LeaderTopic, false, int(left.Milliseconds()))
 	if err != nil {
 		return status, fmt.Errorf("goneli: cannot read the metadata of %s: %w", config.LeaderTopic, err)
 	}
 	tm, ok := md.Topics[config.LeaderTopic]
-	if !ok || tm.Error.Code() == kafka.ErrUnknownTopicOrPart || len(tm.Partitions) == 0 {
+	switch {
+	case ok && tm.Error.Code() != kafka.ErrNoError && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic:
+		// Not "missing": a topic that cannot be read (no Describe right, say) may well have a
+		// leader.
+		return status, fmt.Errorf("goneli: cannot read the metadata of %s: %w", config.LeaderTopic, tm.Error)
+	case !ok || tm.Error.Code() != kafka.ErrNoError || len(tm.Partitions) == 0:
 		status.At = time.Now()
 		return status, nil
 	}
@@ -165,7 +173,10 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 				Offset: rec.offset,
 			}
 			rs.Newest.Age = status.At.Sub(rs.Newest.Sent)
-			if rec.h.kind == kindHeartbeat && rec.h.token > 0 && rs.Newest.Age <= *config.HeartbeatTimeout {
+			// A heartbeat from well in the future says more about the sender's clock than about
+			// its leadership, so it names no live leader either.
+			lease := *config.HeartbeatTimeout
+			if rec.h.kind == kindHeartbeat && rec.h.token > 0 && rs.Newest.Age <= lease && rs.Newest.Age >= -lease {
 				rs.Leader = LeaderInfo{Role: rec.h.role, Partition: int32(p), Name: rec.name, Address: rec.h.address,
 					Tenure: rs.Newest.Tenure, Token: rec.h.token, Since: time.Unix(0, rec.h.since), LastHeartbeat: rs.Newest.Sent}
 			}
@@ -275,7 +286,9 @@ func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partit
 				left--
 			}
 		case kafka.PartitionEOF:
-			if p := int(e.Partition); !exact && p >= 0 && p < partitions && want[p] >= 0 {
+			// Without watermarks, the end is the only sign of being done. With them it also ends a
+			// partition whose record below the watermark went (retention trimmed it meanwhile).
+			if p := int(e.Partition); p >= 0 && p < partitions && want[p] >= 0 {
 				want[p] = -1
 				left--
 			}

@@ -110,8 +110,9 @@ func (n *neli) handle(ev kafka.Event) error {
 			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
 		}
 		if e.Code() == kafka.ErrInvalidSessionTimeout && n.timing.classic {
-			// A configuration mismatch that no retry can mend; this instance never joined, so it
-			// holds no lease to give up.
+			// A configuration mismatch that no retry can mend. A lease this instance may still hold
+			// runs out on its own: no commit is accepted without a session, and the watchdog
+			// fences it.
 			return &SessionTimeoutError{Session: n.timing.session, HeartbeatTimeout: *n.config.HeartbeatTimeout, Err: e}
 		}
 		n.logKafkaError("consumer", e)

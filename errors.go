@@ -31,9 +31,13 @@ type SessionTimeoutError struct {
 }
 
 func (e *SessionTimeoutError) Error() string {
-	return fmt.Sprintf("goneli: the broker refuses a group session of %v, twice HeartbeatTimeout (%v): it lies outside the broker's "+
-		"group.min.session.timeout.ms to group.max.session.timeout.ms (6s to 30m by default); raise HeartbeatTimeout "+
-		"(to at least 3s under Kafka's defaults) or lower the broker's group.min.session.timeout.ms (%v)", e.Session, e.HeartbeatTimeout, e.Err)
+	advice := "raise HeartbeatTimeout (to at least 3s under Kafka's defaults) or lower the broker's group.min.session.timeout.ms"
+	if e.Session > 30*time.Minute {
+		advice = "lower HeartbeatTimeout (to at most 15m under Kafka's defaults) or raise the broker's group.max.session.timeout.ms"
+	}
+	return fmt.Sprintf("goneli: the broker refuses a group session of %v (derived from HeartbeatTimeout %v, or set as "+
+		"KafkaConfig[\"session.timeout.ms\"]): it lies outside the broker's group.min.session.timeout.ms to "+
+		"group.max.session.timeout.ms (6s to 30m by default); %s (%v)", e.Session, e.HeartbeatTimeout, advice, e.Err)
 }
 
 // Unwrap returns the cause.

@@ -131,6 +131,10 @@ type tenureRunner struct {
 	task RoleFunc
 	mu   sync.Mutex
 	runs map[string]*taskRun
+	// closed is set by stopAll: Close may return while a barrier call is under way, and an
+	// acquisition delivered after that must not start a task that Run would not wait for.
+	closed  bool
+	running sync.WaitGroup // every call of task, whatever the map still holds
 }
 
 // taskRun is one call of the task.
@@ -164,41 +168,49 @@ func (tr *tenureRunner) start(role string) {
 	ctx, cancel := context.WithCancel(tr.ctx)
 	run := &taskRun{cancel: cancel, done: make(chan struct{})}
 	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.closed {
+		cancel()
+		return
+	}
 	tr.runs[role] = run
-	tr.mu.Unlock()
+	tr.running.Add(1)
 	go func() {
+		defer tr.running.Done()
 		defer close(run.done)
 		defer cancel()
 		tr.task(ctx, role)
 	}()
 }
 
-// stop cancels the role's call, if any, and if wait is set waits for it to return.
+// stop cancels the role's call, if any, and if wait is set waits for it to return. The call stays
+// in the map until it has returned, so that stopAll sees it meanwhile.
 func (tr *tenureRunner) stop(role string, wait bool) {
 	tr.mu.Lock()
 	run := tr.runs[role]
-	if wait {
-		delete(tr.runs, role)
-	}
 	tr.mu.Unlock()
 	if run == nil {
 		return
 	}
 	run.cancel()
-	if wait {
-		<-run.done
+	if !wait {
+		return
 	}
-}
-
-// stopAll cancels every call and waits for them.
-func (tr *tenureRunner) stopAll() {
+	<-run.done
 	tr.mu.Lock()
-	roles := make([]string, 0, len(tr.runs))
-	for role := range tr.runs {
-		roles = append(roles, role)
+	if tr.runs[role] == run {
+		delete(tr.runs, role)
 	}
 	tr.mu.Unlock()
-	for _, role := range roles {
-		tr.stop(role, true)
+}
+
+// stopAll cancels every call, refuses new ones, and waits until every call has returned.
+func (tr *tenureRunner) stopAll() {
+	tr.mu.Lock()
+	tr.closed = true
+	for _, run := range tr.runs {
+		run.cancel()
 	}
+	tr.mu.Unlock()
+	tr.running.Wait()
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -219,5 +220,51 @@ func TestRunRolesRunsEachRole(t *testing.T) {
 	got := tl.snapshot()
 	if !slices.Contains(got, "end billing") || !slices.Contains(got, "end audit") || len(got) != 4 {
 		t.Fatalf("RunRoles returned with %q", got)
+	}
+}
+
+// stopAll waits for every call, including one that a revocation is already waiting for, and no
+// call starts after it: Run must not return while a task runs, nor start one after returning.
+func TestTenureRunnerStopAllWaitsForEveryCall(t *testing.T) {
+	gate := make(chan struct{})
+	started := make(chan string, 4)
+	var ended atomic.Int32
+	tr := newTenureRunner(context.Background(), func(ctx context.Context, role string) {
+		started <- role
+		<-ctx.Done()
+		<-gate
+		ended.Add(1)
+	})
+	tr.handle(LeaderAcquired{Role: "x"})
+	<-started
+	revoked := make(chan struct{})
+	go func() {
+		tr.handle(LeaderRevoked{Role: "x"}) // waits for x's call, which the gate holds
+		close(revoked)
+	}()
+	stopped := make(chan struct{})
+	go func() {
+		tr.stopAll()
+		close(stopped)
+	}()
+	// A negative check: nothing announces that stopAll is still waiting, so give it a moment to
+	// return if it were wrong, then let the call end.
+	select {
+	case <-stopped:
+		t.Fatal("stopAll returned while a call still ran")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	<-stopped
+	<-revoked
+	if ended.Load() != 1 {
+		t.Fatalf("%d calls ended, want 1", ended.Load())
+	}
+	tr.handle(LeaderAcquired{Role: "y"})
+	tr.stopAll()
+	select {
+	case role := <-started:
+		t.Fatalf("a call for %s started after stopAll", role)
+	default:
 	}
 }

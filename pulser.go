@@ -103,7 +103,7 @@ func (p *pulser) run(ctx context.Context, n Neli, task LeaderTask) {
 				// leaves the group with advice to raise max.poll.interval.ms, which would not help.
 				warned = true
 				nl.log.W()("goneli %s: a Background task run took %v, longer than the lease (HeartbeatTimeout %v): "+
-					"no heartbeat can be renewed while a run lasts, so this instance was fenced and left the group. "+
+					"no lease can be renewed while a run lasts, so this instance was fenced (and, past max.poll.interval.ms, expelled from the group). "+
 					"Keep each run well under the lease, or use goneli.Run for leader work that runs for a whole tenure",
 					nl.config.Name, took.Round(time.Millisecond), *nl.config.HeartbeatTimeout)
 			}

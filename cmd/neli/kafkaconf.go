@@ -26,11 +26,9 @@ type propertyFlags []string
 
 func (p *propertyFlags) String() string { return strings.Join(*p, " ") }
 
+// Set accepts anything: the flag package would print a refused value in its error, and a value
+// without its "=" may be a secret. resolve checks the form.
 func (p *propertyFlags) Set(v string) error {
-	k, _, ok := strings.Cut(v, "=")
-	if !ok || strings.TrimSpace(k) == "" {
-		return fmt.Errorf("want key=value, for example -X security.protocol=SASL_SSL")
-	}
 	*p = append(*p, v)
 	return nil
 }
@@ -73,8 +71,11 @@ func (k *kafkaSettings) resolve(bootstrap string, explicit bool) (string, error)
 		}
 	}
 	for _, kv := range k.props {
-		key, value, _ := strings.Cut(kv, "=")
+		key, value, ok := strings.Cut(kv, "=")
 		key = strings.TrimSpace(key)
+		if !ok || key == "" {
+			return "", badUsage("-X: want key=value, for example -X security.protocol=SASL_SSL (the argument is not shown, in case it holds a secret)")
+		}
 		props[key] = value
 		if secretKey(key) {
 			k.exposed = append(k.exposed, key)

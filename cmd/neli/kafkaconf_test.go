@@ -56,6 +56,7 @@ func TestKafkaSettingsBadInput(t *testing.T) {
 	}{
 		{[]string{"run", "-X", "security.protocol", "--", "true"}, "-X"},
 		{[]string{"watch", "-X", "=SSL"}, "want key=value"},
+		{[]string{"status", "-X", "sasl.password:hunter2"}, "want key=value"},
 		{[]string{"status", "-F", "/no/such/file.properties"}, "-F /no/such/file.properties"},
 		{[]string{"status", "--config", noKey}, "line 3: want key=value"},
 	} {

@@ -114,6 +114,9 @@ func runWatch(args []string, stdout, stderr io.Writer) (int, error) {
 	// once why nobody leads.
 	st, err := goneli.Describe(ctx, config)
 	switch {
+	case ctx.Err() != nil:
+		log.Infof("neli watch: stopped")
+		return exitOK, nil
 	case errors.Is(err, goneli.ErrNoSuchGroup):
 		p.noLeader("", 0, fmt.Sprintf("group %s does not exist (yet): no member has joined it; check --group", quoteField(config.LeaderGroupID)))
 	case err != nil:
@@ -122,6 +125,10 @@ func runWatch(args []string, stdout, stderr io.Writer) (int, error) {
 		p.noLeader("", 0, fmt.Sprintf("topic %s does not exist (yet); check --group or --topic", config.LeaderTopic))
 	default:
 		for _, r := range st.Roles {
+			// A partition with no records has no role name yet: with several, "#i" stands for partition i.
+			if r.Role == "" && len(st.Roles) > 1 {
+				r.Role = fmt.Sprintf("#%d", r.Partition)
+			}
 			switch {
 			case r.Leader.Name != "":
 				// Watch reports it with its first heartbeat.
