@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -335,6 +336,7 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 			break
 		}
 	}
+	h.awaitSettled()
 	h.stopAll()
 	r := verdict.Check(h.fleet.ByProcess(), h.fleet.Deaths(), h.faults)
 	h.writeTimeline()
@@ -533,6 +535,16 @@ func (h *harness) victim() (int, bool) {
 		return slot, len(h.rolesOf(slot)) > 0
 	}
 	return slot, slot == l
+}
+
+// awaitSettled waits, for at most a few session timeouts, until every member is in a stable group.
+// A member stopped while the group still rebalances after the last fault (one that rejoins after
+// it was expelled, say) may have its Close land in that rebalance and run into its bound: the Close
+// doc allows that (ErrCloseTimeout), but the suite reports every member error.
+func (h *harness) awaitSettled() {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*session)
+	defer cancel()
+	_, _ = h.broker.WaitGroupStable(ctx, group, len(h.procs))
 }
 
 func (h *harness) inject(kind string) verdict.Fault {
