@@ -94,15 +94,17 @@ func ExampleNewRoles() {
 		}
 	}
 	for _, role := range r.All() {
-		fmt.Printf("%s: partition %d, leader %v, token %d\n", role.Name(), role.Partition(), role.IsLeader(), role.Token())
+		// A token is the offset of the tenure's first confirmed heartbeat plus one: positive, and
+		// larger than any earlier tenure's of the role, but not always 1 on a fresh topic.
+		fmt.Printf("%s: partition %d, leader %v, token above 0 %v\n", role.Name(), role.Partition(), role.IsLeader(), role.Token() > 0)
 	}
 	_ = r.Close()
 	r.Await()
 	sort.Strings(events)
 	fmt.Println(strings.Join(events, ", "))
 	// Output:
-	// billing: partition 0, leader true, token 1
-	// mailer: partition 1, leader true, token 1
+	// billing: partition 0, leader true, token above 0 true
+	// mailer: partition 1, leader true, token above 0 true
 	// acquired billing, acquired mailer, revoked billing, revoked mailer
 }
 
