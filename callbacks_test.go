@@ -38,14 +38,7 @@ func TestCloseFromEveryCallback(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatalf("Close from LeaderFenced: %v", err)
-			}
-		case <-time.After(awaitLimit):
-			t.Fatal("Close from LeaderFenced did not return")
-		}
+		awaitClose(t, closed, "LeaderFenced")
 		n.Await()
 		awaitClientsClosed(t, n)
 		events := r.snapshot()
@@ -78,14 +71,7 @@ func TestCloseFromEveryCallback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatalf("Close from OnLeaderChange: %v", err)
-			}
-		case <-time.After(awaitLimit):
-			t.Fatal("Close from OnLeaderChange did not return")
-		}
+		awaitClose(t, closed, "OnLeaderChange")
 		if err := p.Await(); err != nil {
 			t.Fatalf("the pulser of a closed instance: %v", err)
 		}
@@ -104,14 +90,7 @@ func TestCloseFromEveryCallback(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		select {
-		case err := <-closed:
-			if err != nil {
-				t.Fatalf("Close from a Background task: %v", err)
-			}
-		case <-time.After(awaitLimit):
-			t.Fatal("Close from a Background task did not return")
-		}
+		awaitClose(t, closed, "a Background task")
 		if err := p.Await(); err != nil {
 			t.Fatalf("the pulser: %v", err)
 		}
@@ -164,6 +143,19 @@ func TestSlowAcquiredBarrierDelaysLeadership(t *testing.T) {
 	awaitCondition(t, "IsLeader after the barrier returned", n.IsLeader)
 	if _, e := first[LeaderFenced](r.snapshot(), "a", 0); e != nil {
 		t.Fatalf("fenced while the barrier held LeaderAcquired: %v", e.what)
+	}
+}
+
+// awaitClose waits for the result of a Close made from a callback, which must come and be nil.
+func awaitClose(t *testing.T, closed <-chan error, from string) {
+	t.Helper()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close from %s: %v", from, err)
+		}
+	case <-time.After(awaitLimit):
+		t.Fatalf("Close from %s did not return", from)
 	}
 }
 
