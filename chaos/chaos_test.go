@@ -249,10 +249,10 @@ type harness struct {
 	// rebalances after the last fault (waiting out a killed member's session, say) may report
 	// ErrCloseTimeout for the same reason.
 	stopping atomic.Bool
-	fleet      *fleet.Fleet
-	procs      []*fleet.Proc // by slot; the current incarnation
-	gen        []int         // incarnations started per slot
-	faults     []verdict.Fault
+	fleet    *fleet.Fleet
+	procs    []*fleet.Proc // by slot; the current incarnation
+	gen      []int         // incarnations started per slot
+	faults   []verdict.Fault
 }
 
 func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
