@@ -22,6 +22,7 @@ type env struct {
 	addr    string
 	broker  *kafkatest.Broker // nil with --kafka
 	counter *requestCounter   // nil with --kafka: only the embedded broker can be observed
+	trace   *tracer           // nil with --kafka, like counter
 	client  *kgo.Client       // for group and offset queries to an external broker
 	exe     string
 	runID   string
@@ -47,10 +48,11 @@ func newEnv(o options) (*env, error) {
 		return nil, fmt.Errorf("starting embedded broker: %w", err)
 	}
 	e.broker, e.addr = b, b.Addr
-	e.counter = &requestCounter{}
+	e.counter, e.trace = &requestCounter{}, &tracer{}
 	// An observer of every request: it never handles one, so the broker goes on as usual.
 	b.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
 		e.counter.observe(req)
+		e.trace.observe(req)
 		return nil, nil, false
 	})
 	return e, nil

@@ -59,6 +59,7 @@ type options struct {
 	handoffRoles   int // roles of the handoff trials
 	rolesGroup     int // members of the group scenario
 	rolesTrials    int // trials per roles handoff series
+	crashTrials    int // trials per crash failover series
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -72,6 +73,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.render, "render", "", "only render --svg from this JSON report, then exit")
 	fs.BoolVar(&o.short, "short", false, "smoke run: few trials, HeartbeatTimeout 1s only, small groups")
 	fs.IntVar(&o.trials, "trials", 20, "trials per handoff and failover series (0 skips them)")
+	fs.IntVar(&o.crashTrials, "crash-trials", -1, "trials per crash failover series (default: --trials; 0 skips them)")
 	fs.IntVar(&o.fenceTrials, "fence-trials", 10, "trials per fencing series (0 skips them)")
 	fs.StringVar(&contenders, "contenders", "1,3,10,50", "group sizes for time to first leader and cost (\"\" for none)")
 	fs.IntVar(&o.firstReps, "first-reps", 3, "repetitions of time to first leader for up to 10 contenders (larger groups run once)")
@@ -134,6 +136,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.groupSize < 2 {
 		return o, errors.New("--group-size must be at least 2: a failover needs a successor")
+	}
+	if o.crashTrials < 0 {
+		o.crashTrials = o.trials
 	}
 	if o.rolesTrials < 0 {
 		o.rolesTrials = o.trials
@@ -227,7 +232,7 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 	for _, lease := range o.leases {
 		steps := []func() error{
 			func() error { return r.failover(false, lease, o.trials) },
-			func() error { return r.failover(true, lease, o.trials) },
+			func() error { return r.failover(true, lease, o.crashTrials) },
 			func() error { return r.fence(lease, o.fenceTrials) },
 		}
 		for _, step := range steps {
@@ -241,6 +246,9 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 		errs = append(errs, r.runRoles()...)
 	}
 	rep.Finished = time.Now().UTC()
+	for i := range rep.Phases {
+		rep.Phases[i].summarise()
+	}
 	rep.LoadEnd = loadAverage()
 	printTable(out, rep)
 	if o.out != "" {
@@ -324,6 +332,7 @@ func printTable(w io.Writer, rep *Report) {
 				c.RequestsPerS, topRequests(c.RequestsPerSByKey, 4))
 		}
 	}
+	printPhases(p, rep.Phases)
 	printRolesTables(w, rep.Roles)
 	p("")
 	if len(rep.UncutFences) > 0 {

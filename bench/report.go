@@ -33,6 +33,9 @@ type Report struct {
 	// UncutFences lists every time a leader fenced itself without being cut off by the harness.
 	UncutFences []UncutFence `json:"fences_without_cut"`
 	Timelines   []Timeline   `json:"timelines"`
+	// Phases cut graceful handoffs and first elections into the steps of the protocol (embedded
+	// broker only).
+	Phases []PhaseTrace `json:"phases,omitempty"`
 	// Roles is what the roles scenarios measured (--roles-scenarios).
 	Roles *RolesReport `json:"roles,omitempty"`
 }

@@ -136,6 +136,9 @@ func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLead
 	scenario := fmt.Sprintf("first%d-r%d", n, rep)
 	err := r.withFleet(scenario, goneli.DefaultHeartbeatTimeout, r.e.opts.costTask, func(f *memberFleet) error {
 		limit := startLimit(n, goneli.DefaultHeartbeatTimeout)
+		if r.e.trace != nil {
+			r.e.trace.start()
+		}
 		launch := time.Now()
 		for range n {
 			if _, err := f.spawn(); err != nil {
@@ -145,6 +148,13 @@ func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLead
 		acq, _, err := f.waitFor(0, limit, "the first acquisition", isEvent(member.EventAcquired))
 		if err != nil {
 			return err
+		}
+		if r.e.trace != nil {
+			act, _, err := f.waitFor(0, limit, "the first act", isEvent(member.EventAct))
+			if err != nil {
+				return err
+			}
+			r.firstPhases(n).add(r.e.trace.stop(), f.Lines(), f.group, "", act, launch)
 		}
 		var lastStarted member.Line
 		err = f.waitCount(0, n, limit, "every member's started line", func(l member.Line) bool {
@@ -172,6 +182,19 @@ func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLead
 		return err
 	})
 	return cost, err
+}
+
+// firstPhases returns the phase trace of first elections among n contenders, adding it to the
+// report on first use.
+func (r *runner) firstPhases(n int) *PhaseTrace {
+	name := fmt.Sprintf("First election, %d contenders", n)
+	for i := range r.rep.Phases {
+		if r.rep.Phases[i].Name == name {
+			return &r.rep.Phases[i]
+		}
+	}
+	r.rep.Phases = append(r.rep.Phases, *newPhaseTrace(name, goneli.DefaultHeartbeatTimeout, firstPhases))
+	return &r.rep.Phases[len(r.rep.Phases)-1]
 }
 
 // measureCost samples every member and the broker over window once the group has settled.
@@ -484,10 +507,26 @@ func (r *runner) failover(crash bool, lease time.Duration, trials int) error {
 	closed := newSeries(seriesHandoffLeft, "leader sent SIGTERM -> its Close returned (closed line)", lease)
 	gap := newSeries(seriesCrashGap, "leader's last reported act -> another member's first act", lease)
 	scenario := kind + "-" + leaseLabel(lease)
+	var phases *PhaseTrace
+	if !crash && r.e.trace != nil {
+		phases = newPhaseTrace("Graceful handoff", lease, handoffPhases)
+		defer func() {
+			if len(phases.SamplesMs) > 0 {
+				r.rep.Phases = append(r.rep.Phases, *phases)
+			}
+		}()
+	}
 	return r.trialLoop(scenario, lease, trials, nil, []*Series{&main, &closed, &gap}, func(f *memberFleet, n int, p *fleet.Proc) error {
 		from := f.Cursor()
+		if phases != nil {
+			r.e.trace.start()
+		}
 		t0 := f.signal(p, sig)
 		next, err := f.waitSuccessor(from, p.Name, t0)
+		var traced []traced
+		if phases != nil {
+			traced = r.e.trace.stop()
+		}
 		if err != nil {
 			return err
 		}
@@ -499,6 +538,9 @@ func (r *runner) failover(crash bool, lease time.Duration, trials int) error {
 		lines := f.Lines()
 		took := ms(time.Duration(next.From - t0.UnixNano()))
 		main.SamplesMs = append(main.SamplesMs, took)
+		if phases != nil {
+			phases.add(traced, lines, f.group, p.Name, next, t0)
+		}
 		if crash {
 			gap.SamplesMs = append(gap.SamplesMs, ms(time.Duration(next.From-verdict.LastActs(lines)[p.Name].UnixNano())))
 		} else {
