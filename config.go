@@ -26,6 +26,12 @@ const (
 	// DefaultHeartbeatTimeout is the default value of Config.HeartbeatTimeout.
 	DefaultHeartbeatTimeout = 5 * time.Second
 
+	// DefaultRenewalsPerLease sets the default Config.RenewInterval: HeartbeatTimeout divided by
+	// it, 500 ms for the default lease. A leader then holds at least nine tenths of a lease
+	// (less one round trip) after every renewal, and can miss eight renewals in a row before its
+	// lease runs out.
+	DefaultRenewalsPerLease = 10
+
 	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
 	// names none.
 	DefaultBootstrapServers = "localhost:9092"
@@ -93,14 +99,18 @@ type Config struct {
 	// watch` and Describe report it as LeaderInfo.Address. Default: empty, no address.
 	Address string
 
-	// PollDuration is how long one Pulse may wait in the consumer's poll for an event. It may not
+	// PollDuration is how long one Pulse of an instance that holds a partition waits in the
+	// consumer's poll for an event. An instance that holds none waits up to MinPollInterval
+	// (within Pulse's timeout), so that it takes a new assignment the moment it arrives. It may not
 	// exceed MinPollInterval. Default: DefaultPollDuration (1 ms).
 	PollDuration *time.Duration
 
-	// MinPollInterval is the shortest time between two polls of the consumer, and the interval at
-	// which the leader produces heartbeats. A renewal takes two polls (one to read the heartbeat
-	// back, one to see its commit accepted), so short leases want short intervals. Default:
-	// DefaultMinPollInterval (100 ms), or HeartbeatTimeout/20 if that is shorter.
+	// MinPollInterval is the shortest time between two polls of the consumer, except while a new
+	// tenure proves its first lease: an instance assigned a partition it does not lead yet polls
+	// every couple of milliseconds until it leads (for at most one HeartbeatTimeout), so that its
+	// first heartbeat's round trip and commit are seen as they happen. It also bounds how soon an
+	// idle member sees a rebalance. Default: DefaultMinPollInterval (100 ms), or
+	// HeartbeatTimeout/20 if that is shorter.
 	MinPollInterval *time.Duration
 
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
@@ -108,6 +118,13 @@ type Config struct {
 	// The group session timeout and heartbeat interval are derived from it. Default:
 	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout and at most MaxHeartbeatTimeout.
 	HeartbeatTimeout *time.Duration
+
+	// RenewInterval is how often a leader renews its lease: it produces a heartbeat, reads it back
+	// and has its offset committed. Each renewal costs a Produce, a Fetch and an OffsetCommit
+	// request. It must be at least MinPollInterval and at most a third of HeartbeatTimeout.
+	// Default: HeartbeatTimeout/DefaultRenewalsPerLease (500 ms for the default lease), or
+	// MinPollInterval if that is longer.
+	RenewInterval *time.Duration
 
 	// LeaderTopicReplicationFactor is the replication factor the leader topic gets when goneli
 	// creates it; a topic that exists is left as it is. With 2 or more, the topic's
@@ -182,6 +199,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MinPollInterval == nil {
 		c.MinPollInterval = Duration(min(DefaultMinPollInterval, max(*c.HeartbeatTimeout/20, time.Millisecond)))
+	}
+	if c.RenewInterval == nil {
+		c.RenewInterval = Duration(max(*c.MinPollInterval, *c.HeartbeatTimeout/DefaultRenewalsPerLease))
 	}
 }
 
@@ -278,6 +298,14 @@ func (c Config) Validate() error {
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout,
 			"must be at least 3 x MinPollInterval (%v) so that several heartbeats fit in one lease", *c.MinPollInterval)
 	}
+	switch {
+	case c.RenewInterval == nil:
+		bad("RenewInterval", nil, "must be set")
+	case c.MinPollInterval != nil && *c.RenewInterval < *c.MinPollInterval:
+		bad("RenewInterval", *c.RenewInterval, "must be at least MinPollInterval (%v): heartbeats are produced by polls", *c.MinPollInterval)
+	case c.HeartbeatTimeout != nil && *c.RenewInterval > *c.HeartbeatTimeout/3:
+		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
+	}
 	if len(errs) == 0 {
 		if _, err := c.groupTiming(); err != nil {
 			errs = append(errs, err)
@@ -299,9 +327,10 @@ func (c Config) String() string {
 		masked[k] = v
 	}
 	return fmt.Sprintf("Config[KafkaConfig=%v, LeaderTopic=%s, LeaderGroupID=%s, Name=%s, Address=%s, "+
-		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s]",
+		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s, RenewInterval=%s]",
 		masked, c.LeaderTopic, c.LeaderGroupID, c.Name, c.Address,
-		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout))
+		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout),
+		durationString(c.RenewInterval))
 }
 
 func durationString(d *time.Duration) string {
@@ -466,7 +495,15 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 		setDefault(consumer, "partition.assignment.strategy", "cooperative-sticky")
 	}
 	consumer["max.poll.interval.ms"] = int(t.maxPoll.Milliseconds())
-	setDefault(consumer, "fetch.wait.max.ms", 100)
+	// A fetch returns as soon as a heartbeat lands, so its wait only sets how often a leader's fetch
+	// comes back empty. Twice the renewal interval keeps that rare (with a wait equal to the
+	// interval, half the fetches raced the next heartbeat and lost). librdkafka sends commits on a
+	// connection of their own, and its close does not wait for a fetch in flight.
+	fetchWait := 100 * time.Millisecond
+	if c.RenewInterval != nil {
+		fetchWait = clampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
+	}
+	setDefault(consumer, "fetch.wait.max.ms", int(fetchWait.Milliseconds()))
 	setDefault(consumer, "fetch.error.backoff.ms", 100)
 
 	producer = cloneConfig(base)

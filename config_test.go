@@ -48,6 +48,34 @@ func TestDefaultGroupIsWarnedAbout(t *testing.T) {
 	}
 }
 
+func TestRenewIntervalDefault(t *testing.T) {
+	for _, tc := range []struct {
+		lease, poll, want time.Duration
+	}{
+		{DefaultHeartbeatTimeout, 0, 500 * time.Millisecond},
+		{time.Second, 0, 100 * time.Millisecond},
+		{MinHeartbeatTimeout, 0, 50 * time.Millisecond},
+		{DefaultHeartbeatTimeout, time.Second, time.Second}, // never faster than the polls that produce heartbeats
+	} {
+		c := Config{HeartbeatTimeout: Duration(tc.lease)}
+		if tc.poll != 0 {
+			c.MinPollInterval = Duration(tc.poll)
+		}
+		c.SetDefaults()
+		if *c.RenewInterval != tc.want {
+			t.Errorf("lease %v, MinPollInterval %v: RenewInterval %v, want %v", tc.lease, *c.MinPollInterval, *c.RenewInterval, tc.want)
+		}
+		if err := c.Validate(); err != nil {
+			t.Errorf("lease %v: defaults do not validate: %v", tc.lease, err)
+		}
+		timing, _ := c.groupTiming()
+		consumer, _, _ := c.clientConfigs(timing)
+		if wait := time.Duration(consumer["fetch.wait.max.ms"].(int)) * time.Millisecond; wait != clampDuration(2*tc.want, 100*time.Millisecond, time.Second) {
+			t.Errorf("lease %v: fetch.wait.max.ms %v, want twice the renewal interval within 100ms to 1s", tc.lease, wait)
+		}
+	}
+}
+
 func TestMinPollIntervalFollowsShortLeases(t *testing.T) {
 	c := Config{HeartbeatTimeout: Duration(time.Second)}
 	c.SetDefaults()
@@ -94,6 +122,9 @@ func TestValidate(t *testing.T) {
 		{"short heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = Duration(100 * time.Millisecond) }, "HeartbeatTimeout", "at least 500ms"},
 		{"long heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = Duration(time.Hour) }, "HeartbeatTimeout", "at most 30m0s"},
 		{"lease vs poll", func(c *Config) { c.MinPollInterval = Duration(2 * time.Second) }, "HeartbeatTimeout", "3 x MinPollInterval"},
+		{"nil renew interval", func(c *Config) { c.RenewInterval = nil }, "RenewInterval", "must be set"},
+		{"renewal faster than polls", func(c *Config) { c.RenewInterval = Duration(50 * time.Millisecond) }, "RenewInterval", "at least MinPollInterval (100ms)"},
+		{"renewal too rare", func(c *Config) { c.RenewInterval = Duration(2 * time.Second) }, "RenewInterval", "at most HeartbeatTimeout/3"},
 		{"unsafe session", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 5500 }, `KafkaConfig["session.timeout.ms"]`, "at least HeartbeatTimeout + 2 x heartbeat.interval.ms (6000)"},
 		{"unsafe interval", func(c *Config) { c.KafkaConfig["heartbeat.interval.ms"] = "3000" }, `KafkaConfig["heartbeat.interval.ms"]`, "(11000)"},
 		{"session not a number", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = "soon" }, `KafkaConfig["session.timeout.ms"]`, "whole number"},
@@ -166,7 +197,8 @@ func TestDerivedGroupTiming(t *testing.T) {
 		{60 * time.Second, 120 * time.Second, 3 * time.Second},
 	} {
 		c := validConfig()
-		c.HeartbeatTimeout = Duration(tc.lease)
+		c.HeartbeatTimeout, c.RenewInterval = Duration(tc.lease), nil
+		c.SetDefaults()
 		if err := c.Validate(); err != nil {
 			t.Fatalf("lease %v: %v", tc.lease, err)
 		}

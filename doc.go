@@ -6,16 +6,25 @@
 //
 // # Protocol
 //
-// The assignee of partition 0 starts a tenure (a random id). Every MinPollInterval it produces a
-// heartbeat to partition 0 naming itself, its tenure, a sequence number and its send time, and it
-// reads partition 0 back. When one of its own heartbeats of the current tenure comes back, it
+// The assignee of partition 0 starts a tenure (a random id). Every RenewInterval (a tenth of
+// HeartbeatTimeout by default) it produces a heartbeat to partition 0 naming itself, its tenure, a
+// sequence number and its send time, and it reads partition 0 back. When one of its own heartbeats of the current tenure comes back, it
 // stores the heartbeat's offset, and the consumer commits it to the group coordinator, which
 // checks the member id and generation. A commit that the coordinator accepts renews the lease
 // until the heartbeat's send time plus HeartbeatTimeout. Before a tenure first leads, its instance
 // also describes the group once and holds back while any member holds a partition of another topic
 // (see GroupConflictError). The first renewal of a tenure delivers LeaderAcquired; a lease that
 // runs out, a rejected commit or a lost assignment delivers LeaderFenced; the end of the tenure
-// delivers LeaderRevoked.
+// delivers LeaderRevoked. Until its first renewal a tenure sends a heartbeat every MinPollInterval
+// and its instance polls every couple of milliseconds, for at most one HeartbeatTimeout, so that
+// the proof takes about one produce, one fetch and one commit round trip rather than several poll
+// intervals.
+//
+// A renewal every tenth of the lease leaves the leader at least nine tenths of HeartbeatTimeout,
+// less one round trip, after each renewal: it survives eight lost or refused renewals in a row, and
+// a rebalance that stops renewals for most of a lease. Renewing more often buys nothing for
+// safety (the lease always ends HeartbeatTimeout after the send time of the last heartbeat whose
+// commit was accepted); renewing less often leaves less slack for rebalances.
 //
 // A tenure revoked in a rebalance while its barrier still has LeaderRevoked writes a releasing
 // marker to its partition before letting the partition go, and a released marker once the barrier
@@ -92,8 +101,10 @@
 //
 // # Liveness
 //
-// After a graceful Close, a successor is elected about one group heartbeat interval later. After
-// a crash or a network cut it takes about one session timeout. An instance that stops pulsing
+// After a graceful Close, a successor is elected within about one group heartbeat interval (a
+// tenth of HeartbeatTimeout): the leader's LeaveGroup goes out within milliseconds of Close, every
+// other member learns of the rebalance at its next group heartbeat, and the new assignee proves its
+// lease in a few round trips. After a crash or a network cut it takes about one session timeout. An instance that stops pulsing
 // loses its lease after HeartbeatTimeout (IsLeader turns false and the barrier receives
 // LeaderFenced from a watchdog goroutine) and leaves the group after max.poll.interval.ms.
 //
@@ -107,12 +118,23 @@
 // consumer protocol (KafkaConfig["group.protocol"]="consumer", Kafka 4.0 or later) has no such
 // barrier: there the leader renewed throughout.
 //
+// librdkafka also sends at most one JoinGroup per member per second. A rebalance that begins
+// within a second of the previous one (a rolling restart: one member leaves, its replacement joins
+// a moment later) therefore lasts until a second after the previous one for every member, and the
+// leader renews nothing meanwhile. With HeartbeatTimeout under about two seconds that can fence the
+// leader, which renews again once the rebalance completes: the benchmark at HeartbeatTimeout=1s
+// saw this in about one trial in five, when a member was started right after a handoff. Leases of
+// several seconds are not affected.
+//
 // # Cost
 //
 // A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
 // producer and fetches nothing, because it owns no partition. The leader adds one producer (opened
-// on its first assignment and kept), one heartbeat per MinPollInterval and one offset commit per
-// confirmed heartbeat. With roles, an instance still runs one consumer and one producer whatever
+// on its first assignment and kept), one heartbeat per RenewInterval, one fetch that returns with
+// it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s, so a leader's fetch
+// rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
+// three sends the broker about two produce, fetch and commit requests a second each, plus two group
+// heartbeats a second per member. With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
 // the same commits.
 package goneli

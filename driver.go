@@ -46,15 +46,15 @@ type release struct {
 // through a chain of fifteen successors that came and went while it waited.
 const releaseLookback = 16
 
-// cycle polls the consumer dry (within bounds), lets the lease act on the time that has passed and
-// starts what it asks for.
-func (n *neli) cycle() error {
+// cycle polls the consumer dry (within bounds), waiting up to poll for the first event, lets the
+// lease act on the time that has passed and starts what it asks for.
+func (n *neli) cycle(poll time.Duration) error {
 	n.applyYield()
 	if n.observer != nil {
 		n.observer.poll()
 	}
 	var fatal error
-	ev := n.consumer.Poll(int(n.config.PollDuration.Milliseconds()))
+	ev := n.consumer.Poll(int(poll.Milliseconds()))
 	for i := 0; ev != nil; i++ {
 		if err := n.handle(ev); err != nil && fatal == nil {
 			fatal = err

@@ -113,7 +113,7 @@ func serve(ctx context.Context, n *neli) error {
 		case !leader:
 			continue
 		}
-		timer.Reset(max(n.pollDeadline.Remaining(), time.Millisecond))
+		timer.Reset(n.cycleWait())
 		select {
 		case <-ctx.Done():
 			return nil

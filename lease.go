@@ -29,7 +29,8 @@ import (
 type lease struct {
 	role     string        // the role's name, for events and heartbeats
 	timeout  time.Duration // HeartbeatTimeout
-	interval time.Duration // between heartbeats
+	interval time.Duration // between heartbeats: RenewInterval
+	poll     time.Duration // MinPollInterval, the first delay of a failed group check's retry
 	// releaseWait is how long a new tenure waits for a predecessor that is releasing the
 	// partition: the rebalance timeout, which bounds a revocation's wait for the barrier.
 	releaseWait time.Duration
@@ -76,6 +77,8 @@ type tenure struct {
 	held       *confirmed // newest renewal that waits for the group check or a predecessor
 	conflict   *GroupConflictError
 
+	assigned time.Duration // when the tenure began
+
 	// releasing holds the tenures of predecessors seen releasing the partition and not yet
 	// released; the tenure does not lead while one is left and releaseBy has not passed.
 	releasing map[uint64]bool
@@ -97,16 +100,19 @@ type leaseCounts struct {
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
 type leaseView struct {
 	assigned  bool
-	releasing bool   // waits for a predecessor to release the partition
-	leading   bool   // the protocol believes it leads
-	epoch     uint64 // the LeaderAcquired behind leading
-	tenure    uint64
-	token     int64
-	since     time.Time
-	end       time.Duration // lease end, on the lease's clock; meaningful while leading
-	rtt, lag  time.Duration
-	conflict  *GroupConflictError
-	counts    leaseCounts
+	releasing bool // waits for a predecessor to release the partition
+	// proveBy is set while a tenure that has not acquired yet proves its first lease: until one
+	// HeartbeatTimeout after its assignment. The driver polls fast until then (neli.proving).
+	proveBy  time.Duration
+	leading  bool   // the protocol believes it leads
+	epoch    uint64 // the LeaderAcquired behind leading
+	tenure   uint64
+	token    int64
+	since    time.Time
+	end      time.Duration // lease end, on the lease's clock; meaningful while leading
+	rtt, lag time.Duration
+	conflict *GroupConflictError
+	counts   leaseCounts
 }
 
 // leaseOut is what the driver must do after a transition.
@@ -141,15 +147,18 @@ func randomTenure() uint64 {
 // leaseConfig configures a lease. Its instants are durations since base, which the leases of one
 // instance share so that their deadlines compare.
 type leaseConfig struct {
-	role                           string
-	timeout, interval, releaseWait time.Duration
-	clock                          clock
-	base                           time.Time
+	role                                 string
+	timeout, interval, poll, releaseWait time.Duration
+	clock                                clock
+	base                                 time.Time
 }
 
 // newLease makes the lease of one partition.
 func newLease(c leaseConfig) *lease {
-	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, releaseWait: c.releaseWait,
+	if c.poll <= 0 || c.poll > c.interval {
+		c.poll = c.interval
+	}
+	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
 		clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
@@ -167,8 +176,9 @@ func (l *lease) assign() leaseOut {
 	if l.t.active {
 		return leaseOut{}
 	}
+	now := l.now()
 	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
-		releaseBy: l.now() + l.releaseWait}
+		releaseBy: now + l.releaseWait, assigned: now}
 	l.publish()
 	return leaseOut{}
 }
@@ -176,7 +186,8 @@ func (l *lease) assign() leaseOut {
 // # 2. Heartbeats
 
 // due produces what the passage of time calls for: a fence if the lease ran out, a heartbeat if
-// one is due (every interval: the tenure, a sequence number and the send time), and a group check
+// one is due (every RenewInterval, or every MinPollInterval before the tenure first acquires: the
+// tenure, a sequence number and the send time), and a group check
 // if the tenure needs one. Called from every cycle.
 func (l *lease) due() leaseOut {
 	out := l.expire()
@@ -195,7 +206,13 @@ func (l *lease) due() leaseOut {
 			h.since, h.token = l.t.since.UnixNano(), l.t.token
 		}
 		out.heartbeat = h
-		l.t.next = now + l.interval
+		// Until the tenure acquires, a heartbeat whose proof failed (a commit refused while the
+		// group still rebalances, say) is followed by the next one a poll later, not a renewal later.
+		if l.t.acquired {
+			l.t.next = now + l.interval
+		} else {
+			l.t.next = now + l.poll
+		}
 	}
 	if !l.t.verified && !l.t.checking && now >= l.t.checkAt {
 		l.t.checking = true
@@ -338,7 +355,7 @@ func (l *lease) checked(tenure uint64, r groupCheck) leaseOut {
 	now := l.now()
 	switch {
 	case r.err != nil:
-		l.t.checkDelay = clampDuration(2*l.t.checkDelay, l.interval, l.timeout)
+		l.t.checkDelay = clampDuration(2*l.t.checkDelay, l.poll, l.timeout)
 		l.t.checkAt = now + l.t.checkDelay
 	case r.verdict.conflict != nil:
 		l.t.conflict = r.verdict.conflict
@@ -510,6 +527,9 @@ func (l *lease) publish() {
 	}
 	if !l.t.acquired {
 		v.token, v.since = 0, time.Time{}
+		if l.t.active {
+			v.proveBy = l.t.assigned + l.timeout
+		}
 	}
 	l.view.Store(v)
 }

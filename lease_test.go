@@ -352,6 +352,69 @@ func TestLeaseHeartbeatCadence(t *testing.T) {
 	}
 }
 
+// Until a tenure acquires, its heartbeats come every poll, so that a proof that failed is retried
+// soon; once it leads, they come every renewal interval.
+func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
+	const poll = 20 * time.Millisecond
+	r := newRig(t)
+	r.l = newLease(leaseConfig{timeout: rigLease, interval: rigInterval, poll: poll, releaseWait: 2 * rigLease, clock: r.clock, base: r.clock.now})
+	r.assign()
+	r.verify()
+	r.due()
+	r.wait(poll)
+	r.due()
+	if len(r.sent) != 2 {
+		t.Fatalf("%d heartbeats one poll after the first, before acquiring; want 2", len(r.sent))
+	}
+	r.back(r.sent[1], 0)
+	r.commit(1)
+	if !r.l.load().leading {
+		t.Fatal("not leading after a confirmed heartbeat")
+	}
+	r.wait(poll)
+	r.due()
+	if len(r.sent) != 3 {
+		t.Fatalf("%d heartbeats; want a third one poll later, as it was due before acquiring", len(r.sent))
+	}
+	r.wait(rigInterval - time.Millisecond)
+	r.due()
+	if len(r.sent) != 3 {
+		t.Fatal("a leader's heartbeat before its renewal interval had passed")
+	}
+	r.wait(time.Millisecond)
+	r.due()
+	if len(r.sent) != 4 {
+		t.Fatalf("%d heartbeats; want one a renewal interval after the previous", len(r.sent))
+	}
+}
+
+// The view tells the driver to poll fast while a tenure proves its first lease: from assignment
+// until it acquires, or for one lease at most.
+func TestLeaseProofWindow(t *testing.T) {
+	r := newRig(t)
+	if r.l.load().proveBy != 0 {
+		t.Fatal("proving without a tenure")
+	}
+	r.assign()
+	if got, want := r.l.load().proveBy, r.l.now()+rigLease; got != want {
+		t.Fatalf("proveBy %v after assignment, want %v", got, want)
+	}
+	r.verify()
+	r.renewal(time.Millisecond, time.Millisecond)
+	if r.l.load().proveBy != 0 {
+		t.Fatal("still proving after acquiring")
+	}
+	r.wait(2 * rigLease)
+	r.expire()
+	if r.kinds() != "AF" || r.l.load().proveBy != 0 {
+		t.Fatalf("events %q, proveBy %v: a fenced tenure that led once renews at the normal pace", r.kinds(), r.l.load().proveBy)
+	}
+	r.revoke(false)
+	if r.l.load().proveBy != 0 {
+		t.Fatal("proving after revocation")
+	}
+}
+
 // A tenure does not lead before a group check made after its assignment found no member on another
 // topic; the renewal it held back then takes effect.
 func TestLeaseWaitsForTheGroupCheck(t *testing.T) {

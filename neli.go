@@ -218,7 +218,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	n.base = n.clock.Now()
 	for i, role := range roles {
 		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
-			role: role, timeout: *config.HeartbeatTimeout, interval: *config.MinPollInterval, releaseWait: timing.maxPoll,
+			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
 			clock: n.clock, base: n.base,
 		})})
 	}
@@ -448,13 +448,17 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 			return false, ctxResult(doneErr())
 		default:
 		}
-		if err := n.pulseOnce(); err != nil {
+		limit := time.Duration(-1)
+		if timeout >= 0 {
+			limit = max(timeout-time.Since(start), 0)
+		}
+		if err := n.pulseOnce(limit); err != nil {
 			return false, err
 		}
 		if n.leadsAny() {
 			return true, nil
 		}
-		wait := max(n.pollDeadline.Remaining(), time.Millisecond)
+		wait := n.cycleWait()
 		if timeout >= 0 {
 			left := timeout - time.Since(start)
 			if left <= 0 {
@@ -490,22 +494,79 @@ func ctxResult(err error) error {
 	return err
 }
 
-func (n *neli) pulseOnce() error {
+// pulseOnce runs a cycle if one is due, waiting in the consumer's poll for at most limit (if not
+// negative) beyond PollDuration.
+func (n *neli) pulseOnce(limit time.Duration) error {
 	// Most calls from a leader's loop find nothing due. Checking first keeps them free of the two
 	// heap allocations that the closure below costs (see BenchmarkLeader/PulseNotDue).
-	if !n.pollDeadline.Expired() {
-		return nil
+	if n.pollDeadline.Expired() {
+		return n.runCycle(limit)
 	}
-	return n.runCycle()
+	if n.proving() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.State() == Live {
+			return n.cycle(*n.config.PollDuration)
+		}
+	}
+	return nil
+}
+
+// pollFor is how long a cycle waits in the consumer's poll. An instance that holds no partition
+// has nothing to renew, fence or release, and waits for up to MinPollInterval (within limit, if not
+// negative): it then serves a new assignment the moment it arrives rather than at its next cycle,
+// which shortens every handoff by up to a poll interval. Called with mu held.
+func (n *neli) pollFor(limit time.Duration) time.Duration {
+	base := *n.config.PollDuration
+	if len(n.releases) > 0 || n.yielding() {
+		return base
+	}
+	for _, p := range n.parts {
+		if p.lease.t.active {
+			return base
+		}
+	}
+	d := *n.config.MinPollInterval
+	if limit >= 0 {
+		d = min(d, limit)
+	}
+	return max(d, base)
+}
+
+// proofPoll is the poll interval of an instance with a tenure that proves its first lease. The
+// proof is a chain of round trips (the heartbeat produced, fetched back, its offset committed, the
+// group described), each of which would otherwise wait for the next MinPollInterval to be seen.
+const proofPoll = 2 * time.Millisecond
+
+// proving reports whether a tenure of this instance is proving its first lease: assigned, not
+// acquired yet, not waiting for a predecessor to release the partition, and within one
+// HeartbeatTimeout of its assignment, so that a tenure that cannot lead (a group conflict, say)
+// does not keep the instance polling fast.
+func (n *neli) proving() bool {
+	now := n.now()
+	for _, p := range n.parts {
+		if v := p.lease.load(); v.proveBy > now && !v.releasing {
+			return true
+		}
+	}
+	return false
+}
+
+// cycleWait is how long a pulsing loop may wait before its next cycle is due.
+func (n *neli) cycleWait() time.Duration {
+	if n.proving() {
+		return proofPoll
+	}
+	return max(n.pollDeadline.Remaining(), time.Millisecond)
 }
 
 // runCycle runs a cycle unless another goroutine has just claimed the poll deadline.
-func (n *neli) runCycle() (err error) {
+func (n *neli) runCycle(limit time.Duration) (err error) {
 	n.pollDeadline.TryRun(func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
 		if n.State() == Live {
-			err = n.cycle()
+			err = n.cycle(n.pollFor(limit))
 		}
 	})
 	return err

@@ -217,10 +217,10 @@ func pulseUntil(ctx context.Context, n *neli) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for ctx.Err() == nil && n.State() == Live {
-		if err := n.pulseOnce(); err != nil {
+		if err := n.pulseOnce(-1); err != nil {
 			return err
 		}
-		timer.Reset(max(n.pollDeadline.Remaining(), time.Millisecond))
+		timer.Reset(n.cycleWait())
 		select {
 		case <-ctx.Done():
 		case <-n.closing:

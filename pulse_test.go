@@ -1,0 +1,70 @@
+package goneli
+
+import (
+	"testing"
+	"time"
+)
+
+// An instance that holds no partition waits in the consumer's poll for up to MinPollInterval, so
+// that it takes an assignment as it arrives; one that holds a partition, owes a released marker or
+// yields polls for PollDuration only, since it has work due between polls.
+func TestPollFor(t *testing.T) {
+	const (
+		pollDuration = time.Millisecond
+		minPoll      = 100 * time.Millisecond
+	)
+	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	newInstance := func() *neli {
+		n := &neli{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now}
+		n.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
+		return n
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(n *neli)
+		limit time.Duration
+		want  time.Duration
+	}{
+		{"idle, no limit", func(*neli) {}, -1, minPoll},
+		{"idle, within Pulse's timeout", func(*neli) {}, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"idle, timeout spent", func(*neli) {}, 0, pollDuration},
+		{"holds a partition", func(n *neli) { n.parts[0].lease.assign() }, -1, pollDuration},
+		{"owes a released marker", func(n *neli) { n.releases = []release{{}} }, -1, pollDuration},
+		{"yielding", func(n *neli) { n.yieldRequested.Store(true) }, -1, pollDuration},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newInstance()
+			tc.setup(n)
+			if got := n.pollFor(tc.limit); got != tc.want {
+				t.Errorf("pollFor(%v) = %v, want %v", tc.limit, got, tc.want)
+			}
+		})
+	}
+}
+
+// An instance polls fast only while one of its tenures proves its first lease, and not while that
+// tenure waits for a predecessor to release the partition.
+func TestProving(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	l := newLease(leaseConfig{timeout: time.Second, interval: 100 * time.Millisecond, releaseWait: 2 * time.Second, clock: clk, base: clk.now})
+	n := &neli{clock: clk, base: clk.now, parts: []*part{{lease: l}}}
+	if n.proving() {
+		t.Fatal("proving without a tenure")
+	}
+	l.assign()
+	if !n.proving() {
+		t.Fatal("not proving a new tenure")
+	}
+	l.foreign(heartbeat{tenure: 7, kind: kindReleasing})
+	if n.proving() {
+		t.Fatal("proving while a predecessor releases the partition")
+	}
+	l.foreign(heartbeat{tenure: 7, kind: kindReleased})
+	if !n.proving() {
+		t.Fatal("not proving once the predecessor released the partition")
+	}
+	clk.advance(time.Second)
+	if n.proving() {
+		t.Fatal("still proving a lease after the tenure began")
+	}
+}
