@@ -210,6 +210,7 @@ func (c *requestCounter) snapshot() counts {
 type procSample struct {
 	cpuTicks int64 // utime + stime, in USER_HZ ticks
 	rssKB    int64
+	anonKB   int64 // RssAnon: private memory; the rest of VmRSS is mostly the binary's shared text
 	threads  int64
 }
 
@@ -253,6 +254,8 @@ func sampleProc(pid int) (procSample, error) {
 		switch key {
 		case "VmRSS":
 			s.rssKB, _ = strconv.ParseInt(f[0], 10, 64)
+		case "RssAnon":
+			s.anonKB, _ = strconv.ParseInt(f[0], 10, 64)
 		case "Threads":
 			s.threads, _ = strconv.ParseInt(f[0], 10, 64)
 		}

@@ -324,6 +324,13 @@ func printTable(w io.Writer, rep *Report) {
 			p("| RSS MB / threads | %d | %.0f / %d | %s | | |", c.Instances, c.LeaderRSSMB, c.LeaderThreads,
 				followerMem(c))
 		}
+		for _, c := range rep.Cost {
+			follower := "-"
+			if c.Instances > 1 {
+				follower = fmt.Sprintf("%.1f", c.FollowerAnonMB)
+			}
+			p("| private (anonymous) MB | %d | %.1f | %s | | |", c.Instances, c.LeaderAnonMB, follower)
+		}
 		p("")
 		p("| Traffic | instances | heartbeats/s | heartbeat bytes/s | broker requests/s | busiest requests per s |")
 		p("|---|---|---|---|---|---|")

@@ -100,14 +100,18 @@ func rank(sorted []float64, p float64) float64 {
 // Cost is the steady-state cost of a group of N instances, measured over a window in which
 // leadership did not change.
 type Cost struct {
-	Instances           int     `json:"instances"`
-	WindowS             float64 `json:"window_s"`
-	LeaderCPUSPerMin    float64 `json:"leader_cpu_s_per_min"`
-	FollowerCPUSPerMin  float64 `json:"follower_cpu_s_per_min"` // median over followers
-	AllCPUSPerMin       float64 `json:"all_members_cpu_s_per_min"`
-	HarnessCPUSPerMin   float64 `json:"harness_cpu_s_per_min"` // this process: embedded broker and output readers
-	LeaderRSSMB         float64 `json:"leader_rss_mb"`
-	FollowerRSSMB       float64 `json:"follower_rss_mb"` // median
+	Instances          int     `json:"instances"`
+	WindowS            float64 `json:"window_s"`
+	LeaderCPUSPerMin   float64 `json:"leader_cpu_s_per_min"`
+	FollowerCPUSPerMin float64 `json:"follower_cpu_s_per_min"` // median over followers
+	AllCPUSPerMin      float64 `json:"all_members_cpu_s_per_min"`
+	HarnessCPUSPerMin  float64 `json:"harness_cpu_s_per_min"` // this process: embedded broker and output readers
+	LeaderRSSMB        float64 `json:"leader_rss_mb"`
+	FollowerRSSMB      float64 `json:"follower_rss_mb"` // median
+	// Private (anonymous) memory. Most of VmRSS is the binary's text, shared by every process
+	// that runs it, and how much of it counts varies with how the page cache holds the file.
+	LeaderAnonMB        float64 `json:"leader_anon_mb"`
+	FollowerAnonMB      float64 `json:"follower_anon_mb"` // median
 	LeaderThreads       int64   `json:"leader_threads"`
 	FollowerThreads     int64   `json:"follower_threads"` // median
 	HeartbeatsPerS      float64 `json:"heartbeats_per_s"` // leader topic end offset growth

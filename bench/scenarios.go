@@ -208,18 +208,19 @@ func (r *runner) measureCost(f *memberFleet, n int, window time.Duration) (*Cost
 		return nil, err
 	}
 	c := &Cost{Instances: n, WindowS: w.elapsed.Seconds(), LoadAvgDuringWindow: loadAverage(), LeaderChanges: w.changes}
-	var followerCPU, followerRSS []float64
+	var followerCPU, followerRSS, followerAnon []float64
 	var followerThreads []float64
 	var all int64
 	for _, p := range w.procs {
 		all += p.ticks
 		if p.name == leader {
 			c.LeaderCPUSPerMin = w.perMin(p.ticks)
-			c.LeaderRSSMB = p.rssMB()
+			c.LeaderRSSMB, c.LeaderAnonMB = p.rssMB(), p.anonMB()
 			c.LeaderThreads = p.threads
 		} else {
 			followerCPU = append(followerCPU, w.perMin(p.ticks))
 			followerRSS = append(followerRSS, p.rssMB())
+			followerAnon = append(followerAnon, p.anonMB())
 			followerThreads = append(followerThreads, float64(p.threads))
 		}
 	}
@@ -228,6 +229,7 @@ func (r *runner) measureCost(f *memberFleet, n int, window time.Duration) (*Cost
 	if len(followerCPU) > 0 {
 		c.FollowerCPUSPerMin = summarise(followerCPU).Median
 		c.FollowerRSSMB = summarise(followerRSS).Median
+		c.FollowerAnonMB = summarise(followerAnon).Median
 		c.FollowerThreads = int64(summarise(followerThreads).Median)
 	}
 	c.HeartbeatsPerS = w.perS(w.heartbeats)
@@ -260,12 +262,13 @@ type window struct {
 
 // procCost is one member's CPU over a window and its memory at the end.
 type procCost struct {
-	name           string
-	ticks          int64
-	rssKB, threads int64
+	name                   string
+	ticks                  int64
+	rssKB, anonKB, threads int64
 }
 
-func (p procCost) rssMB() float64 { return float64(p.rssKB) / 1024 }
+func (p procCost) rssMB() float64  { return float64(p.rssKB) / 1024 }
+func (p procCost) anonMB() float64 { return float64(p.anonKB) / 1024 }
 
 func (w window) perMin(ticks int64) float64 { return float64(ticks) / userHZ / w.elapsed.Minutes() }
 
@@ -337,7 +340,7 @@ func (r *runner) measureWindow(f *memberFleet, d time.Duration, parts []topicPar
 		if err != nil {
 			return w, fmt.Errorf("%s: sampling %s: %w", f.scenario, p.Name, err)
 		}
-		w.procs = append(w.procs, procCost{name: p.Name, ticks: s.cpuTicks - before[p.Pid].cpuTicks, rssKB: s.rssKB, threads: s.threads})
+		w.procs = append(w.procs, procCost{name: p.Name, ticks: s.cpuTicks - before[p.Pid].cpuTicks, rssKB: s.rssKB, anonKB: s.anonKB, threads: s.threads})
 	}
 	for _, l := range f.Lines()[from:] {
 		switch l.Event {
