@@ -412,6 +412,10 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		l.t.since = l.clock.Now().Round(0) // a wall time for events and heartbeats, not for leases
 		l.t.token = hb.offset + 1
 	}
+	// The heartbeats sent so far carry no token, and observers (Describe, Watch, neli status)
+	// take the leader from the newest heartbeat that does: the next one is due at once, so that
+	// they see the new leader as soon as it leads rather than one interval later.
+	l.t.next = 0
 	l.c.acquired++
 	l.epoch++
 	out.events = append(out.events, LeaderAcquired{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Since: l.t.since})

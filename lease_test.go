@@ -353,7 +353,8 @@ func TestLeaseHeartbeatCadence(t *testing.T) {
 }
 
 // Until a tenure acquires, its heartbeats come every poll, so that a proof that failed is retried
-// soon; once it leads, they come every renewal interval.
+// soon; on acquiring it sends one at once, the first to carry its token; from then on they come
+// every renewal interval.
 func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	const poll = 20 * time.Millisecond
 	r := newRig(t)
@@ -371,10 +372,9 @@ func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	if !r.l.load().leading {
 		t.Fatal("not leading after a confirmed heartbeat")
 	}
-	r.wait(poll)
 	r.due()
-	if len(r.sent) != 3 {
-		t.Fatalf("%d heartbeats; want a third one poll later, as it was due before acquiring", len(r.sent))
+	if len(r.sent) != 3 || r.sent[2].token == 0 {
+		t.Fatalf("heartbeats %+v; want a third one at once on acquiring, carrying the token for observers", r.sent)
 	}
 	r.wait(rigInterval - time.Millisecond)
 	r.due()
