@@ -20,13 +20,17 @@ vet:
 # and worst gap. Use N above CHAOS_MEMBERS (default 4), e.g. CHAOS_ROLES=8, for members to lead
 # several roles each. CHAOS_ROLES=0 (the default) is the single leader; it also skips
 # TestChaosRoles, the short roles trial that `go test ./chaos/` runs besides TestChaos.
+# CHAOS_BROKERS=3 runs the members against a three-broker embedded cluster (default 1) and adds the
+# kinds that need several brokers: coord-move, part-move, broker-cut, node-leave, rolling-restart
+# (see the README's "Chaos testing"); restart and wipe then restart all three brokers at once. The
+# summary says how many brokers were used. `go test ./chaos/` (CI) stays on one broker.
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50
 chaos:
 	CHAOS_TRIALS=$(CHAOS_TRIALS) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 180m ./chaos/
 
 # The soak: trials of CHAOS_FAULTS faults (50 by default) start until SOAK_DURATION has passed,
-# then the same summary as chaos. CHAOS_ROLES and the other CHAOS_* settings apply.
+# then the same summary as chaos. CHAOS_BROKERS, CHAOS_ROLES and the other CHAOS_* settings apply.
 SOAK_DURATION ?= 1h
 soak:
 	CHAOS_DURATION=$(SOAK_DURATION) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 24h ./chaos/
