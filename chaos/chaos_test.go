@@ -91,24 +91,51 @@ const (
 	kindBrokerCut = "broker-cut"      // one broker is cut off from every contender; the others are not
 	kindNodeLeave = "node-leave"      // one broker leaves the cluster, resetting its connections, and comes back
 	kindRolling   = "rolling-restart" // node-leave of every broker in turn
+	kindLeaveCut  = "leave-cut"       // a follower leaves, and the coordinator is cut off at that instant
 )
 
 // singleKinds are the kinds of a one-broker cluster, and the default mix there.
 var singleKinds = []string{kindTerm, kindKill, kindStopShort, kindStopLong, kindStopEdge, kindBlackhole, kindRefuse, kindStall, kindRestart, kindSlow, kindWipe, kindNoRejoin}
 
 // brokerKinds need two brokers or more.
-var brokerKinds = []string{kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling}
+var brokerKinds = []string{kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling, kindLeaveCut}
 
 // allKinds is every kind CHAOS_KINDS may name.
 var allKinds = append(slices.Clone(singleKinds), brokerKinds...)
 
+// outOfBrokerMix are the kinds left out of the default mix with several brokers, and why: each
+// stops elections for longer than the suite waits (a minute), though none breaks mutual exclusion.
+// CHAOS_KINDS still runs them.
+var outOfBrokerMix = map[string]string{
+	// goneli's group check describes the group through an admin client on the leader producer's
+	// handle. librdkafka caches the group's coordinator there, and a ConsumerGroupDescribe answered
+	// NOT_COORDINATOR does not evict the entry, which every retry (once a second or so) keeps
+	// fresh: after the coordinator moves, a member that described the group before fails every
+	// check ("ConsumerGroupDescribe: ") and never leads while it holds partition 0.
+	kindCoordMove: "the group check fails for ever after the coordinator moves",
+	kindNodeLeave: "moves the coordinator (see coord-move)",
+	kindRolling:   "moves the coordinator (see coord-move)",
+	// Every broker loses its data and the leader topic is created afresh, with leader epoch 0 on a
+	// random node. The leader's producer, which goneli keeps for the instance's life, has learnt a
+	// higher epoch and ignores the new leader ("ignoring outdated metadata update with leader epoch
+	// 0 which is older than our cached epoch 1"), so its heartbeats time out for ever if the
+	// partition's leader moved. One broker cannot move the leader, so wipe stays in its mix.
+	kindWipe: "the producer ignores the recreated partition's leader (epoch back to 0)",
+}
+
 // defaultKinds is what the suite draws from unless CHAOS_KINDS says otherwise: every kind that
-// runs on the cluster's number of brokers.
+// runs on the cluster's number of brokers, but those of outOfBrokerMix with several.
 func defaultKinds(brokers int) []string {
 	if brokers < 2 {
 		return singleKinds
 	}
-	return allKinds
+	var mix []string
+	for _, k := range allKinds {
+		if _, left := outOfBrokerMix[k]; !left {
+			mix = append(mix, k)
+		}
+	}
+	return mix
 }
 
 // shortExtra is how many random faults the default (CI) run adds to one of each kind. The run
@@ -196,6 +223,13 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %s, %d broker(s), %d members, %s, kinds %v",
 		s.seed, s.seed, trials, s.brokers, s.members, s.mode(), s.kinds)
+	if s.brokers > 1 {
+		for _, k := range allKinds {
+			if why, left := outOfBrokerMix[k]; left && !slices.Contains(s.kinds, k) {
+				t.Logf("chaos: %s is not drawn with several brokers (CHAOS_KINDS can name it): %s", k, why)
+			}
+		}
+	}
 	runTrials(t, s)
 }
 
@@ -272,6 +306,8 @@ type harness struct {
 	broker *kafkatest.Broker
 	stall  atomic.Pointer[chan struct{}] // non-nil while produce requests are held
 	noJoin atomic.Pointer[string]        // member ID prefix whose JoinGroup requests fail
+	// leaveCut, while set, cuts a broker off as the coordinator handles a member's LeaveGroup.
+	leaveCut atomic.Pointer[leaveCut]
 
 	roles []string // the members' roles; nil for the single leader
 	// stuckClose names the members stopped while the group's rebalance waits for a member that
@@ -442,7 +478,36 @@ func (h *harness) startBroker(extra ...kfake.Opt) {
 		}
 		return nil, nil, false
 	})
+	// A LeaveGroup begins a rebalance. Cutting the coordinator off on the cluster's own loop, before
+	// the request is handled, keeps every other member from hearing of that rebalance from it.
+	b.ControlKey(int16(kmsg.LeaveGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		lc := h.leaveCut.Load()
+		if lc == nil {
+			return nil, nil, false
+		}
+		lr := req.(*kmsg.LeaveGroupRequest)
+		ids := []string{lr.MemberID}
+		for _, m := range lr.Members {
+			ids = append(ids, m.MemberID)
+		}
+		for _, id := range ids {
+			if strings.HasPrefix(id, lc.prefix) && h.leaveCut.CompareAndSwap(lc, nil) {
+				b.Net.CutBroker(lc.addr, kafkatest.Refuse)
+				lc.at <- time.Now()
+				break
+			}
+		}
+		return nil, nil, false
+	})
 	h.broker = b
+}
+
+// leaveCut is a broker cut that waits for a member's LeaveGroup.
+type leaveCut struct {
+	prefix string         // member IDs of the leaving member begin with this
+	addr   string         // the broker to cut off
+	at     chan time.Time // receives when the cut began; buffered
 }
 
 func (h *harness) releaseStall() {
@@ -728,6 +793,8 @@ func (h *harness) inject(kind string) verdict.Fault {
 		h.broker.Net.HealBroker(h.addr(id))
 	case kindNodeLeave:
 		f.Detail = h.leaveAndReturn(h.target(), 300*time.Millisecond, 3*time.Second)
+	case kindLeaveCut:
+		f.Detail = h.leaveCutFault(slot)
 	case kindRolling:
 		var steps []string
 		for i, id := range h.rng.Perm(h.nodes) {
@@ -741,6 +808,51 @@ func (h *harness) inject(kind string) verdict.Fault {
 	}
 	f.Healed = time.Now()
 	return f
+}
+
+// leaveCutFault stops a follower of the leader in slot gracefully, so that its LeaveGroup begins a
+// rebalance, and cuts the coordinator off from every contender as the coordinator handles it, for
+// 1.5-2.3 s: around the rebalance timeout (2 s). The others learn of the rebalance only when the
+// cut heals, as librdkafka sends the commits it deferred while the coordinator was away.
+func (h *harness) leaveCutFault(slot int) string {
+	other := h.rng.IntN(len(h.procs))
+	if slot >= 0 {
+		other = (slot + 1 + h.rng.IntN(len(h.procs)-1)) % len(h.procs)
+	}
+	q := h.procs[other]
+	coord := h.coordinator()
+	lc := &leaveCut{prefix: "goneli-" + q.Name + "-", addr: h.addr(coord), at: make(chan time.Time, 1)}
+	h.leaveCut.Store(lc)
+	// Its Close may run into its bound while the coordinator is away.
+	h.stuckClose.Store(q.Name, true)
+	h.signal(q, syscall.SIGTERM)
+	var at time.Time
+	select {
+	case at = <-lc.at:
+	case <-q.Done():
+	case <-time.After(awaitLimit):
+	}
+	h.leaveCut.Store(nil)
+	if at.IsZero() {
+		select {
+		case at = <-lc.at:
+		default:
+		}
+	}
+	d := h.rng.Int64N(int64(800*time.Millisecond)+1) + int64(1500*time.Millisecond)
+	// Stop only waits for the exit here, killing a member that hangs; SIGTERM was sent already.
+	if err := h.fleet.Stop(q, awaitLimit); err != nil {
+		h.t.Error(err)
+	}
+	h.start(other)
+	if at.IsZero() {
+		// A cut that began just now, too late to be reported, must not outlive the fault.
+		h.broker.Net.HealBroker(lc.addr)
+		return fmt.Sprintf("%s left without a LeaveGroup reaching node %d; no cut", q.Name, coord)
+	}
+	time.Sleep(time.Until(at.Add(time.Duration(d))))
+	h.broker.Net.HealBroker(lc.addr)
+	return fmt.Sprintf("%s left; coordinator node %d refusing for %v from its LeaveGroup", q.Name, coord, time.Duration(d).Round(time.Millisecond))
 }
 
 // coordinator is the node that coordinates the group now.
