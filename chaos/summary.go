@@ -11,10 +11,11 @@
 // short run of that mode, one trial with a few kinds, that the default `go test ./chaos/` (CI)
 // includes.
 //
-// With CHAOS_BROKERS=3 the members run against a three-broker embedded cluster, and five more
-// kinds move the group's coordinator and the leader topic's partitions between brokers, cut one
-// broker off, take one away, or restart them in turn. The summary's first line gives the number of
-// brokers.
+// With CHAOS_BROKERS=3 the members run against a three-broker embedded cluster, and more kinds
+// move the group's coordinator and the leader topic's partitions between brokers, cut one broker
+// off, take one away, restart them in turn, or cut the coordinator off as a rebalance begins; those
+// that stall elections are drawn only when CHAOS_KINDS names them (outOfBrokerMix says why). The
+// summary's first line gives the number of brokers.
 //
 // The suite itself is in chaos_test.go; this file aggregates the checker's reports of several
 // trials into the summary the suite prints.
