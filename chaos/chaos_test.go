@@ -82,11 +82,61 @@ const (
 	kindNoRejoin  = "no-rejoin"  // the leader's rejoin requests fail while a follower restarts
 )
 
-// allKinds is every kind CHAOS_KINDS may name.
-var allKinds = []string{kindTerm, kindKill, kindStopShort, kindStopLong, kindStopEdge, kindBlackhole, kindRefuse, kindStall, kindRestart, kindSlow, kindWipe, kindNoRejoin}
+// Fault kinds of a cluster of several brokers (CHAOS_BROKERS=3). With several brokers, restart and
+// wipe still restart the whole cluster at once: every node stops, and as many start on the same
+// ports, with the same data or none.
+const (
+	kindCoordMove = "coord-move"      // the group's coordinator moves to another broker, all stay up
+	kindPartMove  = "part-move"       // the leader topic's partition(s) of the leader move to another broker
+	kindBrokerCut = "broker-cut"      // one broker is cut off from every contender; the others are not
+	kindNodeLeave = "node-leave"      // one broker leaves the cluster, resetting its connections, and comes back
+	kindRolling   = "rolling-restart" // node-leave of every broker in turn
+	kindLeaveCut  = "leave-cut"       // a follower leaves, and the coordinator is cut off at that instant
+)
 
-// defaultKinds is what the suite draws from unless CHAOS_KINDS says otherwise: every kind.
-var defaultKinds = allKinds
+// singleKinds are the kinds of a one-broker cluster, and the default mix there.
+var singleKinds = []string{kindTerm, kindKill, kindStopShort, kindStopLong, kindStopEdge, kindBlackhole, kindRefuse, kindStall, kindRestart, kindSlow, kindWipe, kindNoRejoin}
+
+// brokerKinds need two brokers or more.
+var brokerKinds = []string{kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling, kindLeaveCut}
+
+// allKinds is every kind CHAOS_KINDS may name.
+var allKinds = append(slices.Clone(singleKinds), brokerKinds...)
+
+// outOfBrokerMix are the kinds left out of the default mix with several brokers, and why: each
+// stops elections for longer than the suite waits (a minute), though none breaks mutual exclusion.
+// CHAOS_KINDS still runs them.
+var outOfBrokerMix = map[string]string{
+	// goneli's group check describes the group through an admin client on the leader producer's
+	// handle. librdkafka caches the group's coordinator there, and a ConsumerGroupDescribe answered
+	// NOT_COORDINATOR does not evict the entry, which every retry (once a second or so) keeps
+	// fresh: after the coordinator moves, a member that described the group before fails every
+	// check ("ConsumerGroupDescribe: ") and never leads while it holds partition 0.
+	kindCoordMove: "the group check fails for ever after the coordinator moves",
+	kindNodeLeave: "moves the coordinator (see coord-move)",
+	kindRolling:   "moves the coordinator (see coord-move)",
+	// Every broker loses its data and the leader topic is created afresh, with leader epoch 0 on a
+	// random node. The leader's producer, which goneli keeps for the instance's life, has learnt a
+	// higher epoch and ignores the new leader ("ignoring outdated metadata update with leader epoch
+	// 0 which is older than our cached epoch 1"), so its heartbeats time out for ever if the
+	// partition's leader moved. One broker cannot move the leader, so wipe stays in its mix.
+	kindWipe: "the producer ignores the recreated partition's leader (epoch back to 0)",
+}
+
+// defaultKinds is what the suite draws from unless CHAOS_KINDS says otherwise: every kind that
+// runs on the cluster's number of brokers, but those of outOfBrokerMix with several.
+func defaultKinds(brokers int) []string {
+	if brokers < 2 {
+		return singleKinds
+	}
+	var mix []string
+	for _, k := range allKinds {
+		if _, left := outOfBrokerMix[k]; !left {
+			mix = append(mix, k)
+		}
+	}
+	return mix
+}
 
 // shortExtra is how many random faults the default (CI) run adds to one of each kind. The run
 // takes about 3 s per fault.
@@ -98,6 +148,7 @@ type settings struct {
 	trials  int
 	faults  int // per trial; 0 means one of each kind, in random order
 	members int
+	brokers int // nodes of the embedded cluster
 	roles   int // numbered roles per member (goneli.NewRoles); 0 means the single leader of New
 	extra   int // random faults the short run (faults == 0) adds to one of each kind
 	kinds   []string
@@ -108,7 +159,7 @@ type settings struct {
 }
 
 func readSettings(t *testing.T) settings {
-	s := settings{trials: 1, members: 4, extra: shortExtra, kinds: defaultKinds, seed: uint64(time.Now().UnixNano())}
+	s := settings{trials: 1, members: 4, brokers: 1, extra: shortExtra, seed: uint64(time.Now().UnixNano())}
 	num := func(key string, into *int) {
 		if v := os.Getenv(key); v != "" {
 			n, err := strconv.Atoi(v)
@@ -122,6 +173,11 @@ func readSettings(t *testing.T) settings {
 	num("CHAOS_FAULTS", &s.faults)
 	num("CHAOS_MEMBERS", &s.members)
 	num("CHAOS_ROLES", &s.roles)
+	num("CHAOS_BROKERS", &s.brokers)
+	if s.brokers < 1 {
+		t.Fatalf("CHAOS_BROKERS=%d: need at least 1", s.brokers)
+	}
+	s.kinds = defaultKinds(s.brokers)
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -134,6 +190,9 @@ func readSettings(t *testing.T) settings {
 		for _, k := range strings.Split(v, ",") {
 			if !slices.Contains(allKinds, k) {
 				t.Fatalf("CHAOS_KINDS: unknown kind %q; kinds are %v", k, allKinds)
+			}
+			if s.brokers < 2 && slices.Contains(brokerKinds, k) {
+				t.Fatalf("CHAOS_KINDS: %s needs several brokers (CHAOS_BROKERS=3)", k)
 			}
 			s.kinds = append(s.kinds, k)
 		}
@@ -162,8 +221,15 @@ func TestChaos(t *testing.T) {
 	if s.duration > 0 {
 		trials = fmt.Sprintf("trials for %v", s.duration)
 	}
-	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %s, %d members, %s, kinds %v",
-		s.seed, s.seed, trials, s.members, s.mode(), s.kinds)
+	t.Logf("chaos: seed %d (replay the fault schedule with CHAOS_SEED=%d), %s, %d broker(s), %d members, %s, kinds %v",
+		s.seed, s.seed, trials, s.brokers, s.members, s.mode(), s.kinds)
+	if s.brokers > 1 {
+		for _, k := range allKinds {
+			if why, left := outOfBrokerMix[k]; left && !slices.Contains(s.kinds, k) {
+				t.Logf("chaos: %s is not drawn with several brokers (CHAOS_KINDS can name it): %s", k, why)
+			}
+		}
+	}
 	runTrials(t, s)
 }
 
@@ -188,8 +254,8 @@ func TestChaosRoles(t *testing.T) {
 	if os.Getenv("CHAOS_KINDS") == "" {
 		s.kinds = rolesShortKinds
 	}
-	t.Logf("chaos roles: seed %d (replay with CHAOS_SEED=%d), %d members, %s, kinds %v",
-		s.seed, s.seed, s.members, s.mode(), s.kinds)
+	t.Logf("chaos roles: seed %d (replay with CHAOS_SEED=%d), %d broker(s), %d members, %s, kinds %v",
+		s.seed, s.seed, s.brokers, s.members, s.mode(), s.kinds)
 	runTrials(t, s)
 }
 
@@ -199,7 +265,7 @@ const rolesShortRoles = 8
 
 // runTrials runs s.trials trials and prints the summary.
 func runTrials(t *testing.T, s settings) {
-	sum := Summary{}
+	sum := Summary{Brokers: s.brokers}
 	start := time.Now()
 	for i := 0; s.duration == 0 && i < s.trials || s.duration > 0 && time.Since(start) < s.duration; i++ {
 		sum.Trials++
@@ -228,17 +294,20 @@ func (s settings) mode() string {
 	return fmt.Sprintf("%d roles each", s.roles)
 }
 
-// harness is one trial: a broker, a group of member processes, and the record of what they said.
+// harness is one trial: a cluster, a group of member processes, and the record of what they said.
 // Only the test goroutine uses it; the fleet's callbacks only report failures.
 type harness struct {
 	t      *testing.T
 	rng    *rand.Rand
 	dir    string // logs
-	data   string // broker data directory, kept across broker restarts
-	port   int
+	data   string // cluster data directory, kept across restarts
+	nodes  int    // brokers in the cluster
+	ports  []int  // by node ID, kept across restarts and across a node leaving and coming back
 	broker *kafkatest.Broker
 	stall  atomic.Pointer[chan struct{}] // non-nil while produce requests are held
 	noJoin atomic.Pointer[string]        // member ID prefix whose JoinGroup requests fail
+	// leaveCut, while set, cuts a broker off as the coordinator handles a member's LeaveGroup.
+	leaveCut atomic.Pointer[leaveCut]
 
 	roles []string // the members' roles; nil for the single leader
 	// stuckClose names the members stopped while the group's rebalance waits for a member that
@@ -257,8 +326,9 @@ type harness struct {
 
 func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	h := &harness{
-		t:   t,
-		rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		t:     t,
+		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		nodes: s.brokers,
 	}
 	if s.roles > 0 {
 		h.roles = goneli.Shards(s.roles)
@@ -363,8 +433,12 @@ func (h *harness) sleep(lo, hi time.Duration) time.Duration {
 
 func (h *harness) startBroker(extra ...kfake.Opt) {
 	opts := append([]kfake.Opt{kfake.DataDir(h.data)}, extra...)
-	if h.port != 0 {
-		opts = append(opts, kfake.Ports(h.port))
+	if h.ports != nil {
+		// Node i comes back on its old port: the members' bootstrap list and the addresses
+		// librdkafka learnt from metadata stay right.
+		opts = append(opts, kfake.Ports(h.ports...))
+	} else {
+		opts = append(opts, kfake.NumBrokers(h.nodes))
 	}
 	var b *kafkatest.Broker
 	var err error
@@ -378,9 +452,12 @@ func (h *harness) startBroker(extra ...kfake.Opt) {
 	if err != nil {
 		h.t.Fatalf("starting broker: %v", err)
 	}
-	if h.port == 0 {
-		_, p, _ := net.SplitHostPort(b.Addr)
-		h.port, _ = strconv.Atoi(p)
+	if h.ports == nil {
+		for _, a := range b.Addrs {
+			_, p, _ := net.SplitHostPort(a)
+			port, _ := strconv.Atoi(p)
+			h.ports = append(h.ports, port)
+		}
 	}
 	// Only the leader produces, so holding produce requests holds exactly the leader's heartbeats.
 	b.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -401,7 +478,36 @@ func (h *harness) startBroker(extra ...kfake.Opt) {
 		}
 		return nil, nil, false
 	})
+	// A LeaveGroup begins a rebalance. Cutting the coordinator off on the cluster's own loop, before
+	// the request is handled, keeps every other member from hearing of that rebalance from it.
+	b.ControlKey(int16(kmsg.LeaveGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		lc := h.leaveCut.Load()
+		if lc == nil {
+			return nil, nil, false
+		}
+		lr := req.(*kmsg.LeaveGroupRequest)
+		ids := []string{lr.MemberID}
+		for _, m := range lr.Members {
+			ids = append(ids, m.MemberID)
+		}
+		for _, id := range ids {
+			if strings.HasPrefix(id, lc.prefix) && h.leaveCut.CompareAndSwap(lc, nil) {
+				b.Net.CutBroker(lc.addr, kafkatest.Refuse)
+				lc.at <- time.Now()
+				break
+			}
+		}
+		return nil, nil, false
+	})
 	h.broker = b
+}
+
+// leaveCut is a broker cut that waits for a member's LeaveGroup.
+type leaveCut struct {
+	prefix string         // member IDs of the leaving member begin with this
+	addr   string         // the broker to cut off
+	at     chan time.Time // receives when the cut began; buffered
 }
 
 func (h *harness) releaseStall() {
@@ -415,7 +521,7 @@ func (h *harness) start(slot int) {
 	h.gen[slot]++
 	name := fmt.Sprintf("m%d-%d", slot, h.gen[slot])
 	args := []string{
-		"-kafka", h.broker.Addr, "-group", group, "-topic", topic, "-name", name,
+		"-kafka", h.bootstrap(), "-group", group, "-topic", topic, "-name", name,
 		"-heartbeat-timeout", lease.String(), "-min-poll-interval", pollInterval.String(),
 		"-task", "1ms", "-log-level", "info",
 		// Reconnect quickly after cuts and broker restarts; the default backoff adds seconds.
@@ -439,6 +545,20 @@ func (h *harness) start(slot int) {
 }
 
 func (h *harness) logFile(name string) string { return filepath.Join(h.dir, name+".log") }
+
+// addr is node id's address.
+func (h *harness) addr(id int32) string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(h.ports[id]))
+}
+
+// bootstrap lists every node, so that a member started while one is away still finds the cluster.
+func (h *harness) bootstrap() string {
+	addrs := make([]string, len(h.ports))
+	for i := range h.ports {
+		addrs[i] = h.addr(int32(i))
+	}
+	return strings.Join(addrs, ",")
+}
 
 // awaitAct waits until some member acts at or after since; with roles, until every role has been
 // acted for at or after since.
@@ -556,7 +676,7 @@ func (h *harness) inject(kind string) verdict.Fault {
 	f := verdict.Fault{Kind: kind}
 	var slot int
 	switch kind {
-	case kindStall, kindRestart, kindWipe, kindNoRejoin:
+	case kindStall, kindRestart, kindWipe, kindNoRejoin, kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling:
 		// Broker-side faults hit whoever leads.
 		slot = h.leader()
 		f.WasLeader = slot >= 0
@@ -571,7 +691,7 @@ func (h *harness) inject(kind string) verdict.Fault {
 	if len(h.roles) > 0 {
 		// Faults of the broker hit every leader; the others, the roles the victim leads.
 		switch {
-		case kind == kindStall || kind == kindRestart || kind == kindWipe:
+		case kind == kindStall || kind == kindRestart || kind == kindWipe || slices.Contains(brokerKinds, kind) && kind != kindPartMove:
 			f.Roles = h.led()
 		case slot >= 0:
 			f.Roles = h.rolesOf(slot)
@@ -659,9 +779,193 @@ func (h *harness) inject(kind string) verdict.Fault {
 			h.startBroker()
 		}
 		f.Detail = fmt.Sprintf("down for %v", down.Round(time.Millisecond))
+	case kindCoordMove:
+		f.Detail = h.moveCoordinator()
+	case kindPartMove:
+		f.Detail = h.movePartitions(f.Roles)
+	case kindBrokerCut:
+		id := h.target()
+		cut := []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse}[h.rng.IntN(2)]
+		what := h.describe(id)
+		h.broker.Net.CutBroker(h.addr(id), cut)
+		f.Detail = fmt.Sprintf("%s %s for %v", what, map[kafkatest.Fault]string{kafkatest.Blackhole: "black-holed", kafkatest.Refuse: "refusing"}[cut],
+			h.sleep(300*time.Millisecond, 5*time.Second).Round(time.Millisecond))
+		h.broker.Net.HealBroker(h.addr(id))
+	case kindNodeLeave:
+		f.Detail = h.leaveAndReturn(h.target(), 300*time.Millisecond, 3*time.Second)
+	case kindLeaveCut:
+		f.Detail = h.leaveCutFault(slot)
+	case kindRolling:
+		var steps []string
+		for i, id := range h.rng.Perm(h.nodes) {
+			if i > 0 {
+				// A pause between brokers, sometimes too short for the group to have settled.
+				steps = append(steps, fmt.Sprintf("after %v", h.sleep(200*time.Millisecond, 2*time.Second).Round(time.Millisecond)))
+			}
+			steps = append(steps, h.leaveAndReturn(int32(id), 300*time.Millisecond, 1500*time.Millisecond))
+		}
+		f.Detail = strings.Join(steps, "; ")
 	}
 	f.Healed = time.Now()
 	return f
+}
+
+// leaveCutFault stops a follower of the leader in slot gracefully, so that its LeaveGroup begins a
+// rebalance, and cuts the coordinator off from every contender as the coordinator handles it, for
+// 1.5-2.3 s: around the rebalance timeout (2 s). The others learn of the rebalance only when the
+// cut heals, as librdkafka sends the commits it deferred while the coordinator was away.
+func (h *harness) leaveCutFault(slot int) string {
+	other := h.rng.IntN(len(h.procs))
+	if slot >= 0 {
+		other = (slot + 1 + h.rng.IntN(len(h.procs)-1)) % len(h.procs)
+	}
+	q := h.procs[other]
+	coord := h.coordinator()
+	lc := &leaveCut{prefix: "goneli-" + q.Name + "-", addr: h.addr(coord), at: make(chan time.Time, 1)}
+	h.leaveCut.Store(lc)
+	// Its Close may run into its bound while the coordinator is away.
+	h.stuckClose.Store(q.Name, true)
+	h.signal(q, syscall.SIGTERM)
+	var at time.Time
+	select {
+	case at = <-lc.at:
+	case <-q.Done():
+	case <-time.After(awaitLimit):
+	}
+	h.leaveCut.Store(nil)
+	if at.IsZero() {
+		select {
+		case at = <-lc.at:
+		default:
+		}
+	}
+	d := h.rng.Int64N(int64(800*time.Millisecond)+1) + int64(1500*time.Millisecond)
+	// Stop only waits for the exit here, killing a member that hangs; SIGTERM was sent already.
+	if err := h.fleet.Stop(q, awaitLimit); err != nil {
+		h.t.Error(err)
+	}
+	h.start(other)
+	if at.IsZero() {
+		// A cut that began just now, too late to be reported, must not outlive the fault.
+		h.broker.Net.HealBroker(lc.addr)
+		return fmt.Sprintf("%s left without a LeaveGroup reaching node %d; no cut", q.Name, coord)
+	}
+	time.Sleep(time.Until(at.Add(time.Duration(d))))
+	h.broker.Net.HealBroker(lc.addr)
+	return fmt.Sprintf("%s left; coordinator node %d refusing for %v from its LeaveGroup", q.Name, coord, time.Duration(d).Round(time.Millisecond))
+}
+
+// coordinator is the node that coordinates the group now.
+func (h *harness) coordinator() int32 { return h.broker.CoordinatorFor(group) }
+
+// partitions are the leader topic's partitions: one per role, or partition 0.
+func (h *harness) partitions() int { return max(len(h.roles), 1) }
+
+// describe names node id and what it does for the group: "node 1 (coordinator, partition 0)".
+func (h *harness) describe(id int32) string {
+	var does []string
+	if h.coordinator() == id {
+		does = append(does, "coordinator")
+	}
+	var parts []string
+	for p := range h.partitions() {
+		if h.broker.LeaderFor(topic, int32(p)) == id {
+			parts = append(parts, strconv.Itoa(p))
+		}
+	}
+	if len(parts) > 0 {
+		does = append(does, "partition "+strings.Join(parts, ","))
+	}
+	if len(does) == 0 {
+		does = append(does, "neither coordinator nor leader topic partition")
+	}
+	return fmt.Sprintf("node %d (%s)", id, strings.Join(does, ", "))
+}
+
+// target picks the node a broker fault hits: the group's coordinator, the leader of partition 0,
+// or any node, each a third of the time.
+func (h *harness) target() int32 {
+	switch h.rng.IntN(3) {
+	case 0:
+		return h.coordinator()
+	case 1:
+		return h.broker.LeaderFor(topic, 0)
+	}
+	return int32(h.rng.IntN(h.nodes))
+}
+
+// other picks a node other than id.
+func (h *harness) other(id int32) int32 {
+	return (id + 1 + int32(h.rng.IntN(h.nodes-1))) % int32(h.nodes)
+}
+
+// moveCoordinator rehashes the cluster's coordinators until the group's lands on another node.
+// kfake keeps one copy of the group's state for the whole cluster, so the move loses nothing; the
+// members learn of it from NOT_COORDINATOR answers on the old node.
+func (h *harness) moveCoordinator() string {
+	from := h.coordinator()
+	to := from
+	// Each rehash moves the group with probability (nodes-1)/nodes.
+	for i := 0; to == from && i < 100; i++ {
+		h.broker.RehashCoordinators()
+		to = h.coordinator()
+	}
+	return fmt.Sprintf("coordinator node %d -> %d", from, to)
+}
+
+// movePartitions moves the partition of each of roles (partition 0 for the single leader, or if
+// nobody leads) to another node. Produce and fetch requests on the old node are then answered
+// NOT_LEADER_OR_FOLLOWER.
+func (h *harness) movePartitions(roles map[string]string) string {
+	parts := []int32{0}
+	if len(roles) > 0 {
+		parts = nil
+		for role := range roles {
+			parts = append(parts, int32(slices.Index(h.roles, role)))
+		}
+		slices.Sort(parts)
+	}
+	var moves []string
+	for _, p := range parts {
+		from := h.broker.LeaderFor(topic, p)
+		to := h.other(from)
+		if err := h.broker.MoveTopicPartition(topic, p, to); err != nil {
+			h.t.Fatalf("moving partition %d to node %d: %v", p, to, err)
+		}
+		moves = append(moves, fmt.Sprintf("partition %d node %d -> %d", p, from, to))
+	}
+	return strings.Join(moves, ", ")
+}
+
+// leaveAndReturn takes node id out of the cluster for a random time in [lo, hi], then brings it
+// back as the same node on the same port, and describes what happened.
+//
+// kfake's RemoveNode closes the node's listener and reassigns every partition leader, and the
+// group's coordinator, among the nodes left, but leaves the node's open connections working: a
+// broker that goes away resets them, so the Netem does. AddNode reassigns every partition leader
+// again. The group's state is the cluster's, not the node's, so nothing the node coordinated is
+// lost, as with Kafka, where the new coordinator reads the group back from __consumer_offsets.
+func (h *harness) leaveAndReturn(id int32, lo, hi time.Duration) string {
+	what := h.describe(id)
+	if err := h.broker.RemoveNode(id); err != nil {
+		h.t.Fatalf("removing node %d: %v", id, err)
+	}
+	h.broker.Net.CutBroker(h.addr(id), kafkatest.Refuse)
+	after := fmt.Sprintf("coordinator %d, partition 0 on %d", h.coordinator(), h.broker.LeaderFor(topic, 0))
+	down := h.sleep(lo, hi)
+	h.broker.Net.HealBroker(h.addr(id))
+	var err error
+	// The old listener's port can take a moment to become free again.
+	for range 100 {
+		if _, _, err = h.broker.AddNode(id, h.ports[id]); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		h.t.Fatalf("bringing node %d back on port %d: %v", id, h.ports[id], err)
+	}
+	return fmt.Sprintf("%s left for %v (then %s)", what, down.Round(time.Millisecond), after)
 }
 
 // rolesHit renders the roles a fault hit, for logs: " roles=0:m1-1,2:m1-1", or nothing.

@@ -11,6 +11,12 @@
 // short run of that mode, one trial with a few kinds, that the default `go test ./chaos/` (CI)
 // includes.
 //
+// With CHAOS_BROKERS=3 the members run against a three-broker embedded cluster, and more kinds
+// move the group's coordinator and the leader topic's partitions between brokers, cut one broker
+// off, take one away, restart them in turn, or cut the coordinator off as a rebalance begins; those
+// that stall elections are drawn only when CHAOS_KINDS names them (outOfBrokerMix says why). The
+// summary's first line gives the number of brokers.
+//
 // The suite itself is in chaos_test.go; this file aggregates the checker's reports of several
 // trials into the summary the suite prints.
 package chaos
@@ -28,6 +34,7 @@ import (
 
 // Summary aggregates the reports of several trials.
 type Summary struct {
+	Brokers int // nodes of the embedded cluster
 	Trials  int
 	Reports []verdict.Report
 }
@@ -111,7 +118,7 @@ func (s Summary) totals() totals {
 // printHead writes what both forms of the summary begin with: the run, the faults by kind and the
 // overlaps of act spans, for one leader or for one role.
 func (s Summary) printHead(w io.Writer, t totals, title, what string) {
-	fmt.Fprintf(w, "%s: trials=%d faults=%d duration=%v act spans=%d\n", title, s.Trials, t.faults, t.duration.Round(time.Second), t.spans)
+	fmt.Fprintf(w, "%s: brokers=%d trials=%d faults=%d duration=%v act spans=%d\n", title, s.Brokers, s.Trials, t.faults, t.duration.Round(time.Second), t.spans)
 	var parts []string
 	for _, k := range t.kinds {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, len(t.byKind[k])))
@@ -151,7 +158,7 @@ func (s Summary) Print(w io.Writer) {
 	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals (information only; a frozen or cut process hears late): %d, longest %v\n",
 		t.infos, t.longestInfo.Round(time.Millisecond))
 	fmt.Fprintf(w, "worst leaderless gap: %v (after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapAfter)
-	fmt.Fprintf(w, "%-12s %6s %8s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "moved", "resumed", "unaff.", "median", "max (injection to next leader action)")
+	fmt.Fprintf(w, "%-15s %6s %8s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "moved", "resumed", "unaff.", "median", "max (injection to next leader action)")
 	for _, k := range t.kinds {
 		var ds []time.Duration
 		counts := map[verdict.Outcome]int{}
@@ -162,7 +169,7 @@ func (s Summary) Print(w io.Writer) {
 			}
 		}
 		med, mx := medianMax(ds)
-		fmt.Fprintf(w, "%-12s %6d %8d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), len(t.byKind[k])-counts[verdict.NotLeader],
+		fmt.Fprintf(w, "%-15s %6d %8d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), len(t.byKind[k])-counts[verdict.NotLeader],
 			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
 	}
 	s.printViolations(w)
@@ -180,7 +187,7 @@ func (s Summary) printRoles(w io.Writer, t totals) {
 	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals of one role (information only; a frozen or cut process hears late): %d, longest %v\n",
 		t.infos, t.longestInfo.Round(time.Millisecond))
 	fmt.Fprintf(w, "worst leaderless gap of one role: %v (role %s, after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapRole, t.gapAfter)
-	fmt.Fprintf(w, "%-12s %6s %8s %6s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "roles", "moved", "resumed", "unaff.", "median", "max (injection to next action, per role hit)")
+	fmt.Fprintf(w, "%-15s %6s %8s %6s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "roles", "moved", "resumed", "unaff.", "median", "max (injection to next action, per role hit)")
 	for _, k := range t.kinds {
 		var ds []time.Duration
 		counts := map[verdict.Outcome]int{}
@@ -198,7 +205,7 @@ func (s Summary) printRoles(w io.Writer, t totals) {
 			}
 		}
 		med, mx := medianMax(ds)
-		fmt.Fprintf(w, "%-12s %6d %8d %6d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), leader, hit,
+		fmt.Fprintf(w, "%-15s %6d %8d %6d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), leader, hit,
 			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
 	}
 	fmt.Fprintf(w, "%-6s %8s %8s %10s  %s\n", "role", "spans", "overlaps", "worst gap", "after")

@@ -23,12 +23,12 @@ func TestSummaryPrintsFigures(t *testing.T) {
 		"c": {ev(310, member.EventAcquired), act(300, 320)}, // overlaps b at 300 and ends without a revoke
 	}
 	faults := []verdict.Fault{{Kind: "sigkill", Victim: "a", WasLeader: true, At: time.Unix(0, ms(100))}}
-	s := Summary{Trials: 1, Reports: []verdict.Report{verdict.Check(lines, nil, faults)}}
+	s := Summary{Brokers: 3, Trials: 1, Reports: []verdict.Report{verdict.Check(lines, nil, faults)}}
 	var out bytes.Buffer
 	s.Print(&out)
-	for _, want := range []string{"trials=1 faults=1", "sigkill=1", "overlaps (two processes acting as leader at one instant): 1",
+	for _, want := range []string{"chaos summary: brokers=3 trials=1 faults=1", "sigkill=1", "overlaps (two processes acting as leader at one instant): 1",
 		"  OVERLAP b and c from ", "worst leaderless gap: 100ms (after a sigkill fault)",
-		"sigkill           1        1        1        0        0      100ms  100ms",
+		"sigkill              1        1        1        0        0      100ms  100ms",
 		`  VIOLATION c: events "A" break the order`} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())
@@ -59,14 +59,14 @@ func TestSummaryPrintsRoleFigures(t *testing.T) {
 	}
 	faults := []verdict.Fault{{Kind: "sigkill", Victim: "a", WasLeader: true, At: time.Unix(0, ms(100)),
 		Roles: map[string]string{"0": "a", "1": "a"}}}
-	s := Summary{Trials: 1, Reports: []verdict.Report{verdict.Check(lines, map[string]time.Time{"a": time.Unix(0, ms(100))}, faults)}}
+	s := Summary{Brokers: 1, Trials: 1, Reports: []verdict.Report{verdict.Check(lines, map[string]time.Time{"a": time.Unix(0, ms(100))}, faults)}}
 	var out bytes.Buffer
 	s.Print(&out)
-	for _, want := range []string{"chaos summary (3 roles): trials=1 faults=1",
+	for _, want := range []string{"chaos summary (3 roles): brokers=1 trials=1 faults=1",
 		"overlaps (two processes acting as leader of one role at one instant): 1",
 		"overlaps per role: 0=0 1=1 2=0", "  OVERLAP b and c for role 1 from ",
 		"worst leaderless gap of one role: 400ms (role 1, after a sigkill fault)",
-		"sigkill           1        1      2        2        0        0      200ms  400ms",
+		"sigkill              1        1      2        2        0        0      200ms  400ms",
 		"1             3        1      400ms  sigkill"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, out.String())

@@ -1,6 +1,7 @@
 // Package kafkatest runs an in-process Kafka-protocol broker (kfake) for goneli's tests, demo and
 // benchmarks, with a network layer that can cut, black-hole or slow down one client, recognised by
-// the client.id in its requests.
+// the client.id in its requests, or one broker of a multi-broker cluster, recognised by its listen
+// address.
 package kafkatest
 
 import (
@@ -15,18 +16,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// Broker is a single-node kfake cluster whose connections pass through a Netem.
+// Broker is a kfake cluster, one node unless kfake.NumBrokers or kfake.Ports say otherwise, whose
+// connections pass through a Netem.
 type Broker struct {
 	*kfake.Cluster
 	Net  *Netem
-	Addr string
+	Addr string // the first node's address
+	// Addrs are the nodes' addresses as the cluster started, node i's at index i. Nodes added or
+	// removed later (AddNode, RemoveNode) are not reflected here.
+	Addrs []string
 }
 
 // DefaultGroupMinSessionTimeout is lowered from Kafka's 6 s so that tests can use short leases.
 const DefaultGroupMinSessionTimeout = 500 * time.Millisecond
 
 // Start runs a one-broker cluster on a free loopback port (or the port given with kfake.Ports).
-// Options given here are applied after the defaults.
+// Options given here are applied after the defaults, so kfake.NumBrokers or kfake.Ports with
+// several ports start several nodes, every one behind the same Netem.
 func Start(opts ...kfake.Opt) (*Broker, error) {
 	nm := NewNetem()
 	all := append([]kfake.Opt{
@@ -38,7 +44,8 @@ func Start(opts ...kfake.Opt) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{Cluster: c, Net: nm, Addr: c.ListenAddrs()[0]}, nil
+	addrs := c.ListenAddrs()
+	return &Broker{Cluster: c, Net: nm, Addr: addrs[0], Addrs: addrs}, nil
 }
 
 // Close stops the broker and drops every connection.
@@ -63,10 +70,13 @@ const (
 	Delay
 )
 
-// Netem tracks the broker's server-side connections by client.id and applies faults to them.
+// Netem tracks the brokers' server-side connections by client.id and by the listen address of the
+// broker they reach, and applies faults to them. A fault set on a client takes precedence over one
+// set on a broker.
 type Netem struct {
 	mu     sync.Mutex
-	faults map[string]fault
+	faults map[string]fault // by client.id
+	nodes  map[string]fault // by broker listen address
 	conns  map[*conn]struct{}
 }
 
@@ -78,7 +88,7 @@ type fault struct {
 
 // NewNetem returns a Netem that lets everything through.
 func NewNetem() *Netem {
-	return &Netem{faults: map[string]fault{}, conns: map[*conn]struct{}{}}
+	return &Netem{faults: map[string]fault{}, nodes: map[string]fault{}, conns: map[*conn]struct{}{}}
 }
 
 // Listen is a kfake.ListenFn.
@@ -92,31 +102,53 @@ func (nm *Netem) Listen(network, address string) (net.Listener, error) {
 
 // Cut applies kind to every connection of clientID, present and future.
 func (nm *Netem) Cut(clientID string, kind Fault) {
-	nm.set(clientID, fault{kind: kind, heal: make(chan struct{})})
+	nm.set(false, clientID, fault{kind: kind, heal: make(chan struct{})})
 }
 
 // Slow delays everything clientID sends by d.
 func (nm *Netem) Slow(clientID string, d time.Duration) {
-	nm.set(clientID, fault{kind: Delay, delay: d, heal: make(chan struct{})})
+	nm.set(false, clientID, fault{kind: Delay, delay: d, heal: make(chan struct{})})
 }
 
 // Heal ends any fault on clientID. Black-holed connections are closed, since the bytes they lost
 // have left them unusable; the client reconnects.
 func (nm *Netem) Heal(clientID string) {
-	nm.set(clientID, fault{kind: None})
+	nm.set(false, clientID, fault{kind: None})
 }
 
-func (nm *Netem) set(clientID string, f fault) {
+// CutBroker applies kind to every client's connections to the broker listening on addr (one of
+// Broker.Addrs), present and future: that broker is cut off from its clients while the others
+// still reach them. The cluster itself is not told, as a broker that its clients cannot reach
+// still leads its partitions and coordinates its groups.
+func (nm *Netem) CutBroker(addr string, kind Fault) {
+	nm.set(true, addr, fault{kind: kind, heal: make(chan struct{})})
+}
+
+// HealBroker ends any fault on the broker listening on addr, as Heal does for a client.
+func (nm *Netem) HealBroker(addr string) {
+	nm.set(true, addr, fault{kind: None})
+}
+
+// set replaces the fault on a broker's address (node) or on a client.id.
+func (nm *Netem) set(node bool, key string, f fault) {
 	nm.mu.Lock()
-	old, had := nm.faults[clientID]
+	faults := nm.faults
+	if node {
+		faults = nm.nodes
+	}
+	old, had := faults[key]
 	if f.kind == None {
-		delete(nm.faults, clientID)
+		delete(faults, key)
 	} else {
-		nm.faults[clientID] = f
+		faults[key] = f
 	}
 	var victims []*conn
 	for c := range nm.conns {
-		if c.clientID == clientID && (f.kind == Refuse || (had && old.kind == Blackhole)) {
+		of := c.clientID
+		if node {
+			of = c.node
+		}
+		if of == key && (f.kind == Refuse || (had && old.kind == Blackhole)) {
 			victims = append(victims, c)
 		}
 	}
@@ -129,10 +161,13 @@ func (nm *Netem) set(clientID string, f fault) {
 	}
 }
 
-func (nm *Netem) faultFor(clientID string) fault {
+func (nm *Netem) faultFor(c *conn) fault {
 	nm.mu.Lock()
 	defer nm.mu.Unlock()
-	return nm.faults[clientID]
+	if f, ok := nm.faults[c.clientID]; ok {
+		return f
+	}
+	return nm.nodes[c.node]
 }
 
 func (nm *Netem) closeAll() {
@@ -157,7 +192,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{Conn: nc, nm: l.nm, closed: make(chan struct{})}
+	c := &conn{Conn: nc, nm: l.nm, node: l.Addr().String(), closed: make(chan struct{})}
 	l.nm.mu.Lock()
 	l.nm.conns[c] = struct{}{}
 	l.nm.mu.Unlock()
@@ -167,6 +202,7 @@ func (l *listener) Accept() (net.Conn, error) {
 type conn struct {
 	net.Conn
 	nm        *Netem
+	node      string // the listen address of the broker the connection reaches
 	clientID  string // set once by the reading goroutine, under nm.mu
 	pending   []byte // bytes read while identifying the client, not yet handed to the broker
 	closeOnce sync.Once
@@ -213,7 +249,7 @@ func (c *conn) Read(p []byte) (int, error) {
 }
 
 func (c *conn) Write(p []byte) (int, error) {
-	f := c.nm.faultFor(c.clientID)
+	f := c.nm.faultFor(c)
 	switch f.kind {
 	case Refuse:
 		c.Close()
@@ -227,7 +263,7 @@ func (c *conn) Write(p []byte) (int, error) {
 // await applies the client's fault before data is handed to the broker.
 func (c *conn) await() error {
 	for {
-		f := c.nm.faultFor(c.clientID)
+		f := c.nm.faultFor(c)
 		switch f.kind {
 		case None:
 			return nil

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 )
 
@@ -65,5 +67,66 @@ func TestNetemSlowDelaysButDelivers(t *testing.T) {
 	b.Net.Slow("slow", 20*time.Millisecond)
 	if err := ping(cl, 10*time.Second); err != nil {
 		t.Fatalf("a slow client must still get through: %v", err)
+	}
+}
+
+// brokerPing asks node id of the cluster for its API versions, directly, within d.
+func brokerPing(cl *kgo.Client, id int, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, err := cl.Broker(id).Request(ctx, kmsg.NewPtrApiVersionsRequest())
+	return err
+}
+
+func TestNetemCutsOnlyTheNamedBroker(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kind Fault
+	}{{"refuse", Refuse}, {"blackhole", Blackhole}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Start(kfake.NumBrokers(3))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if len(b.Addrs) != 3 {
+				t.Fatalf("Addrs = %v, want 3", b.Addrs)
+			}
+			cl, _ := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.ClientID("client"))
+			defer cl.Close()
+			// The client learns every node from metadata, so that it can address each one.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
+				t.Fatalf("metadata: %v", err)
+			}
+			for id := range 3 {
+				if err := brokerPing(cl, id, 10*time.Second); err != nil {
+					t.Fatalf("before the cut, node %d: %v", id, err)
+				}
+			}
+
+			b.Net.CutBroker(b.Addrs[1], tc.kind)
+			if err := brokerPing(cl, 1, 500*time.Millisecond); err == nil {
+				t.Fatal("the client still reaches the cut node")
+			}
+			for _, id := range []int{0, 2} {
+				if err := brokerPing(cl, id, 10*time.Second); err != nil {
+					t.Fatalf("node %d was cut too: %v", id, err)
+				}
+			}
+
+			b.Net.HealBroker(b.Addrs[1])
+			// Healing closes black-holed connections, and a request addressed to one broker is not
+			// retried: the first may fail on the closed connection, the next goes over a new one.
+			for range 3 {
+				if err = brokerPing(cl, 1, 10*time.Second); err == nil {
+					break
+				}
+			}
+			if err != nil {
+				t.Fatalf("after healing: %v", err)
+			}
+		})
 	}
 }
