@@ -30,7 +30,7 @@ type lease struct {
 	role     string        // the role's name, for events and heartbeats
 	timeout  time.Duration // HeartbeatTimeout
 	interval time.Duration // between heartbeats: RenewInterval
-	poll     time.Duration // MinPollInterval, the first delay of a failed group check's retry
+	poll     time.Duration // MinPollInterval: between heartbeats before the first acquisition, and the first retry delay of a failed group check
 	// releaseWait is how long a new tenure waits for a predecessor that is releasing the
 	// partition: the rebalance timeout, which bounds a revocation's wait for the barrier.
 	releaseWait time.Duration
@@ -412,9 +412,10 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		l.t.since = l.clock.Now().Round(0) // a wall time for events and heartbeats, not for leases
 		l.t.token = hb.offset + 1
 	}
-	// The heartbeats sent so far carry no token, and observers (Describe, Watch, neli status)
-	// take the leader from the newest heartbeat that does: the next one is due at once, so that
-	// they see the new leader as soon as it leads rather than one interval later.
+	// Observers (Describe, Watch, neli status) take the leader from the newest heartbeat that
+	// carries a token, and on a first acquisition none does yet: the next heartbeat is due at
+	// once, so that they see the new leader as soon as it leads rather than one interval later.
+	// After a fence it is as welcome: it renews the lease that much sooner.
 	l.t.next = 0
 	l.c.acquired++
 	l.epoch++

@@ -147,7 +147,9 @@ type neli struct {
 	watchdog *watchdog
 
 	// mu guards the lease and the fields below. It is held while the consumer is polled, and so
-	// in the rebalance callback, but never while the application is called.
+	// in the rebalance callback, but never while the application is called. An instance that
+	// holds no partition polls for up to MinPollInterval (pollFor), so Close may wait that long
+	// for it.
 	mu           sync.Mutex
 	producer     KafkaProducer
 	throttle     logThrottle

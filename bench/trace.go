@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/member"
+	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -113,7 +114,7 @@ func recordKeys(raw []byte) []string {
 		recs := b.Records
 		for range b.NumRecords {
 			var r kmsg.Record
-			length, n := kmsgVarint(recs)
+			length, n := kbin.Varint(recs)
 			if n <= 0 || int(length)+n > len(recs) {
 				break
 			}
@@ -125,21 +126,6 @@ func recordKeys(raw []byte) []string {
 		}
 	}
 	return keys
-}
-
-// kmsgVarint reads a zigzag varint, as record lengths are written, and the bytes it took.
-func kmsgVarint(b []byte) (int64, int) {
-	var ux uint64
-	for i, c := range b {
-		if i == 10 {
-			return 0, -1
-		}
-		ux |= uint64(c&0x7f) << (7 * i)
-		if c < 0x80 {
-			return int64(ux>>1) ^ -int64(ux&1), i + 1
-		}
-	}
-	return 0, 0
 }
 
 // Phases of an election, in the order they happen.
