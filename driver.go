@@ -504,6 +504,7 @@ func (n *neli) collectGroupCheck() {
 	if !ok {
 		return
 	}
+	n.checkAlone = res.err != nil
 	switch {
 	case res.err != nil:
 		n.throttle.log(n.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
@@ -525,11 +526,18 @@ func (n *neli) collectGroupCheck() {
 
 // describer returns an admin client for the group check. The producer's own is preferred: it
 // shares the producer's connections, which, unlike the consumer's, never wait in a long fetch.
+//
+// But after a failed check the next one gets a client of its own, made and closed for it. A handle
+// keeps the group's coordinator in a cache, and librdkafka 2.11 did not let go of a stale entry
+// once the coordinator had moved to another broker: every retry through the producer's handle
+// failed for as long as the instance lived (TestGroupCheckAfterCoordinatorMoves), and it never
+// led. A new handle looks the coordinator up afresh. The producer's is tried again at the next
+// tenure, as a working handle costs nothing to reuse and a stale one costs one retry.
 func (n *neli) describer() (groupDescriber, func(), error) {
 	if !n.ensureProducer() {
 		return nil, nil, errors.New("no producer")
 	}
-	if p, ok := n.producer.(*kafka.Producer); ok {
+	if p, ok := n.producer.(*kafka.Producer); ok && !n.checkAlone {
 		a, err := kafka.NewAdminClientFromProducer(p)
 		if err != nil {
 			return nil, nil, err

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -223,4 +224,56 @@ func TestSequentialCloseLeavesPromptly(t *testing.T) {
 	if len(leavers) != len(members) {
 		t.Errorf("%d of %d members sent LeaveGroup: %v", len(leavers), len(members), leavers)
 	}
+}
+
+// countOf counts events of type E seen by who.
+func countOf[E Event](events []stamped, who string) int {
+	n := 0
+	for i := range events {
+		if _, ok := events[i].what.(E); ok && events[i].who == who {
+			n++
+		}
+	}
+	return n
+}
+
+// An instance describes the group before each first lead of a tenure. The description used to go
+// through an admin client sharing the producer's handle, whose cached coordinator librdkafka kept
+// after the group's coordinator moved to another broker: an instance that had checked the group
+// before the move and was assigned partition 0 after it could not describe the group again, and
+// never led. The three-broker chaos run (coord-move) found it.
+func TestGroupCheckAfterCoordinatorMoves(t *testing.T) {
+	b := startBroker(t, kfake.NumBrokers(3))
+	group, log, r := groupName(t), newTestLog(t), newRecorder()
+	config := func(name string) Config {
+		c := testConfig(b, group, name, log)
+		c.KafkaConfig["bootstrap.servers"] = strings.Join(b.Addrs, ",")
+		return c
+	}
+	a := contender(t, config("a"), r).(Curator)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	c := contender(t, config("c"), r).(Curator)
+	awaitStable(t, b, group, 2)
+
+	from := b.CoordinatorFor(group)
+	for i := 0; b.CoordinatorFor(group) == from; i++ {
+		if i == 100 {
+			t.Fatalf("the coordinator stayed on node %d after %d rehashes", from, i)
+		}
+		b.RehashCoordinators()
+	}
+	t.Logf("coordinator node %d -> %d", from, b.CoordinatorFor(group))
+
+	// a hands over to c, which has not described the group before, then c hands back: a must
+	// describe the group again, now on the new coordinator.
+	if err := a.Yield(testLease); err != nil {
+		t.Fatal(err)
+	}
+	r.await(t, "c to lead", has[LeaderAcquired]("c"))
+	awaitStable(t, b, group, 2) // a is back once its yield is over
+	if err := c.Yield(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	events := r.await(t, "a to lead again", func(events []stamped) bool { return countOf[LeaderAcquired](events, "a") >= 2 })
+	checkExclusive(t, events)
 }
