@@ -143,11 +143,11 @@ type neli struct {
 	closers         sync.WaitGroup
 	logs            *logForwarder
 
-	checker  *groupChecker // the group check (groupcheck.go)
+	checker *groupChecker // the group check (groupcheck.go)
 	// checkAlone is set after a group check failed: the next one goes through an admin client of
 	// its own rather than the producer's (driver.go, describer). Guarded by mu.
 	checkAlone bool
-	watchdog *watchdog
+	watchdog   *watchdog
 
 	// mu guards the lease and the fields below. It is held while the consumer is polled, and so
 	// in the rebalance callback, but never while the application is called. An instance that
