@@ -21,9 +21,9 @@ vet:
 # several roles each. CHAOS_ROLES=0 (the default) is the single leader; it also skips
 # TestChaosRoles, the short roles trial that `go test ./chaos/` runs besides TestChaos.
 # CHAOS_BROKERS=3 runs the members against a three-broker embedded cluster (default 1); restart
-# then restarts all three brokers at once, and the draw adds part-move, broker-cut and leave-cut.
-# coord-move, node-leave, rolling-restart and wipe are left out of that mix, each for a liveness
-# problem the README's "Chaos testing" describes; CHAOS_KINDS still runs them. The summary says
+# then restarts all three brokers at once, and the draw adds coord-move, part-move, broker-cut,
+# node-leave, rolling-restart and leave-cut. wipe is left out of that mix for a liveness problem
+# the README's "Chaos testing" describes; CHAOS_KINDS still runs it. The summary says
 # how many brokers were used. `go test ./chaos/` (CI) stays on one broker.
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50

@@ -116,6 +116,15 @@ type Stats struct {
 	// GroupConflict is set while this instance owns the role's partition but will not lead
 	// because members of its group use another leader topic or other roles.
 	GroupConflict *GroupConflictError
+	// UnreachableSince is when this instance found that it could reach no Kafka broker, and
+	// UnreachableReason the newest failure, with the client that saw it. Both are zero while
+	// Kafka answers. They are set when New could not fetch the leader topic's metadata or when a
+	// client reports every broker connection down, and cleared by the next answer: a heartbeat
+	// delivered or read back, a commit accepted, a rebalance, or the metadata probe that an
+	// instance marked unreachable sends every RenewInterval. A follower that shows neither is
+	// in touch with the cluster as far as librdkafka can tell.
+	UnreachableSince  time.Time
+	UnreachableReason string
 
 	Acquired, Fenced, Revoked uint64 // leadership transitions delivered, by kind
 	HeartbeatsSent            uint64 // heartbeats handed to the producer
@@ -151,6 +160,9 @@ func (n *neli) statsOf(p *part) Stats {
 		StaleHeartbeats:     c.stale,
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
+	}
+	if since, reason, down := n.reach.state(); down {
+		s.UnreachableSince, s.UnreachableReason = n.base.Add(since), reason
 	}
 	if s.Assigned {
 		s.Tenure = strconv.FormatUint(v.tenure, 16)

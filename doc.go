@@ -133,15 +133,22 @@
 // saw this in about one trial in five, when a member was started right after a handoff. Leases of
 // several seconds are not affected.
 //
-// Two known liveness bugs, found by the three-broker chaos mode (CHAOS_BROKERS=3) and not fixed
-// yet; neither can give two leaders, since a member that cannot prove its lease does not lead.
-// The group check describes the group through an admin client built on the producer, and
-// librdkafka keeps that handle's cached group coordinator after the coordinator moves to another
-// broker (as it does when a broker restarts): an instance that checked the group before the move
-// and is assigned the partition after it may never lead. And after a leader topic is recreated
-// with its partition on another broker at leader epoch 0, the producer, which an instance keeps
-// for its lifetime, ignores the new metadata as older than its cached epoch, and its heartbeats
-// time out.
+// One known liveness bug, found by the three-broker chaos mode (CHAOS_BROKERS=3) and not fixed
+// yet; it cannot give two leaders, since a member that cannot prove its lease does not lead.
+// After a leader topic is recreated with its partition on another broker at leader epoch 0, the
+// producer, which an instance keeps for its lifetime, ignores the new metadata as older than its
+// cached epoch, and its heartbeats time out. (A second one is fixed: after the group's coordinator
+// moved to another broker, the group check could fail for good on a handle that had cached the old
+// coordinator. A failed check is now retried on a handle of its own, which costs one
+// MinPollInterval after a move.)
+//
+// A follower that cannot reach Kafka looks like a healthy follower to Pulse, which returns
+// (false, nil) either way. Stats tells them apart: UnreachableSince and UnreachableReason are set
+// from librdkafka's report that every broker connection is down (or New's failed metadata request)
+// and cleared by the next answer; an instance marked unreachable probes with a metadata request
+// every RenewInterval until one comes. New fails with a NotKafkaError when the bootstrap servers
+// accept connections but do not answer a Kafka request, after its metadata request has waited one
+// HeartbeatTimeout and each server up to two seconds more.
 //
 // # Cost
 //

@@ -65,6 +65,7 @@ func (n *neli) cycle(poll time.Duration) error {
 		ev = n.consumer.Poll(0)
 	}
 	n.drainProducer()
+	n.probeReach()
 	n.collectGroupCheck()
 	n.finishReleases()
 	if n.State() == Live {
@@ -101,6 +102,9 @@ func (n *neli) handle(ev kafka.Event) error {
 		n.onMessage(e)
 	case kafka.OffsetsCommitted:
 		n.owedCommit = false
+		if e.Error == nil {
+			n.reachable("consumer", "a commit accepted")
+		}
 		n.onCommit(e)
 	case kafka.Error:
 		if e.IsFatal() {
@@ -115,6 +119,9 @@ func (n *neli) handle(ev kafka.Event) error {
 			// fences it.
 			return &SessionTimeoutError{Session: n.timing.session, HeartbeatTimeout: *n.config.HeartbeatTimeout, Err: e}
 		}
+		if e.Code() == kafka.ErrAllBrokersDown {
+			n.unreachable("consumer", e.Error())
+		}
 		n.logKafkaError("consumer", e)
 	}
 	return nil
@@ -126,6 +133,7 @@ func (n *neli) onMessage(m *kafka.Message) {
 			n.config.Name, n.topic, m.TopicPartition.Error)
 		return
 	}
+	n.reachable("consumer", "a record fetched")
 	p := n.partOf(m.TopicPartition)
 	if p == nil {
 		return
@@ -216,6 +224,7 @@ func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 		return nil
 	}
 	n.rebalances++
+	n.reachable("consumer", "a rebalance")
 	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
 	n.trackGroupAssignment(ev, cooperative, c != nil && c.AssignmentLost())
 	if n.State() != Live {
@@ -460,8 +469,13 @@ func (n *neli) drainProducer() {
 			case *kafka.Message:
 				if e.TopicPartition.Error != nil {
 					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
+				} else {
+					n.reachable("producer", "a heartbeat delivered")
 				}
 			case kafka.Error:
+				if e.Code() == kafka.ErrAllBrokersDown {
+					n.unreachable("producer", e.Error())
+				}
 				n.logKafkaError("producer", e)
 			}
 		default:

@@ -147,6 +147,7 @@ type neli struct {
 	// checkAlone is set after a group check failed: the next one goes through an admin client of
 	// its own rather than the producer's (driver.go, describer). Guarded by mu.
 	checkAlone bool
+	reach      reachability // whether Kafka answers, for Stats (reach.go)
 	watchdog   *watchdog
 
 	// mu guards the lease and the fields below. It is held while the consumer is polled, and so
@@ -178,7 +179,9 @@ type neli struct {
 // New validates config, makes sure the leader topic exists and that no member of the group uses
 // another one, and joins the group. It does not wait for leadership; call Pulse or Background for
 // that. New is bounded in time: an unreachable broker costs at most one HeartbeatTimeout spent
-// looking for the topic, after which New succeeds and Pulse keeps trying.
+// looking for the topic, after which New succeeds, Pulse keeps trying and Stats reports Kafka
+// unreachable (UnreachableSince) until a broker answers. Bootstrap servers that accept connections
+// but do not answer as Kafka cost up to two seconds more each, and New fails with a NotKafkaError.
 //
 // The instance contends for one leadership, partition 0 of the leader topic. It is the one-role
 // case of NewRoles, whose events have an empty Role.
@@ -306,6 +309,10 @@ func (n *neli) prepareGroup() error {
 	defer admin.Close()
 	if reached, err := n.ensureTopic(admin); err != nil || !reached {
 		// Not reached: New has spent its HeartbeatTimeout, and every tenure checks again anyway.
+		// A broker may be on its way up, but a port of another service will never answer.
+		if err == nil {
+			err = checkSpeaksKafka(*n.adminConf, reachTimeout)
+		}
 		if err == nil && len(n.parts) > 1 {
 			n.log.W()("goneli %s: could not make sure that leader topic %s has a partition for each of the %d roles; "+
 				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
@@ -336,6 +343,7 @@ func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 	md, err := admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
 	if err != nil {
 		n.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", n.config.Name, n.topic, timeout, err)
+		n.unreachable("admin", fmt.Sprintf("no metadata for leader topic %s within %v: %v", n.topic, timeout, err))
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

@@ -106,15 +106,10 @@ var allKinds = append(slices.Clone(singleKinds), brokerKinds...)
 // outOfBrokerMix are the kinds left out of the default mix with several brokers, and why: each
 // stops elections for longer than the suite waits (a minute), though none breaks mutual exclusion.
 // CHAOS_KINDS still runs them.
+//
+// coord-move, node-leave and rolling-restart were here until the group check stopped reusing a
+// handle whose cached coordinator had gone stale (TestGroupCheckAfterCoordinatorMoves).
 var outOfBrokerMix = map[string]string{
-	// goneli's group check describes the group through an admin client on the leader producer's
-	// handle. librdkafka caches the group's coordinator there, and a ConsumerGroupDescribe answered
-	// NOT_COORDINATOR does not evict the entry, which every retry (once a second or so) keeps
-	// fresh: after the coordinator moves, a member that described the group before fails every
-	// check ("ConsumerGroupDescribe: ") and never leads while it holds partition 0.
-	kindCoordMove: "the group check fails for ever after the coordinator moves",
-	kindNodeLeave: "moves the coordinator (see coord-move)",
-	kindRolling:   "moves the coordinator (see coord-move)",
 	// Every broker loses its data and the leader topic is created afresh, with leader epoch 0 on a
 	// random node. The leader's producer, which goneli keeps for the instance's life, has learnt a
 	// higher epoch and ignores the new leader ("ignoring outdated metadata update with leader epoch

@@ -135,6 +135,8 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 			g("heartbeat_rtt_seconds", "Send-to-read-back time of the newest confirmed heartbeat.", secs(func(s goneli.Stats) time.Duration { return s.HeartbeatRTT })),
 			g("renewal_lag_seconds", "Time from sending a heartbeat to the coordinator accepting its offset, for the newest renewal.", secs(func(s goneli.Stats) time.Duration { return s.RenewalLag })),
 			shared("yield_remaining_seconds", "Time left out of the group after Yield.", secs(func(s goneli.Stats) time.Duration { return s.YieldRemaining })),
+			shared("kafka_unreachable_seconds", "How long the instance has reached no Kafka broker (Stats.UnreachableSince); 0 while Kafka answers.",
+				secs(func(s goneli.Stats) time.Duration { return unreachableFor(s) })),
 		},
 		counts: []counter{
 			k("heartbeats_sent_total", "Heartbeats handed to the producer.", func(s goneli.Stats) uint64 { return s.HeartbeatsSent }),
@@ -213,7 +215,9 @@ const DefaultTolerance = time.Second
 
 // HealthHandler answers 200 while c is healthy and 503 when it believes it leads but its lease ran
 // out more than tolerance ago (something holds up the pulse loop or the barrier, so it cannot fence
-// itself), or once it is closing. A tolerance of zero means DefaultTolerance. The body is a JSON
+// itself), once it is closing, or when it has reached no Kafka broker for more than tolerance
+// (Stats.UnreachableSince; the problem names since when and the last error). A restart does not
+// bring Kafka back, so use it as a readiness check, or give a liveness check a long threshold. A tolerance of zero means DefaultTolerance. The body is a JSON
 // summary of the state.
 func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
 	return healthHandler(tolerance, func() []goneli.Stats { return []goneli.Stats{c.Stats()} },
@@ -252,6 +256,14 @@ func RolesHealthHandler(r goneli.Roles, tolerance time.Duration) http.Handler {
 		})
 }
 
+// unreachableFor is how long s has reported Kafka unreachable.
+func unreachableFor(s goneli.Stats) time.Duration {
+	if s.UnreachableSince.IsZero() {
+		return 0
+	}
+	return max(time.Since(s.UnreachableSince), 0)
+}
+
 // verdict is what every health body starts with.
 type verdict struct {
 	Healthy bool   `json:"healthy"`
@@ -269,8 +281,13 @@ func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body fun
 		all := read()
 		var overdue []string
 		state := goneli.Closed // what a Roles without roles would be; NewRoles makes none
+		unreachable := ""
 		for _, s := range all {
 			state = s.State
+			if d := unreachableFor(s); d > tolerance {
+				unreachable = fmt.Sprintf("cannot reach Kafka since %s (%v ago): %s",
+					s.UnreachableSince.UTC().Format(time.RFC3339), d.Round(time.Millisecond), s.UnreachableReason)
+			}
 			if s.LeaseOverdue > tolerance {
 				what := fmt.Sprintf("believes it leads but its lease ran out %v ago", s.LeaseOverdue.Round(time.Millisecond))
 				if s.Role != "" {
@@ -285,6 +302,8 @@ func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body fun
 			status, problem = http.StatusServiceUnavailable, strings.Join(overdue, "; ")
 		case state != goneli.Live:
 			status, problem = http.StatusServiceUnavailable, "not live: "+state.String()
+		case unreachable != "":
+			status, problem = http.StatusServiceUnavailable, unreachable
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)

@@ -124,6 +124,53 @@ func TestHealthReportsOverdueLease(t *testing.T) {
 	}
 }
 
+// cutOff is a Curator that has reached no broker for a while.
+type cutOff struct {
+	goneli.MockNeli
+	since time.Time
+}
+
+func (c cutOff) Stats() goneli.Stats {
+	st := c.MockNeli.Stats()
+	st.UnreachableSince, st.UnreachableReason = c.since, "consumer: 1/1 brokers are down"
+	return st
+}
+
+func TestHealthReportsUnreachableKafka(t *testing.T) {
+	m, _ := goneli.NewMock(goneli.MockConfig{})
+	defer m.Close()
+	for _, tc := range []struct {
+		ago  time.Duration
+		want int
+	}{{0, http.StatusOK}, {500 * time.Millisecond, http.StatusOK}, {time.Minute, http.StatusServiceUnavailable}} {
+		c := cutOff{m, time.Time{}}
+		if tc.ago > 0 {
+			c.since = time.Now().Add(-tc.ago)
+		}
+		code, body := get(t, HealthHandler(c, 0), "/healthz")
+		if code != tc.want {
+			t.Errorf("unreachable for %v: %d, want %d (%s)", tc.ago, code, tc.want, body)
+		}
+		if tc.want != http.StatusOK && (!strings.Contains(body, "cannot reach Kafka since") || !strings.Contains(body, "brokers are down")) {
+			t.Errorf("unreachable for %v: the body does not say since when and why: %s", tc.ago, body)
+		}
+		_, metrics := get(t, mustHandler(t, c), "/metrics")
+		if got := lines(metrics, "goneli_kafka_unreachable_seconds"); len(got) != 1 || (tc.ago == 0) != strings.HasSuffix(got[0], " 0") {
+			t.Errorf("unreachable for %v: goneli_kafka_unreachable_seconds is %q", tc.ago, got)
+		}
+	}
+}
+
+// mustHandler is Handler for c without constant labels.
+func mustHandler(t *testing.T, c goneli.Curator) http.Handler {
+	t.Helper()
+	h, err := Handler(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // lines returns the sample lines of a /metrics body that start with prefix.
 func lines(body, prefix string) []string {
 	var out []string

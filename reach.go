@@ -1,0 +1,242 @@
+package goneli
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A follower that cannot reach Kafka looks like a healthy one: it holds no partition, so nothing
+// it waits for fails, and Pulse returns (false, nil) either way. reachability keeps what tells
+// them apart for Stats and health checks: since when no broker answered, and why.
+//
+// librdkafka says when every broker connection of a client is down (_ALL_BROKERS_DOWN), but not
+// when one comes back. The driver therefore clears the mark on any answer it sees (a heartbeat
+// delivered or read, a commit accepted, a rebalance), and an instance that sees none (an idle
+// follower) probes: every RenewInterval while marked, it asks a short-lived admin client of its
+// own for the leader topic's metadata. Nothing is probed while Kafka answers.
+
+// reachability is the mark and the probe's schedule, on the lease's clock. It does no I/O; its
+// methods are safe for concurrent use, as Stats reads it from any goroutine.
+//
+// Each client has a mark of its own, cleared only by that client's answers or by a probe: a
+// client's events arrive in order, but the consumer's and the producer's do not arrive in order
+// with each other, and a delivery report queued before the producer's connection broke must not
+// clear the consumer's mark. New's own failure (client "admin") is cleared by any answer.
+type reachability struct {
+	mu      sync.Mutex
+	out     map[string]time.Duration // since when, by client, for clients that reach no broker
+	reason  string                   // the newest failure
+	probing bool
+	next    time.Duration // when the next probe is due
+}
+
+// fail marks client's Kafka connections down at now, for reason, keeping the start of an outage
+// already marked. It reports whether this began an outage of the instance.
+func (r *reachability) fail(now time.Duration, client, reason string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	began := len(r.out) == 0
+	if began {
+		r.out = map[string]time.Duration{}
+		r.next = now
+	}
+	if _, ok := r.out[client]; !ok {
+		r.out[client] = now
+	}
+	r.reason = client + ": " + reason
+	return began
+}
+
+// ok clears client's mark, as a broker answered it, and reports whether this ended an outage.
+func (r *reachability) ok(client string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.out) == 0 {
+		return false
+	}
+	delete(r.out, client)
+	delete(r.out, "admin")
+	if len(r.out) > 0 {
+		return false
+	}
+	r.reason = ""
+	return true
+}
+
+// state returns since when Kafka has been unreachable and the newest reason, or down false if it
+// is reachable.
+func (r *reachability) state() (since time.Duration, reason string, down bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.out {
+		if !down || t < since {
+			since, down = t, true
+		}
+	}
+	return since, r.reason, down
+}
+
+// startProbe reports whether a probe should start now, and if so counts it as under way.
+func (r *reachability) startProbe(now time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.out) == 0 || r.probing || now < r.next {
+		return false
+	}
+	r.probing = true
+	return true
+}
+
+// probed takes a probe's result at now: err nil clears the mark, anything else is the newest
+// reason, and the next probe is due every after the previous one ended. It reports whether this
+// ended an outage.
+func (r *reachability) probed(now time.Duration, every time.Duration, err error) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.probing = false
+	r.next = now + every
+	ended := len(r.out) > 0 && err == nil
+	switch {
+	case err == nil:
+		r.out, r.reason = nil, ""
+	case len(r.out) > 0:
+		r.reason = "probe: " + err.Error()
+	}
+	return ended
+}
+
+// probeReach starts a probe if the instance is marked unreachable and one is due; the result is
+// applied from the probe's goroutine, which Close's clients-closed wait covers. Called with mu held.
+func (n *neli) probeReach() {
+	if n.State() != Live || !n.reach.startProbe(n.now()) {
+		return
+	}
+	timeout := min(*n.config.HeartbeatTimeout, 5*time.Second)
+	n.closers.Add(1)
+	go func() {
+		defer n.closers.Done()
+		err := n.probeOnce(timeout)
+		if n.reach.probed(n.now(), *n.config.RenewInterval, err) {
+			n.log.I()("goneli %s: Kafka answers again (a metadata probe)", n.config.Name)
+		}
+	}()
+}
+
+// reachable records an answer to client from Kafka, seen by the driver.
+func (n *neli) reachable(client, what string) {
+	if n.reach.ok(client) {
+		n.log.I()("goneli %s: Kafka answers again (%s)", n.config.Name, what)
+	}
+}
+
+// probeOnce asks a new admin client for the leader topic's metadata.
+func (n *neli) probeOnce(timeout time.Duration) error {
+	admin, err := n.config.KafkaAdminProvider(n.adminConf)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	_, err = admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
+	return err
+}
+
+// unreachable records that a Kafka client reports every broker down.
+func (n *neli) unreachable(client, reason string) {
+	if n.reach.fail(n.now(), client, reason) {
+		n.log.W()("goneli %s: cannot reach Kafka (%s: %s); Stats reports it until a broker answers", n.config.Name, client, reason)
+	}
+}
+
+// reachTimeout bounds each server's answer when New checks that the bootstrap servers speak Kafka.
+const reachTimeout = 2 * time.Second
+
+// NotKafkaError is returned by New when no bootstrap server answers as a Kafka broker and at least
+// one accepts connections and answers otherwise: a port of some other service, which librdkafka
+// would retry for ever. Servers that refuse connections do not cause it, as a broker may be on its
+// way up; New then succeeds and Stats reports Kafka unreachable.
+type NotKafkaError struct {
+	// Servers are bootstrap.servers as configured.
+	Servers string
+	// Answers say, for each server that accepted a connection, what it answered.
+	Answers []string
+}
+
+func (e *NotKafkaError) Error() string {
+	return fmt.Sprintf("goneli: no server in bootstrap.servers %q answers as Kafka (%s); check KafkaConfig[\"bootstrap.servers\"] "+
+		"and, for a TLS listener, KafkaConfig[\"security.protocol\"]", e.Servers, strings.Join(e.Answers, "; "))
+}
+
+// checkSpeaksKafka returns a *NotKafkaError if no bootstrap server answers an ApiVersions request
+// and some server accepted the connection, and nil otherwise. It only asks over plaintext
+// listeners: a TLS listener does not answer in the clear, and telling a TLS handshake failure from
+// another service is librdkafka's to do.
+func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration) error {
+	protocol := strings.ToLower(fmt.Sprint(config["security.protocol"]))
+	if protocol != "<nil>" && protocol != "plaintext" && protocol != "sasl_plaintext" {
+		return nil
+	}
+	servers := fmt.Sprint(config["bootstrap.servers"])
+	var answers []string
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		s = s[strings.LastIndex(s, "/")+1:] // PLAINTEXT://host:port
+		if s == "" {
+			continue
+		}
+		conn, err := net.DialTimeout("tcp", s, timeout)
+		if err != nil {
+			continue
+		}
+		answer, err := speaksKafka(conn, timeout)
+		_ = conn.Close()
+		switch {
+		case err == nil:
+			return nil
+		case answer:
+			answers = append(answers, s+": "+err.Error())
+		}
+	}
+	if len(answers) == 0 {
+		return nil
+	}
+	return &NotKafkaError{Servers: servers, Answers: answers}
+}
+
+// speaksKafka sends an ApiVersions request at version 0, which a Kafka broker answers before any
+// authentication, and checks that the answer has a Kafka response's framing and correlation id.
+// answered reports whether the server did something other than stay silent: a busy broker may
+// not answer in time, so silence proves nothing, but closing the connection or answering with
+// anything else does.
+func speaksKafka(conn net.Conn, timeout time.Duration) (answered bool, err error) {
+	const correlation = 0x676f6e65
+	const clientID = "goneli-probe"
+	req := binary.BigEndian.AppendUint16(nil, 18) // ApiVersions
+	req = binary.BigEndian.AppendUint16(req, 0)
+	req = binary.BigEndian.AppendUint32(req, correlation)
+	req = binary.BigEndian.AppendUint16(req, uint16(len(clientID)))
+	req = append(req, clientID...)
+	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write(frame); err != nil {
+		return true, fmt.Errorf("closed the connection before an ApiVersions request was sent: %v", err)
+	}
+	var head [8]byte
+	if n, err := io.ReadFull(conn, head[:]); err != nil {
+		var ne net.Error
+		if n == 0 && errors.As(err, &ne) && ne.Timeout() {
+			return false, err
+		}
+		return true, fmt.Errorf("closed the connection without answering an ApiVersions request (%q, %v)", head[:n], err)
+	}
+	size, id := binary.BigEndian.Uint32(head[:4]), binary.BigEndian.Uint32(head[4:])
+	if size < 4 || size > 1<<20 || id != correlation {
+		return true, fmt.Errorf("answered an ApiVersions request with %q, not a Kafka response", head[:])
+	}
+	return true, nil
+}
