@@ -24,7 +24,8 @@ vet:
 # then restarts all three brokers at once, and the draw adds coord-move, part-move, broker-cut,
 # node-leave, rolling-restart and leave-cut. wipe is left out of that mix for a liveness problem
 # the README's "Chaos testing" describes; CHAOS_KINDS still runs it. The summary says
-# how many brokers were used. `go test ./chaos/` (CI) stays on one broker.
+# how many brokers were used. `go test ./chaos/` (CI) adds TestChaosBrokers, one short trial on
+# three brokers (coord-move, broker-cut, rolling-restart, leave-cut); CHAOS_BROKERS skips it.
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50
 chaos:

@@ -254,6 +254,35 @@ func TestChaosRoles(t *testing.T) {
 	runTrials(t, s)
 }
 
+// brokersShortKinds are the faults of the short three-broker run that TestChaosBrokers adds to CI:
+// the coordinator moving, cut off and going away in a rolling restart, and the cut around a
+// LeaveGroup. part-move (always unaffected so far) and node-leave (one step of rolling-restart)
+// run in `make chaos` with CHAOS_BROKERS=3.
+var brokersShortKinds = []string{kindCoordMove, kindBrokerCut, kindRolling, kindLeaveCut}
+
+// brokersShort is the cluster size of TestChaosBrokers.
+const brokersShort = 3
+
+// TestChaosBrokers is the short CI run on a cluster of brokersShort embedded brokers: one trial,
+// single leader, one fault of each of brokersShortKinds (CHAOS_KINDS), some 20 s. It is skipped
+// when CHAOS_BROKERS is set (TestChaos then runs on that many brokers) and in -short mode.
+func TestChaosBrokers(t *testing.T) {
+	if os.Getenv("CHAOS_BROKERS") != "" {
+		t.Skip("CHAOS_BROKERS is set: TestChaos runs on that many brokers")
+	}
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	s := readSettings(t)
+	s.brokers, s.trials, s.faults, s.extra = brokersShort, 1, 0, 0
+	if os.Getenv("CHAOS_KINDS") == "" {
+		s.kinds = brokersShortKinds
+	}
+	t.Logf("chaos brokers: seed %d (replay with CHAOS_SEED=%d), %d brokers, %d members, %s, kinds %v",
+		s.seed, s.seed, s.brokers, s.members, s.mode(), s.kinds)
+	runTrials(t, s)
+}
+
 // rolesShortRoles is how many roles TestChaosRoles gives each member: twice the default number of
 // members, so that every member leads several roles and every fault aimed at one hits several.
 const rolesShortRoles = 8

@@ -14,13 +14,26 @@ import (
 	"github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/obsidiandynamics/libstdgo/scribe"
+	dockercontainer "github.com/docker/docker/api/types/container"
+	"github.com/docker/go-connections/nat"
 	"github.com/testcontainers/testcontainers-go"
-	tckafka "github.com/testcontainers/testcontainers-go/modules/kafka"
+	"github.com/testcontainers/testcontainers-go/wait"
 	"go.uber.org/goleak"
 )
 
-// kafkaImage is the image that testcontainers-go's Kafka module knows how to start in KRaft mode.
-const kafkaImage = "confluentinc/confluent-local:7.5.0"
+// defaultKafkaImage is the Apache Kafka image the suite starts under GONELI_KAFKA=testcontainers,
+// the same as docker-compose.yml's default; GONELI_KAFKA_IMAGE names another, such as
+// apache/kafka:4.1.0. Both the 3.9 and the 4.x images are configured the same way, by KAFKA_*
+// environment variables, in KRaft mode.
+const defaultKafkaImage = "apache/kafka:3.9.1"
+
+// kafkaImage is the image to start.
+func kafkaImage() string {
+	if v := os.Getenv("GONELI_KAFKA_IMAGE"); v != "" {
+		return v
+	}
+	return defaultKafkaImage
+}
 
 // awaitLimit bounds every wait, so that a broken election fails the test instead of hanging it.
 // It is not a performance assertion.
@@ -77,7 +90,7 @@ func broker(t *testing.T) target {
 // than all the scenarios together.
 type sharedContainer struct {
 	once    sync.Once
-	c       *tckafka.KafkaContainer
+	c       testcontainers.Container
 	servers string
 	err     error
 	skip    string
@@ -95,14 +108,7 @@ func (s *sharedContainer) start(t *testing.T) string {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		s.c, s.err = tckafka.Run(ctx, kafkaImage,
-			// Short leases need short group sessions, which Kafka refuses below 6 s by default.
-			testcontainers.WithEnv(map[string]string{"KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "1000"}))
-		if s.err == nil {
-			var brokers []string
-			brokers, s.err = s.c.Brokers(ctx)
-			s.servers = strings.Join(brokers, ",")
-		}
+		s.c, s.servers, s.err = runKafka(ctx, kafkaImage())
 	})
 	if s.skip != "" {
 		t.Skip(s.skip)
@@ -121,6 +127,63 @@ func (s *sharedContainer) stop() {
 			fmt.Fprintf(os.Stderr, "terminating the Kafka container: %v\n", err)
 		}
 	}
+}
+
+// runKafka starts a one-node Apache Kafka from image in KRaft mode, configured as
+// docker-compose.yml configures it, and returns its bootstrap address.
+//
+// A client learns the broker's address from the broker itself (advertised.listeners), so the
+// container's port is bound to a host port chosen before it starts, which the broker can then
+// advertise. testcontainers-go's Kafka module solves this with a start script that only the
+// Confluent images can run.
+func runKafka(ctx context.Context, image string) (testcontainers.Container, string, error) {
+	host, err := dockerHost(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		return nil, "", err
+	}
+	port := fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+	_ = ln.Close()
+	servers := net.JoinHostPort(host, port)
+	c, err := testcontainers.Run(ctx, image,
+		testcontainers.WithExposedPorts("9092/tcp"),
+		testcontainers.WithHostConfigModifier(func(hc *dockercontainer.HostConfig) {
+			hc.PortBindings = nat.PortMap{"9092/tcp": {{HostIP: "0.0.0.0", HostPort: port}}}
+		}),
+		testcontainers.WithEnv(map[string]string{
+			"KAFKA_NODE_ID":                                  "1",
+			"KAFKA_PROCESS_ROLES":                            "broker,controller",
+			"KAFKA_LISTENERS":                                "PLAINTEXT://:9092,CONTROLLER://:9093",
+			"KAFKA_ADVERTISED_LISTENERS":                     "PLAINTEXT://" + servers,
+			"KAFKA_CONTROLLER_LISTENER_NAMES":                "CONTROLLER",
+			"KAFKA_LISTENER_SECURITY_PROTOCOL_MAP":           "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+			"KAFKA_CONTROLLER_QUORUM_VOTERS":                 "1@localhost:9093",
+			"KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR":         "1",
+			"KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+			"KAFKA_TRANSACTION_STATE_LOG_MIN_ISR":            "1",
+			"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS":         "0",
+			// Short leases need short group sessions, which Kafka refuses below 6 s by default.
+			"KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS": "1000",
+		}),
+		testcontainers.WithWaitStrategy(wait.ForLog("Kafka Server started").WithStartupTimeout(3*time.Minute)),
+	)
+	if err != nil {
+		return c, "", fmt.Errorf("starting %s: %w", image, err)
+	}
+	return c, servers, nil
+}
+
+// dockerHost is the host on which the Docker engine publishes container ports.
+func dockerHost(ctx context.Context) (string, error) {
+	p, err := testcontainers.NewDockerProvider()
+	if err != nil {
+		return "", err
+	}
+	defer p.Close()
+	return p.DaemonHost(ctx)
 }
 
 // dockerProblem reports why no Docker engine can be used, or nil if one answers.
@@ -376,4 +439,17 @@ func quietScribe(t *testing.T) scribe.Scribe {
 		defer mu.Unlock()
 		lines = append(lines, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
 	})})
+}
+
+// docker-compose.yml and the suite start the same image by default, so that what a newcomer tries
+// is what the suite tested.
+func TestComposeImageIsTheSuites(t *testing.T) {
+	compose, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "image: ${KAFKA_IMAGE:-" + defaultKafkaImage + "}"
+	if !strings.Contains(string(compose), want) {
+		t.Fatalf("docker-compose.yml does not say %q: its default image differs from the integration suite's", want)
+	}
 }
