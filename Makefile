@@ -1,14 +1,20 @@
-.PHONY: test demo vet chaos soak
+.PHONY: test demo vet tidy chaos soak
 
-# Every package, race detector on. Tests that need Docker skip themselves where there is none.
+# Every package of every module (go.work), race detector on. Tests that need Docker skip themselves
+# where there is none.
 test:
-	go test -race -count=1 ./...
+	go test -race -count=1 work
 
 demo:
 	go run ./cmd/neli demo
 
 vet:
-	go vet ./...
+	go vet work
+
+# go mod tidy in every module (README, "Modules"; plain `go mod tidy` cannot resolve the v0.0.0
+# requirements between them).
+tidy:
+	./.ci/tidy
 
 # The long chaos run: CHAOS_TRIALS trials of CHAOS_FAULTS random faults each (200 in all by
 # default, some 15 minutes), race detector on. Prints every fault and, at the end, the summary:

@@ -182,7 +182,7 @@ func TestNewAgainstAnotherService(t *testing.T) {
 		LeaderGroupID:    "g",
 		Name:             "a",
 		Scribe:           log.scribe(),
-		HeartbeatTimeout: Duration(testLease),
+		HeartbeatTimeout: Duration(time.Second),
 	}
 	n, err := New(config)
 	var nk *NotKafkaError
@@ -203,10 +203,21 @@ func TestNewAgainstNoBroker(t *testing.T) {
 		LeaderGroupID:    "g",
 		Name:             "a",
 		Scribe:           log.scribe(),
-		HeartbeatTimeout: Duration(testLease),
+		HeartbeatTimeout: Duration(time.Second),
 	}
 	before := time.Now()
-	n := newNeli(t, config, newRecorder())
+	n, err := New(config)
+	if err != nil {
+		t.Fatalf("New without a broker: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = n.Close()
+		select {
+		case <-n.(*neli).clientsClosed:
+		case <-time.After(awaitLimit):
+			t.Errorf("Kafka clients still closing %v after Close", awaitLimit)
+		}
+	})
 	s := n.(Curator).Stats()
 	if s.UnreachableSince.Before(before) || s.UnreachableSince.After(time.Now()) || !strings.Contains(s.UnreachableReason, "metadata") {
 		t.Fatalf("Stats after New without a broker: unreachable since %v (New began at %v), reason %q; want a time within New and the metadata failure",

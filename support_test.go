@@ -1,60 +1,30 @@
 package goneli
 
 import (
-	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/obsidiandynamics/libstdgo/scribe"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
 )
 
-// childEnv, when set, turns the test binary into a contender process for crash tests.
-const childEnv = "GONELI_TEST_CHILD_BROKER"
+// The tests of this package need no broker. Those that do, on the embedded Kafka broker, are in
+// internal/kafkatest/coretest, a module of its own, so that a program importing goneli has nothing
+// of the embedded broker in its module graph. The helpers below have a copy there (its
+// support_test.go), which those tests use: keep the two in step.
 
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(childEnv); addr != "" {
-		runChild(addr, os.Getenv("GONELI_TEST_CHILD_GROUP"), os.Getenv("GONELI_TEST_CHILD_NAME"))
-		return
-	}
 	goleak.VerifyTestMain(m)
 }
 
 // awaitLimit bounds every wait so that a broken protocol fails the test instead of hanging it. It
 // is not a performance assertion.
 const awaitLimit = 30 * time.Second
-
-// testLease is the HeartbeatTimeout used by the tests: session timeout 2 s, group heartbeat 100 ms.
-const testLease = time.Second
-
-func startBroker(t *testing.T, opts ...kfake.Opt) *kafkatest.Broker {
-	t.Helper()
-	return kafkatest.StartT(t, opts...)
-}
-
-// awaitStable waits until the group is stable with n members.
-func awaitStable(t *testing.T, b *kafkatest.Broker, group string, n int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
-	defer cancel()
-	if _, err := b.WaitGroupStable(ctx, group, n); err != nil {
-		t.Fatalf("group %s never became stable with %d members: %v", group, n, err)
-	}
-}
-
-func groupName(t *testing.T) string {
-	return Sanitise(strings.ToLower(t.Name()))
-}
 
 // testLog collects log lines and prints them only if the test fails (or GONELI_TEST_LOG is set).
 type testLog struct {
@@ -97,18 +67,6 @@ func (l *testLog) scribe() scribe.Scribe {
 	})})
 	s.SetEnabled(scribe.Debug)
 	return s
-}
-
-func testConfig(b *kafkatest.Broker, group, name string, log *testLog) Config {
-	return Config{
-		KafkaConfig:      KafkaConfigMap{"bootstrap.servers": b.Addr},
-		LeaderGroupID:    group,
-		LeaderTopic:      group + ".neli",
-		Name:             name,
-		Scribe:           log.scribe(),
-		HeartbeatTimeout: Duration(testLease),
-		MinPollInterval:  Duration(50 * time.Millisecond),
-	}
 }
 
 // stamped is an event with the instance that saw it and when, on this process's clock.
@@ -168,23 +126,6 @@ func (r *recorder) await(t *testing.T, what string, cond func([]stamped) bool) [
 	}
 }
 
-// first returns the first event of type E seen by who (any instance if who is ""), after index from.
-func first[E Event](events []stamped, who string, from int) (int, *stamped) {
-	for i := max(from, 0); i < len(events); i++ {
-		if _, ok := events[i].what.(E); ok && (who == "" || events[i].who == who) {
-			return i, &events[i]
-		}
-	}
-	return -1, nil
-}
-
-func has[E Event](who string) func([]stamped) bool {
-	return func(events []stamped) bool {
-		i, _ := first[E](events, who, 0)
-		return i >= 0
-	}
-}
-
 func describe(events []stamped) string {
 	var sb strings.Builder
 	for _, e := range events {
@@ -209,165 +150,15 @@ func checkGrammar(t *testing.T, events []stamped) {
 	}
 }
 
-// checkExclusive asserts that no two instances held leadership at the same time, judged by their
-// events: an instance leads from LeaderAcquired until its next LeaderFenced or LeaderRevoked.
-func checkExclusive(t *testing.T, events []stamped) {
-	t.Helper()
-	leading := map[string]bool{}
-	for _, e := range events {
-		switch e.what.(type) {
-		case LeaderAcquired:
-			for other, on := range leading {
-				if on && other != e.who {
-					t.Errorf("%s acquired at %s while %s still led; events: %s", e.who, e.at.Format("15:04:05.000"), other, describe(events))
-				}
-			}
-			leading[e.who] = true
-		case LeaderFenced, LeaderRevoked:
-			leading[e.who] = false
-		}
+// roleOfEvent returns the role an event is for.
+func roleOfEvent(e Event) string {
+	switch e := e.(type) {
+	case LeaderAcquired:
+		return e.Role
+	case LeaderFenced:
+		return e.Role
+	case LeaderRevoked:
+		return e.Role
 	}
-}
-
-func newNeli(t *testing.T, config Config, r *recorder) Neli {
-	t.Helper()
-	n, err := New(config, r.barrier(config.Name))
-	if err != nil {
-		t.Fatalf("New(%s): %v", config.Name, err)
-	}
-	t.Cleanup(func() {
-		_ = n.Close()
-		awaitClientsClosed(t, n)
-	})
-	return n
-}
-
-// awaitClientsClosed waits for Kafka clients that went on closing after Close returned.
-func awaitClientsClosed(t *testing.T, n Neli) {
-	t.Helper()
-	select {
-	case <-n.(*neli).clientsClosed:
-	case <-time.After(awaitLimit):
-		t.Errorf("%s: Kafka clients still closing %v after Close", n.(*neli).config.Name, awaitLimit)
-	}
-}
-
-// contender is an instance that pulses in the background for the rest of the test.
-func contender(t *testing.T, config Config, r *recorder) Neli {
-	t.Helper()
-	n := newNeli(t, config, r)
-	pulse(t, n)
-	return n
-}
-
-// leaderAndFollower starts a, waits for it to lead, then adds c and waits for the group to settle;
-// it returns a.
-func leaderAndFollower(t *testing.T, b *kafkatest.Broker, group string, log *testLog, r *recorder) Curator {
-	t.Helper()
-	a := contender(t, testConfig(b, group, "a", log), r).(Curator)
-	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	contender(t, testConfig(b, group, "c", log), r)
-	awaitStable(t, b, group, 2)
-	return a
-}
-
-// checkEndedContexts checks PulseCtx's answers to a cancelled and to an expired context.
-func checkEndedContexts(t *testing.T, n Neli) {
-	t.Helper()
-	cancelled, cancel := context.WithCancel(context.Background())
-	cancel()
-	if leader, err := n.PulseCtx(cancelled); leader || !errors.Is(err, context.Canceled) {
-		t.Fatalf("PulseCtx(cancelled) = %v, %v; want false, context.Canceled", leader, err)
-	}
-	expired, cancel2 := context.WithDeadline(context.Background(), time.Now())
-	defer cancel2()
-	if leader, err := n.PulseCtx(expired); leader || err != nil {
-		t.Fatalf("PulseCtx(expired) = %v, %v; want false, nil", leader, err)
-	}
-}
-
-// faultName names a network fault for subtests.
-func faultName(f kafkatest.Fault) string {
-	return map[kafkatest.Fault]string{kafkatest.Blackhole: "blackhole", kafkatest.Refuse: "refuse"}[f]
-}
-
-// pulse runs a Background pulser whose task stands in for a millisecond of leader work.
-func pulse(t *testing.T, n Neli) Pulser {
-	t.Helper()
-	p, err := n.Background(func() { time.Sleep(time.Millisecond) })
-	if err != nil {
-		t.Fatalf("Background: %v", err)
-	}
-	t.Cleanup(func() {
-		p.Close()
-		if err := p.Await(); err != nil {
-			t.Errorf("pulser: %v", err)
-		}
-	})
-	return p
-}
-
-// runChild is a contender in its own process: it prints every event and pulses until killed.
-func runChild(addr, group, name string) {
-	config := Config{
-		KafkaConfig:      KafkaConfigMap{"bootstrap.servers": addr},
-		LeaderGroupID:    group,
-		LeaderTopic:      group + ".neli",
-		Name:             name,
-		HeartbeatTimeout: Duration(testLease),
-		MinPollInterval:  Duration(50 * time.Millisecond),
-		Scribe:           scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(scribe.Nop)}),
-	}
-	out := bufio.NewWriter(os.Stdout)
-	var mu sync.Mutex
-	panics := os.Getenv(childPanicEnv) != ""
-	n, err := New(config, func(e Event) {
-		mu.Lock()
-		defer mu.Unlock()
-		fmt.Fprintf(out, "%T\n", e)
-		out.Flush()
-		if _, ok := e.(LeaderAcquired); ok && panics {
-			panic("barrier panics on purpose")
-		}
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	p, _ := n.Background(func() { time.Sleep(time.Millisecond) })
-	_ = p.Await()
-}
-
-// startChild runs a contender process against b and returns it with a channel of its event names.
-func startChild(t *testing.T, b *kafkatest.Broker, group, name string) (*exec.Cmd, <-chan string) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+b.Addr, "GONELI_TEST_CHILD_GROUP="+group, "GONELI_TEST_CHILD_NAME="+name)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting child: %v", err)
-	}
-	events := make(chan string, 16)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case events <- strings.TrimPrefix(sc.Text(), "goneli."):
-			default: // nobody is listening any more
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-	})
-	return cmd, events
+	return ""
 }

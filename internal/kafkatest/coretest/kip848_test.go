@@ -1,10 +1,11 @@
-package goneli
+package coretest
 
 import (
 	"context"
 	"slices"
 	"testing"
 
+	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
 )

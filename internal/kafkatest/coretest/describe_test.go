@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	. "github.com/goneli/goneli"
 )
 
 func describeNow(t *testing.T, config Config) GroupStatus {

@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/goneli/goneli"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -69,7 +70,7 @@ func roleContenderWith(t *testing.T, config Config, roles []string, barrier Barr
 			t.Errorf("pulser: %v", err)
 		}
 		_ = rs.Close()
-		awaitClientsClosed(t, rs.(*roleSet).n)
+		awaitClientsClosed(t, rs)
 	})
 	return rs
 }

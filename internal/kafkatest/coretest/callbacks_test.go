@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/goneli/goneli"
 )
 
 // Close may be called from every callback goneli makes, and returns: from the barrier's

@@ -1,9 +1,10 @@
-package goneli
+package coretest
 
 import (
 	"sync"
 	"testing"
 
+	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 )
 

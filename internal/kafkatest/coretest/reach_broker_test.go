@@ -1,8 +1,9 @@
-package goneli
+package coretest
 
 import (
 	"testing"
 
+	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 )
 

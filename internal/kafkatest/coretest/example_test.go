@@ -1,4 +1,4 @@
-package goneli_test
+package coretest
 
 import (
 	"context"

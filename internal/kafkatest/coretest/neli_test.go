@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	. "github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -173,7 +175,7 @@ func TestLeaderFencesWhenPulsingStops(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 	awaitClientsClosed(t, a)
-	if late := a.(*neli).lateRebalances.Load(); late != 0 {
+	if late := hooks.LateRebalances(a); late != 0 {
 		t.Fatalf("%d rebalance events were left for the consumer's Close to serve; want 0", late)
 	}
 }
@@ -207,11 +209,11 @@ func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 
 // soloLeader starts one pulsing instance named a and waits for it to lead. Its session is long, so
 // that faults of a few seconds make only its lease lapse, never its membership.
-func soloLeader(t *testing.T, b *kafkatest.Broker, log *testLog, r *recorder) *neli {
+func soloLeader(t *testing.T, b *kafkatest.Broker, log *testLog, r *recorder) Curator {
 	t.Helper()
 	config := testConfig(b, groupName(t), "a", log)
 	config.KafkaConfig["session.timeout.ms"] = 20000
-	a := newNeli(t, config, r).(*neli)
+	a := newNeli(t, config, r).(Curator)
 	pulse(t, a)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	return a

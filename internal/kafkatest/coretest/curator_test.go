@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 )
 

@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	. "github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -152,10 +154,9 @@ func ghostHeartbeat(t *testing.T, addr, topic string, token int64) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	h := heartbeat{tenure: 1, seq: 1, sentWall: time.Now().UnixNano(), since: time.Now().UnixNano(), token: token}
 	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
 	defer cancel()
-	rec := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("ghost"), Value: h.appendTo(nil)}
+	rec := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("ghost"), Value: hooks.Heartbeat(1, 1, time.Now().UnixNano(), time.Now().UnixNano(), token)}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

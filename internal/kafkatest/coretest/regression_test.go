@@ -1,4 +1,4 @@
-package goneli
+package coretest
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -216,7 +218,7 @@ func TestSequentialCloseLeavesPromptly(t *testing.T) {
 	for i := len(members) - 1; i >= 0; i-- {
 		// Close returns once the consumer has closed, which is after its LeaveGroup was answered.
 		if err := members[i].Close(); err != nil {
-			t.Errorf("Close of %s: %v", members[i].(*neli).config.Name, err)
+			t.Errorf("Close of %s: %v", hooks.Name(members[i]), err)
 		}
 	}
 	mu.Lock()
