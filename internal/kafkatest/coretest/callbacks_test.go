@@ -161,38 +161,45 @@ func awaitClose(t *testing.T, closed <-chan error, from string) {
 	}
 }
 
-// childPanicEnv makes a child contender's barrier panic on LeaderAcquired.
+// childPanicEnv makes a child contender panic: "barrier" in its barrier's LeaderAcquired, "task"
+// in its first Background task run.
 const childPanicEnv = "GONELI_TEST_CHILD_PANIC"
 
-// A panic in the barrier is not recovered: like any panic on a goroutine it ends the process,
-// which the group then handles as a crash. The process never acted as leader (IsLeader turns true
-// only once LeaderAcquired has returned), and a successor is elected after its session timeout.
-func TestBarrierPanicEndsTheProcess(t *testing.T) {
-	b := startBroker(t)
-	log, r, group := newTestLog(t), newRecorder(), groupName(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+b.Addr, "GONELI_TEST_CHILD_GROUP="+group, "GONELI_TEST_CHILD_NAME=child", childPanicEnv+"=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+// A panic in the barrier or in a leader task is not recovered: like any panic on a goroutine it
+// ends the process, which the group then handles as a crash, electing a successor after the
+// session timeout. A barrier that panics in LeaderAcquired never let its process act as leader
+// (IsLeader turns true only once LeaderAcquired has returned); a task panics as it acts.
+func TestPanicEndsTheProcess(t *testing.T) {
+	for _, where := range []string{"barrier", "task"} {
+		t.Run(where, func(t *testing.T) {
+			b := startBroker(t)
+			log, r, group := newTestLog(t), newRecorder(), groupName(t)
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), childEnv+"="+b.Addr, "GONELI_TEST_CHILD_GROUP="+group, "GONELI_TEST_CHILD_NAME=child",
+				childPanicEnv+"="+where)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-done
+			})
+			var exit *exec.ExitError
+			select {
+			case err := <-done:
+				done <- err
+				if !errors.As(err, &exit) || exit.ExitCode() == 0 || !strings.Contains(stderr.String(), "panic: "+where+" panics on purpose") {
+					t.Fatalf("child ended with %v, stderr:\n%s", err, stderr.String())
+				}
+			case <-time.After(awaitLimit):
+				t.Fatalf("the child did not end after its %s panicked", where)
+			}
+			contender(t, testConfig(b, group, "c", log), r)
+			r.await(t, "c to take over from the dead child", has[LeaderAcquired]("c"))
+		})
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	var exit *exec.ExitError
-	select {
-	case err := <-done:
-		done <- err
-		if !errors.As(err, &exit) || exit.ExitCode() == 0 || !strings.Contains(stderr.String(), "panic: barrier panics on purpose") {
-			t.Fatalf("child ended with %v, stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(awaitLimit):
-		t.Fatal("the child did not end after its barrier panicked")
-	}
-	contender(t, testConfig(b, group, "c", log), r)
-	r.await(t, "c to take over from the dead child", has[LeaderAcquired]("c"))
 }

@@ -329,13 +329,13 @@ func runChild(addr, group, name string) {
 	}
 	out := bufio.NewWriter(os.Stdout)
 	var mu sync.Mutex
-	panics := os.Getenv(childPanicEnv) != ""
+	panics := os.Getenv(childPanicEnv)
 	n, err := New(config, func(e Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(out, "%T\n", e)
 		out.Flush()
-		if _, ok := e.(LeaderAcquired); ok && panics {
+		if _, ok := e.(LeaderAcquired); ok && panics == "barrier" {
 			panic("barrier panics on purpose")
 		}
 	})
@@ -343,7 +343,12 @@ func runChild(addr, group, name string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	p, _ := n.Background(func() { time.Sleep(time.Millisecond) })
+	p, _ := n.Background(func() {
+		if panics == "task" {
+			panic("task panics on purpose")
+		}
+		time.Sleep(time.Millisecond)
+	})
 	_ = p.Await()
 }
 
