@@ -142,6 +142,13 @@
 // coordinator. A failed check is now retried on a handle of its own, which costs one
 // MinPollInterval after a move.)
 //
+// librdkafka 2.11.1, which confluent-kafka-go v2.11.1 bundles, can abort the process when the
+// group check's request to the coordinator cannot be sent because that broker's connection has
+// just dropped (a coordinator restarting or cut off as a new tenure is checked): an assertion in
+// its admin client fails after a use-after-free (confluentinc/librdkafka#4605; a fix is proposed
+// upstream, not released). The group handles the abort as a crash, so it costs a failover, not
+// safety. The three-broker chaos mode saw it about once per 50 broker faults.
+//
 // A follower that cannot reach Kafka looks like a healthy follower to Pulse, which returns
 // (false, nil) either way. Stats tells them apart: UnreachableSince and UnreachableReason are set
 // from librdkafka's report that every broker connection is down (or New's failed metadata request)

@@ -300,6 +300,7 @@ func runTrials(t *testing.T, s settings) {
 			sum.Reports = append(sum.Reports, runTrial(t, s, seed))
 		})
 	}
+	sum.LibrdkafkaAborts = int(librdkafkaAborts.Swap(0))
 	var out bytes.Buffer
 	sum.Print(&out)
 	t.Logf("chaos: seed %d\n%s", s.seed, out.String())
@@ -308,6 +309,29 @@ func runTrials(t *testing.T, s settings) {
 			t.Errorf("writing summary: %v", err)
 		}
 	}
+}
+
+// librdkafkaAborts counts the known aborts of the trials under way (only one run of trials is
+// under way at a time).
+var librdkafkaAborts atomic.Int32
+
+// librdkafkaAbort is what librdkafka 2.11.1 prints as it aborts the process when a
+// coordinator-bound admin request (goneli's group check, DescribeConsumerGroups) cannot be sent
+// because the coordinator's connection just dropped: the error path frees the request's state
+// and then uses it (confluentinc/librdkafka#4605, fix proposed in #5397, not released). Broker
+// restarts and cuts of the coordinator in the three-broker mix hit it now and then.
+const librdkafkaAbort = "rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed"
+
+// knownAbort reports whether the member whose log is at path ended with librdkafkaAbort. Such an
+// end is a crash the protocol must survive like any other, so it is counted and reported rather
+// than failing the trial; any other unexpected exit fails it.
+func knownAbort(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	b = b[max(len(b)-4096, 0):]
+	return strings.Contains(string(b), librdkafkaAbort)
 }
 
 // mode describes the leadership the members contend for.
@@ -369,6 +393,11 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 		},
 		OnExit: func(p *fleet.Proc) {
 			if e, _ := p.Exit(); !e.Expected {
+				if knownAbort(h.logFile(p.Name)) {
+					librdkafkaAborts.Add(1)
+					t.Logf("member %s was aborted by librdkafka's admin use-after-free (confluentinc/librdkafka#4605; see %s)", p.Name, h.logFile(p.Name))
+					return
+				}
 				t.Errorf("member %s exited on its own: %v (see %s)", p.Name, e.Status(), h.logFile(p.Name))
 			}
 		},

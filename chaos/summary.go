@@ -37,6 +37,9 @@ type Summary struct {
 	Brokers int // nodes of the embedded cluster
 	Trials  int
 	Reports []verdict.Report
+	// LibrdkafkaAborts counts members that librdkafka's admin use-after-free aborted (see
+	// knownAbort in chaos_test.go); the harness restarts them as after a crash.
+	LibrdkafkaAborts int
 }
 
 // Overlaps counts safety violations over all trials.
@@ -125,6 +128,9 @@ func (s Summary) printHead(w io.Writer, t totals, title, what string) {
 	}
 	fmt.Fprintf(w, "faults by kind: %s\n", strings.Join(parts, " "))
 	fmt.Fprintf(w, "overlaps (two processes acting as %s at one instant): %d\n", what, s.Overlaps())
+	if s.LibrdkafkaAborts > 0 {
+		fmt.Fprintf(w, "members aborted by librdkafka's admin use-after-free (confluentinc/librdkafka#4605): %d\n", s.LibrdkafkaAborts)
+	}
 }
 
 // printOverlaps writes every overlap of act spans.
