@@ -16,9 +16,9 @@ import (
 // them apart for Stats and health checks: since when no broker answered, and why.
 //
 // librdkafka says when every broker connection of a client is down (_ALL_BROKERS_DOWN), but not
-// when one comes back. The driver therefore clears the mark on any answer it sees (a heartbeat
-// delivered or read, a commit accepted, a rebalance), and an instance that sees none (an idle
-// follower) probes: every RenewInterval while marked, it asks a short-lived admin client of its
+// when one comes back. The driver therefore clears a client's mark on any answer that client sees
+// (a heartbeat delivered or read, a commit accepted, a rebalance), and an instance that sees none
+// (an idle follower) probes: every RenewInterval while marked, it asks a short-lived admin client of its
 // own for the leader topic's metadata. Nothing is probed while Kafka answers.
 
 // reachability is the mark and the probe's schedule, on the lease's clock. It does no I/O; its
@@ -93,9 +93,9 @@ func (r *reachability) startProbe(now time.Duration) bool {
 	return true
 }
 
-// probed takes a probe's result at now: err nil clears the mark, anything else is the newest
-// reason, and the next probe is due every after the previous one ended. It reports whether this
-// ended an outage.
+// probed takes a probe's result at now: err nil clears every mark, anything else becomes the
+// newest reason, and the next probe is due the interval every after this one ended. It reports
+// whether this ended an outage.
 func (r *reachability) probed(now time.Duration, every time.Duration, err error) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
