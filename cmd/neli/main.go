@@ -15,7 +15,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/kprobe"
 	"github.com/goneli/goneli/internal/member"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 	scribelogrus "github.com/obsidiandynamics/libstdgo/scribe/logrus"
@@ -300,7 +300,7 @@ func (c *common) checkReachable() error {
 			continue
 		}
 		if probe {
-			err = speaksKafka(conn)
+			_, err = kprobe.SpeaksKafka(conn, reachTimeout)
 		}
 		_ = conn.Close()
 		if err == nil {
@@ -313,32 +313,6 @@ func (c *common) checkReachable() error {
 	}
 	return fmt.Errorf("cannot reach Kafka at %s (%s); start one (for example 'neli broker' or 'docker compose up -d') or fix --kafka",
 		servers, strings.Join(errs, "; "))
-}
-
-// speaksKafka sends an ApiVersions request (version 0, which every Kafka broker answers before
-// authentication) and checks that the answer is framed as Kafka frames it.
-func speaksKafka(conn net.Conn) error {
-	const correlation = 0x6e656c69
-	clientID := "neli-probe"
-	req := binary.BigEndian.AppendUint16(nil, 18) // ApiVersions
-	req = binary.BigEndian.AppendUint16(req, 0)
-	req = binary.BigEndian.AppendUint32(req, correlation)
-	req = binary.BigEndian.AppendUint16(req, uint16(len(clientID)))
-	req = append(req, clientID...)
-	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
-	_ = conn.SetDeadline(time.Now().Add(reachTimeout))
-	if _, err := conn.Write(frame); err != nil {
-		return err
-	}
-	var head [8]byte
-	if _, err := io.ReadFull(conn, head[:]); err != nil {
-		return fmt.Errorf("no answer to an ApiVersions request (%v)", err)
-	}
-	size, id := binary.BigEndian.Uint32(head[:4]), binary.BigEndian.Uint32(head[4:])
-	if size < 4 || size > 1<<20 || id != correlation {
-		return fmt.Errorf("the answer to an ApiVersions request is not a Kafka response (%q)", head[:])
-	}
-	return nil
 }
 
 // validTopic reports whether Kafka accepts name as a topic name.

@@ -1,0 +1,46 @@
+// Package kprobe asks a server whether it speaks Kafka, without a Kafka client: the library uses
+// it to tell a port of another service from a broker that is down, and the neli command to fail
+// fast on a mistyped --kafka.
+package kprobe
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// SpeaksKafka sends an ApiVersions request at version 0, which a Kafka broker answers before any
+// authentication, and checks that the answer has a Kafka response's framing and correlation id.
+// answered reports whether the server did something other than stay silent: a busy broker may
+// not answer in time, so silence proves nothing, but closing the connection or answering with
+// anything else does.
+func SpeaksKafka(conn net.Conn, timeout time.Duration) (answered bool, err error) {
+	const correlation = 0x676f6e65
+	const clientID = "goneli-probe"
+	req := binary.BigEndian.AppendUint16(nil, 18) // ApiVersions
+	req = binary.BigEndian.AppendUint16(req, 0)
+	req = binary.BigEndian.AppendUint32(req, correlation)
+	req = binary.BigEndian.AppendUint16(req, uint16(len(clientID)))
+	req = append(req, clientID...)
+	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write(frame); err != nil {
+		return true, fmt.Errorf("closed the connection before an ApiVersions request was sent: %v", err)
+	}
+	var head [8]byte
+	if n, err := io.ReadFull(conn, head[:]); err != nil {
+		var ne net.Error
+		if n == 0 && errors.As(err, &ne) && ne.Timeout() {
+			return false, err
+		}
+		return true, fmt.Errorf("closed the connection without answering an ApiVersions request (%q, %v)", head[:n], err)
+	}
+	size, id := binary.BigEndian.Uint32(head[:4]), binary.BigEndian.Uint32(head[4:])
+	if size < 4 || size > 1<<20 || id != correlation {
+		return true, fmt.Errorf("answered an ApiVersions request with %q, not a Kafka response", head[:])
+	}
+	return true, nil
+}
