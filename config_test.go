@@ -39,10 +39,10 @@ func TestSetDefaults(t *testing.T) {
 func TestDefaultGroupIsWarnedAbout(t *testing.T) {
 	for _, group := range []string{"", "chosen"} {
 		log := newTestLog(t)
-		if _, _, err := (Config{LeaderGroupID: group, Scribe: log.scribe()}).prepare(); err != nil {
+		if _, _, err := (Config{LeaderGroupID: group, Scribe: log.Scribe()}).prepare(); err != nil {
 			t.Fatal(err)
 		}
-		if warned := log.contains("no LeaderGroupID given"); warned != (group == "") {
+		if warned := log.Contains("no LeaderGroupID given"); warned != (group == "") {
 			t.Errorf("LeaderGroupID %q: warned %v", group, warned)
 		}
 	}
@@ -278,7 +278,7 @@ func FuzzConfigPrepare(f *testing.F) {
 	f.Add("max.poll.interval.ms", "soon", int64(0), int64(0), false)
 	f.Add("group.instance.id", "pod-0", int64(0), int64(0), false)
 	f.Fuzz(func(t *testing.T, key, value string, lease, poll int64, asInt bool) {
-		c := Config{KafkaConfig: KafkaConfigMap{}, LeaderGroupID: "g", Name: "n", Scribe: newTestLog(t).scribe()}
+		c := Config{KafkaConfig: KafkaConfigMap{}, LeaderGroupID: "g", Name: "n", Scribe: newTestLog(t).Scribe()}
 		if asInt {
 			if v, err := strconv.Atoi(value); err == nil {
 				c.KafkaConfig[key] = v

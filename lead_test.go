@@ -3,70 +3,20 @@ package goneli
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goneli/goneli/internal/testkit"
 )
-
-// taskLog records what tasks and barriers did, in one order.
-type taskLog struct {
-	mu      sync.Mutex
-	entries []string
-	changed chan struct{}
-}
-
-func newTaskLog() *taskLog {
-	return &taskLog{changed: make(chan struct{})}
-}
-
-func (l *taskLog) add(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.entries = append(l.entries, fmt.Sprintf(format, args...))
-	close(l.changed)
-	l.changed = make(chan struct{})
-}
-
-func (l *taskLog) snapshot() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.entries)
-}
-
-// await waits until the log has an entry equal to want, and returns its index.
-func (l *taskLog) await(t *testing.T, want string) int {
-	t.Helper()
-	return l.awaitFunc(t, want, func(e string) bool { return e == want })
-}
-
-// awaitFunc waits until the log has an entry that match accepts, and returns its index.
-func (l *taskLog) awaitFunc(t *testing.T, what string, match func(string) bool) int {
-	t.Helper()
-	limit := time.NewTimer(awaitLimit)
-	defer limit.Stop()
-	for {
-		l.mu.Lock()
-		i, changed := slices.IndexFunc(l.entries, match), l.changed
-		l.mu.Unlock()
-		if i >= 0 {
-			return i
-		}
-		select {
-		case <-changed:
-		case <-limit.C:
-			t.Fatalf("no %s within %v; log: %q", what, awaitLimit, l.snapshot())
-		}
-	}
-}
 
 // The runner's rules, without a broker: a call per acquisition; a fence cancels without waiting; a
 // revocation and the next acquisition wait for the call to return; roles are independent.
 func TestTenureRunner(t *testing.T) {
-	log := newTaskLog()
+	log := testkit.NewTaskLog()
 	gate := make(chan struct{}) // holds the first call of role x after its cancellation
 	calls := map[string]int{}
 	var mu sync.Mutex
@@ -75,23 +25,23 @@ func TestTenureRunner(t *testing.T) {
 		calls[role]++
 		n := calls[role]
 		mu.Unlock()
-		log.add("start %s%d", role, n)
+		log.Add("start %s%d", role, n)
 		<-ctx.Done()
-		log.add("cancelled %s%d", role, n)
+		log.Add("cancelled %s%d", role, n)
 		if role == "x" && n == 1 {
 			<-gate
 		}
-		log.add("end %s%d", role, n)
+		log.Add("end %s%d", role, n)
 	})
 
 	tr.handle(LeaderAcquired{Role: "x"})
 	tr.handle(LeaderAcquired{Role: "y"})
-	log.await(t, "start x1")
-	log.await(t, "start y1")
+	log.Await(t, "start x1")
+	log.Await(t, "start y1")
 
 	// A fence returns while the call is still held by the gate.
 	tr.handle(LeaderFenced{Role: "x"})
-	log.await(t, "cancelled x1")
+	log.Await(t, "cancelled x1")
 
 	// The next acquisition must wait for x1 to end.
 	acquired := make(chan struct{})
@@ -108,14 +58,14 @@ func TestTenureRunner(t *testing.T) {
 	}
 	close(gate)
 	<-acquired
-	log.await(t, "start x2")
+	log.Await(t, "start x2")
 
 	tr.handle(LeaderRevoked{Role: "y"})
-	if got := log.snapshot(); !slices.Contains(got, "end y1") {
+	if got := log.Snapshot(); !slices.Contains(got, "end y1") {
 		t.Fatalf("a revocation returned before its call ended: %q", got)
 	}
 	tr.stopAll()
-	got := log.snapshot()
+	got := log.Snapshot()
 	for _, want := range [][2]string{{"end x1", "start x2"}, {"cancelled x1", "end x1"}} {
 		if slices.Index(got, want[0]) > slices.Index(got, want[1]) {
 			t.Errorf("%q after %q: %q", want[0], want[1], got)

@@ -176,18 +176,12 @@ func (e *NotKafkaError) Error() string {
 // listeners: a TLS listener does not answer in the clear, and telling a TLS handshake failure from
 // another service is librdkafka's to do.
 func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration) error {
-	protocol := strings.ToLower(fmt.Sprint(config["security.protocol"]))
-	if protocol != "<nil>" && protocol != "plaintext" && protocol != "sasl_plaintext" {
+	if !kprobe.InTheClear(config["security.protocol"]) {
 		return nil
 	}
 	servers := fmt.Sprint(config["bootstrap.servers"])
 	var answers []string
-	for _, s := range strings.Split(servers, ",") {
-		s = strings.TrimSpace(s)
-		s = s[strings.LastIndex(s, "/")+1:] // PLAINTEXT://host:port
-		if s == "" {
-			continue
-		}
+	for _, s := range kprobe.Servers(servers) {
 		conn, err := net.DialTimeout("tcp", s, timeout)
 		if err != nil {
 			continue

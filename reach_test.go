@@ -181,7 +181,7 @@ func TestNewAgainstAnotherService(t *testing.T) {
 		KafkaConfig:      KafkaConfigMap{"bootstrap.servers": listenLocal(t, httpServer)},
 		LeaderGroupID:    "g",
 		Name:             "a",
-		Scribe:           log.scribe(),
+		Scribe:           log.Scribe(),
 		HeartbeatTimeout: Duration(time.Second),
 	}
 	n, err := New(config)
@@ -202,7 +202,7 @@ func TestNewAgainstNoBroker(t *testing.T) {
 		KafkaConfig:      KafkaConfigMap{"bootstrap.servers": freePort(t)},
 		LeaderGroupID:    "g",
 		Name:             "a",
-		Scribe:           log.scribe(),
+		Scribe:           log.Scribe(),
 		HeartbeatTimeout: Duration(time.Second),
 	}
 	before := time.Now()

@@ -2,72 +2,34 @@ package goneli
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/obsidiandynamics/libstdgo/scribe"
+	"github.com/goneli/goneli/internal/testkit"
 	"go.uber.org/goleak"
 )
 
 // The tests of this package need no broker. Those that do, on the embedded Kafka broker, are in
 // internal/kafkatest/coretest, a module of its own, so that a program importing goneli has nothing
-// of the embedded broker in its module graph. The helpers below have a copy there (its
-// support_test.go), which those tests use: keep the two in step.
+// of the embedded broker in its module graph. Helpers that need neither a broker nor goneli's types
+// are shared with those tests through internal/testkit; the recorder and checkGrammar below name
+// goneli's Event, which testkit cannot import, so coretest's support_test.go has a copy of them:
+// keep the two in step.
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// awaitLimit bounds every wait so that a broken protocol fails the test instead of hanging it. It
-// is not a performance assertion.
-const awaitLimit = 30 * time.Second
+// awaitLimit bounds every wait; see testkit.AwaitLimit.
+const awaitLimit = testkit.AwaitLimit
 
-// testLog collects log lines and prints them only if the test fails (or GONELI_TEST_LOG is set).
-type testLog struct {
-	mu    sync.Mutex
-	lines []string
-}
+// testLog collects the log lines of a test's instances.
+type testLog = testkit.Log
 
-func newTestLog(t *testing.T) *testLog {
-	l := &testLog{}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("GONELI_TEST_LOG") != "" {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			for _, line := range l.lines {
-				t.Log(line)
-			}
-		}
-	})
-	return l
-}
-
-// contains reports whether any line logged so far contains s.
-func (l *testLog) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func (l *testLog) scribe() scribe.Scribe {
-	s := scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(func(format string, args ...interface{}) {
-		line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
-		l.mu.Lock()
-		l.lines = append(l.lines, line)
-		l.mu.Unlock()
-	})})
-	s.SetEnabled(scribe.Debug)
-	return s
-}
+func newTestLog(t *testing.T) *testLog { return testkit.NewLog(t) }
 
 // stamped is an event with the instance that saw it and when, on this process's clock.
 type stamped struct {

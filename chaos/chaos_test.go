@@ -238,20 +238,7 @@ var rolesShortKinds = []string{kindKill, kindTerm, kindStopLong, kindStall, kind
 // each of rolesShortKinds (CHAOS_KINDS), some 20 to 30 s. It is skipped when CHAOS_ROLES is set
 // (TestChaos then runs every kind in roles mode) and in -short mode.
 func TestChaosRoles(t *testing.T) {
-	if os.Getenv("CHAOS_ROLES") != "" {
-		t.Skip("CHAOS_ROLES is set: TestChaos runs in roles mode")
-	}
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	s := readSettings(t)
-	s.roles, s.trials, s.faults, s.extra = rolesShortRoles, 1, 0, 0
-	if os.Getenv("CHAOS_KINDS") == "" {
-		s.kinds = rolesShortKinds
-	}
-	t.Logf("chaos roles: seed %d (replay with CHAOS_SEED=%d), %d broker(s), %d members, %s, kinds %v",
-		s.seed, s.seed, s.brokers, s.members, s.mode(), s.kinds)
-	runTrials(t, s)
+	runShort(t, "roles", "CHAOS_ROLES", rolesShortKinds, func(s *settings) { s.roles = rolesShortRoles })
 }
 
 // brokersShortKinds are the faults of the short three-broker run that TestChaosBrokers adds to CI:
@@ -267,19 +254,27 @@ const brokersShort = 3
 // single leader, one fault of each of brokersShortKinds (CHAOS_KINDS), some 20 s. It is skipped
 // when CHAOS_BROKERS is set (TestChaos then runs on that many brokers) and in -short mode.
 func TestChaosBrokers(t *testing.T) {
-	if os.Getenv("CHAOS_BROKERS") != "" {
-		t.Skip("CHAOS_BROKERS is set: TestChaos runs on that many brokers")
+	runShort(t, "brokers", "CHAOS_BROKERS", brokersShortKinds, func(s *settings) { s.brokers = brokersShort })
+}
+
+// runShort runs one short trial of one fault of each of kinds (or of CHAOS_KINDS) in the mode that
+// set makes. It is skipped in -short mode and when the environment variable that puts TestChaos
+// itself in that mode (skipEnv) is set.
+func runShort(t *testing.T, name, skipEnv string, kinds []string, set func(*settings)) {
+	if os.Getenv(skipEnv) != "" {
+		t.Skipf("%s is set: TestChaos runs in that mode", skipEnv)
 	}
 	if testing.Short() {
 		t.Skip("-short")
 	}
 	s := readSettings(t)
-	s.brokers, s.trials, s.faults, s.extra = brokersShort, 1, 0, 0
+	s.trials, s.faults, s.extra = 1, 0, 0
+	set(&s)
 	if os.Getenv("CHAOS_KINDS") == "" {
-		s.kinds = brokersShortKinds
+		s.kinds = kinds
 	}
-	t.Logf("chaos brokers: seed %d (replay with CHAOS_SEED=%d), %d brokers, %d members, %s, kinds %v",
-		s.seed, s.seed, s.brokers, s.members, s.mode(), s.kinds)
+	t.Logf("chaos %s: seed %d (replay with CHAOS_SEED=%d), %d broker(s), %d members, %s, kinds %v",
+		name, s.seed, s.seed, s.brokers, s.members, s.mode(), s.kinds)
 	runTrials(t, s)
 }
 

@@ -282,15 +282,9 @@ const reachTimeout = 5 * time.Second
 // port of some other service accepts the connection and then never answers librdkafka.
 func (c *common) checkReachable() error {
 	servers := c.kafka
-	protocol := strings.ToLower(fmt.Sprint(c.kafkaConfig()["security.protocol"]))
-	probe := protocol == "<nil>" || protocol == "plaintext" || protocol == "sasl_plaintext"
+	probe := kprobe.InTheClear(c.kafkaConfig()["security.protocol"])
 	var errs []string
-	for _, s := range strings.Split(servers, ",") {
-		s = strings.TrimSpace(s)
-		s = s[strings.LastIndex(s, "/")+1:] // tolerate PLAINTEXT://host:port
-		if s == "" {
-			continue
-		}
+	for _, s := range kprobe.Servers(servers) {
 		if _, _, err := net.SplitHostPort(s); err != nil {
 			return badUsage("--kafka %q: want host:port[,host:port...]", servers)
 		}

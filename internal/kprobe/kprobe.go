@@ -9,8 +9,32 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 )
+
+// InTheClear reports whether a security.protocol value (nil when unset) talks to the broker
+// without TLS, where an ApiVersions request can be sent as is.
+func InTheClear(securityProtocol any) bool {
+	switch strings.ToLower(fmt.Sprint(securityProtocol)) {
+	case "<nil>", "plaintext", "sasl_plaintext":
+		return true
+	}
+	return false
+}
+
+// Servers splits a bootstrap.servers list into host:port addresses, dropping any scheme
+// (PLAINTEXT://host:port) and empty entries.
+func Servers(list string) []string {
+	var out []string
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s = s[strings.LastIndex(s, "/")+1:]; s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
 
 // SpeaksKafka sends an ApiVersions request at version 0, which a Kafka broker answers before any
 // authentication, and checks that the answer has a Kafka response's framing and correlation id.

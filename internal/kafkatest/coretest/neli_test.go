@@ -435,7 +435,7 @@ func TestBarrierClosesDuringClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitClientsClosed(t, n)
-	if log.contains("has not returned from LeaderRevoked") {
+	if log.Contains("has not returned from LeaderRevoked") {
 		t.Error("Close waited out the rebalance timeout for a barrier that was waiting for Close")
 	}
 	checkGrammar(t, r.snapshot())
@@ -565,8 +565,8 @@ func TestBackgroundTaskOverrunIsExplained(t *testing.T) {
 		_ = p.Await()
 	}()
 	r.await(t, "a fenced", has[LeaderFenced]("a"))
-	awaitCondition(t, "the overrun explained", func() bool { return log.contains("a Background task run took 1.5") })
-	if !log.contains("longer than the lease (HeartbeatTimeout 1s)") {
+	awaitCondition(t, "the overrun explained", func() bool { return log.Contains("a Background task run took 1.5") })
+	if !log.Contains("longer than the lease (HeartbeatTimeout 1s)") {
 		t.Fatal("the warning does not name the lease")
 	}
 }

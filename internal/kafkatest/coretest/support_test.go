@@ -2,9 +2,9 @@
 // embedded one (kafkatest). They live in this module, not goneli's, so that a program importing
 // goneli has nothing of the embedded broker in its module graph; the README's "Modules" says more.
 // They import goneli with a dot so that they read as they did inside the package, and reach the
-// few internals they check through goneli/internal/hooks. The helpers here that need no broker
-// (testLog, recorder, checkGrammar and the like) have a copy in goneli's support_test.go, which
-// its own tests use: keep the two in step.
+// few internals they check through goneli/internal/hooks. The log, task log and wait limit come
+// from goneli/internal/testkit; the recorder and checkGrammar, which name goneli's Event, have a
+// copy in goneli's support_test.go, which its own tests use: keep the two in step.
 package coretest
 
 import (
@@ -23,6 +23,7 @@ import (
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/internal/testkit"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"go.uber.org/goleak"
@@ -39,9 +40,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// awaitLimit bounds every wait so that a broken protocol fails the test instead of hanging it. It
-// is not a performance assertion.
-const awaitLimit = 30 * time.Second
+// awaitLimit bounds every wait; see testkit.AwaitLimit.
+const awaitLimit = testkit.AwaitLimit
 
 // testLease is the HeartbeatTimeout used by the tests: session timeout 2 s, group heartbeat 100 ms.
 const testLease = time.Second
@@ -65,48 +65,10 @@ func groupName(t *testing.T) string {
 	return Sanitise(strings.ToLower(t.Name()))
 }
 
-// testLog collects log lines and prints them only if the test fails (or GONELI_TEST_LOG is set).
-type testLog struct {
-	mu    sync.Mutex
-	lines []string
-}
+// testLog collects the log lines of a test's instances.
+type testLog = testkit.Log
 
-func newTestLog(t *testing.T) *testLog {
-	l := &testLog{}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("GONELI_TEST_LOG") != "" {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			for _, line := range l.lines {
-				t.Log(line)
-			}
-		}
-	})
-	return l
-}
-
-// contains reports whether any line logged so far contains s.
-func (l *testLog) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines {
-		if strings.Contains(line, s) {
-			return true
-		}
-	}
-	return false
-}
-
-func (l *testLog) scribe() scribe.Scribe {
-	s := scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(func(format string, args ...interface{}) {
-		line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
-		l.mu.Lock()
-		l.lines = append(l.lines, line)
-		l.mu.Unlock()
-	})})
-	s.SetEnabled(scribe.Debug)
-	return s
-}
+func newTestLog(t *testing.T) *testLog { return testkit.NewLog(t) }
 
 func testConfig(b *kafkatest.Broker, group, name string, log *testLog) Config {
 	return Config{
@@ -114,7 +76,7 @@ func testConfig(b *kafkatest.Broker, group, name string, log *testLog) Config {
 		LeaderGroupID:    group,
 		LeaderTopic:      group + ".neli",
 		Name:             name,
-		Scribe:           log.scribe(),
+		Scribe:           log.Scribe(),
 		HeartbeatTimeout: Duration(testLease),
 		MinPollInterval:  Duration(50 * time.Millisecond),
 	}
