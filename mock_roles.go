@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // MockRoles is a Roles that talks to no broker: the test decides which roles this instance leads.
@@ -173,9 +172,9 @@ func (m *mockRoles) runRole(ctx context.Context, r *mockRole, task RoleTask) {
 // runPaced runs run once and then, if it returned within MinTaskInterval, pauses for the rest of
 // it, so that a task with nothing to do does not spin.
 func runPaced(ctx context.Context, run func()) {
-	start := time.Now()
+	start := taskNow()
 	run()
-	if rest := MinTaskInterval - time.Since(start); rest > 0 {
+	if rest := MinTaskInterval - taskNow().Sub(start); rest > 0 {
 		taskPause(ctx, rest)
 	}
 }

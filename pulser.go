@@ -20,6 +20,10 @@ type LeaderTask func()
 // MinTaskInterval is the shortest time between the starts of two runs of a Background task.
 const MinTaskInterval = time.Millisecond
 
+// taskNow reads the clock that times a task's runs; tests freeze it so that whether a run "returned
+// early" does not depend on how loaded the machine is.
+var taskNow = time.Now
+
 // taskPause waits between two runs of a task that returned early; tests count its calls.
 var taskPause = func(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
@@ -92,9 +96,9 @@ func (p *pulser) run(ctx context.Context, n Neli, task LeaderTask) {
 		}
 		// Pulse may have returned a moment ago; the lease is checked again right before the task.
 		if leader && n.IsLeader() {
-			start := time.Now()
+			start := taskNow()
 			task()
-			took := time.Since(start)
+			took := taskNow().Sub(start)
 			if rest := MinTaskInterval - took; rest > 0 {
 				taskPause(ctx, rest)
 			}

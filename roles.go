@@ -240,9 +240,9 @@ func runRole(ctx context.Context, n *neli, p *part, task RoleTask) {
 			}
 			continue
 		}
-		start := time.Now()
+		start := taskNow()
 		task(p.name)
-		if rest := MinTaskInterval - time.Since(start); rest > 0 {
+		if rest := MinTaskInterval - taskNow().Sub(start); rest > 0 {
 			taskPause(ctx, rest)
 		}
 	}
