@@ -132,6 +132,10 @@ type Stats struct {
 	StaleHeartbeats           uint64 // own heartbeats ignored: earlier tenure or out of order
 	LateHeartbeats            uint64 // own heartbeats confirmed too late to renew the lease
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
+	// GroupChecks counts the descriptions of the group that the instance (all its roles together)
+	// asked the coordinator for, New's included: about two per membership of the group while
+	// nothing is wrong (see GroupConflictError).
+	GroupChecks uint64
 }
 
 func (n *neli) Stats() Stats {
@@ -160,6 +164,7 @@ func (n *neli) statsOf(p *part) Stats {
 		StaleHeartbeats:     c.stale,
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
+		GroupChecks:         n.groupChecks.Load(),
 	}
 	if since, reason, down := n.reach.state(); down {
 		s.UnreachableSince, s.UnreachableReason = n.base.Add(since), reason
@@ -267,6 +272,7 @@ func (n *neli) applyYield() {
 	switch {
 	case (yielding || n.yieldRequested.Load()) && !n.unsubscribed:
 		n.endTenures(n.parts, false)
+		n.member.left()
 		if err := n.consumer.Unsubscribe(); err != nil {
 			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
 			// tries again, and resumeTenure contends again if the yield ends first.

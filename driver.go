@@ -26,6 +26,8 @@ type part struct {
 	stored bool
 	// wantCheck says that the lease asked for a group check that has not been started yet.
 	wantCheck bool
+	// member is the member id under which the current tenure was assigned, if known.
+	member string
 	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
 	signal chan struct{}
 }
@@ -122,6 +124,7 @@ func (n *neli) handle(ev kafka.Event) error {
 		if e.Code() == kafka.ErrAllBrokersDown {
 			n.unreachable("consumer", e.Error())
 		}
+		n.noteTrouble(e)
 		n.logKafkaError("consumer", e)
 	}
 	return nil
@@ -226,7 +229,21 @@ func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 	n.rebalances++
 	n.reachable("consumer", "a rebalance")
 	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
-	n.trackGroupAssignment(ev, cooperative, c != nil && c.AssignmentLost())
+	lost := c != nil && c.AssignmentLost()
+	n.trackGroupAssignment(ev, cooperative, lost)
+	switch ev.(type) {
+	case kafka.AssignedPartitions:
+		member := ""
+		if c != nil {
+			member = memberID(c, n.config.LeaderGroupID)
+		}
+		n.member.assigned(member, len(n.groupParts) > 0)
+	case kafka.RevokedPartitions:
+		n.member.revoked(lost, cooperative, len(n.groupParts) > 0)
+		if lost {
+			n.trouble()
+		}
+	}
 	if n.State() != Live {
 		// Close has ended the tenure already; confluent-kafka-go applies the change itself.
 		return nil
@@ -280,7 +297,8 @@ func (n *neli) beginTenure(p *part) {
 	if p.lease.t.active {
 		return
 	}
-	n.apply(p, p.lease.assign())
+	p.member = n.member.member
+	n.apply(p, p.lease.assign(n.member.vouched))
 	n.log.D()("goneli %s: assigned partition %d (tenure %s)", n.config.Name, p.id, p.lease.t.name())
 }
 
@@ -476,6 +494,7 @@ func (n *neli) drainProducer() {
 				if e.Code() == kafka.ErrAllBrokersDown {
 					n.unreachable("producer", e.Error())
 				}
+				n.noteTrouble(e)
 				n.logKafkaError("producer", e)
 			}
 		default:
@@ -487,19 +506,33 @@ func (n *neli) drainProducer() {
 // startGroupCheck describes the group, off the pulsing goroutine, for every part whose lease has
 // asked for a check; collectGroupCheck takes the result in a later cycle. One description is under
 // way at a time and serves every part that asked before it began.
+//
+// While a client has just seen a broker connection fail, the check waits for a quiet checkQuiet
+// (groupcheck.go), though never longer than checkQuietMax: a description sent as the
+// coordinator's connection drops can abort the process.
 func (n *neli) startGroupCheck() {
-	if n.checker.busy() {
+	if n.checker.busy() || !slices.ContainsFunc(n.parts, func(p *part) bool { return p.wantCheck }) {
 		return
 	}
+	now := n.now()
+	if n.troubled && now-n.troubleAt < checkQuiet {
+		if !n.deferring {
+			n.deferring, n.deferSince = true, now
+		}
+		if now-n.deferSince < checkQuietMax {
+			return
+		}
+		n.throttle.log(n.log.W(), "check-unquiet", "goneli %s: broker connections have kept failing for %v; checking the group regardless",
+			n.config.Name, checkQuietMax)
+	}
+	n.deferring = false
+	n.groupChecks.Add(1)
 	tenures := map[int32]uint64{}
 	for _, p := range n.parts {
 		if p.wantCheck {
 			p.wantCheck = false
 			tenures[p.id] = p.lease.t.id
 		}
-	}
-	if len(tenures) == 0 {
-		return
 	}
 	d, release, err := n.describer()
 	if err != nil {
@@ -519,23 +552,43 @@ func (n *neli) collectGroupCheck() {
 		return
 	}
 	n.checkAlone = res.err != nil
+	if res.err != nil {
+		n.trouble()
+	}
 	switch {
 	case res.err != nil:
 		n.throttle.log(n.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
 			n.config.Name, n.config.LeaderGroupID, res.err)
 	default:
-		if conflict := judgeGroup(res.desc, n.topic, n.clientID, 0).conflict; conflict != nil {
+		if conflict := judgeGroup(res.desc, n.topic, n.clientID, "", 0).conflict; conflict != nil {
 			n.throttle.log(n.log.E(), "conflict", "goneli %s: not leading: %v", n.config.Name, conflict)
 		}
 	}
 	for id, tenure := range tenures {
+		p := n.parts[id]
 		c := groupCheck{err: res.err}
 		if res.err == nil {
-			c.verdict = judgeGroup(res.desc, n.topic, n.clientID, id)
+			c.verdict = judgeGroup(res.desc, n.topic, n.clientID, p.member, id)
 		}
-		p := n.parts[id]
 		n.apply(p, p.lease.checked(tenure, c))
+		if p.lease.cleared(tenure) {
+			n.member.passed(p.member)
+		}
 	}
+}
+
+// noteTrouble marks a failed broker connection that a client reported (see startGroupCheck).
+func (n *neli) noteTrouble(e kafka.Error) {
+	switch e.Code() {
+	case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrNetworkException, kafka.ErrNotCoordinator,
+		kafka.ErrCoordinatorNotAvailable, kafka.ErrCoordinatorLoadInProgress, kafka.ErrResolve:
+		n.trouble()
+	}
+}
+
+// trouble marks now as a moment when the brokers' connections were unsettled.
+func (n *neli) trouble() {
+	n.troubled, n.troubleAt = true, n.now()
 }
 
 // describer returns an admin client for the group check. The producer's own is preferred: it

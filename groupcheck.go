@@ -1,10 +1,12 @@
 package goneli
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -39,9 +41,11 @@ type groupVerdict struct {
 	sawSelf bool
 }
 
-// judgeGroup reads a group description for a tenure of partition. Topic names may be missing
-// (kfake leaves them out under KIP-848); a nameless partition counts as the instance's own topic.
-func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID string, partition int32) groupVerdict {
+// judgeGroup reads a group description for a tenure of partition, assigned under member id member
+// (if known: a predecessor of the same client.id may still be in the group, and it must not pass
+// for this instance). Topic names may be missing (kfake leaves them out under KIP-848); a nameless
+// partition counts as the instance's own topic.
+func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID, member string, partition int32) groupVerdict {
 	var v groupVerdict
 	for _, m := range d.Members {
 		parts := m.Assignment.TopicPartitions
@@ -59,7 +63,7 @@ func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID string, partit
 				if !slices.Contains(foreign, name) {
 					foreign = append(foreign, name)
 				}
-			case m.ClientID == clientID && tp.Partition == partition:
+			case m.ClientID == clientID && (member == "" || m.ConsumerID == member) && tp.Partition == partition:
 				v.sawSelf = true
 			}
 		}
@@ -194,3 +198,108 @@ func (c *groupChecker) stop() {
 	c.cancel()
 	c.running.Wait()
 }
+
+// # How often the group is described
+//
+// A description of the group is a coordinator-bound admin request, and librdkafka 2.11.1 aborts
+// the whole process when the coordinator's connection drops while one is being sent
+// (confluentinc/librdkafka#4605): a rolling restart of the brokers could take the service down
+// with it. So the group is described only as often as safety needs, and not while a connection was
+// just seen to fail.
+//
+// Safety needs one passed check per membership, not one per tenure. Say members X and Y of one
+// group use different leader topics (or role lists) and both lead. Each passed a check made while
+// it held the partition it leads, under the membership it still has (a member expelled from the
+// group, or that left it, comes back under a new member id and is checked again), and each held a
+// partition of its topic in every generation since its check (one that went a generation without
+// any is checked again, as it might have been invisible to a check made then). Say Y's check came
+// later. X was a member all along and held a partition of its topic at the generation Y's check
+// described, which was no older than Y's own assignment (the check sees Y holding its partition),
+// so that check showed X: Y would not lead. A role list is visible even without a partition, in
+// the client.id. New also checks, before joining, so that a misconfigured instance is usually
+// refused at once; that check proves nothing about later generations.
+//
+// With roles, one description serves every tenure that asked before it began, so a rebalance that
+// assigns several roles costs one; and a membership that passed costs none at all.
+
+// membership says whether this instance's current membership of the group has passed a group
+// check and has held a partition of the leader topic in every generation since. It does no I/O.
+type membership struct {
+	member  string // the member id the group gave this instance; empty while unknown
+	vouched bool
+}
+
+// assigned records a rebalance that gave this instance partitions (holds says whether it now holds
+// any partition of the leader topic), under member id member ("" if it cannot be read).
+func (m *membership) assigned(member string, holds bool) {
+	if member == "" || member != m.member || !holds {
+		m.vouched = false
+	}
+	m.member = member
+}
+
+// revoked records a rebalance that took partitions away. A lost assignment means the group moved
+// on without this member; an incremental revocation that leaves nothing means a generation
+// without a partition. An eager revocation of everything is followed, in the same rebalance, by
+// the next generation's assignment, which assigned judges.
+func (m *membership) revoked(lost, cooperative, holds bool) {
+	if lost || (cooperative && !holds) {
+		m.vouched = false
+	}
+}
+
+// left records that this instance left the group (a yield, or Close): it rejoins as a new member.
+func (m *membership) left() {
+	m.vouched, m.member = false, ""
+}
+
+// passed records a check that cleared a tenure which began under member id member.
+func (m *membership) passed(member string) {
+	if member != "" && member == m.member {
+		m.vouched = true
+	}
+}
+
+// memberID reads the member id that the group coordinator gave c, or "" if it cannot. librdkafka
+// keeps it only in the consumer's group metadata, which confluent-kafka-go hands out serialized
+// (for transactions): "CGMDv2:", the generation (int32, host order), the group id and the member
+// id, each ending in a NUL. Anything else reads as unknown, which costs a group check per tenure
+// but is never taken for a membership that passed.
+func memberID(c *kafka.Consumer, group string) string {
+	md, err := c.GetConsumerGroupMetadata()
+	if err != nil || md == nil {
+		return ""
+	}
+	f := reflect.ValueOf(md).Elem().FieldByName("serialized")
+	if !f.IsValid() || f.Kind() != reflect.Slice || f.Type().Elem().Kind() != reflect.Uint8 {
+		return ""
+	}
+	return parseMemberID(f.Bytes(), group)
+}
+
+// parseMemberID reads the member id from serialized consumer group metadata (see memberID).
+func parseMemberID(b []byte, group string) string {
+	const magic = "CGMDv2:"
+	if !bytes.HasPrefix(b, []byte(magic)) || len(b) < len(magic)+4 {
+		return ""
+	}
+	rest := b[len(magic)+4:]
+	g, rest, ok := bytes.Cut(rest, []byte{0})
+	if !ok || string(g) != group {
+		return ""
+	}
+	id, _, ok := bytes.Cut(rest, []byte{0})
+	if !ok {
+		return ""
+	}
+	return string(id)
+}
+
+// checkQuiet is how long after a client last saw a broker connection fail the group is not
+// described (see "How often the group is described"): long enough for librdkafka to have
+// reconnected or to have seen the rest of a restart, short next to a lease.
+const checkQuiet = time.Second
+
+// checkQuietMax bounds how long a check waits for checkQuiet: connections that fail over and over
+// (a broker gone for good, say) must not keep the group from ever being checked.
+const checkQuietMax = 10 * time.Second

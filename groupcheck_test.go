@@ -29,7 +29,7 @@ func TestJudgeGroup(t *testing.T) {
 		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPart("t", 1))}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := judgeGroup(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}, "t", "me", 0)
+			v := judgeGroup(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}, "t", "me", "", 0)
 			if v.sawSelf != tc.sawSelf {
 				t.Errorf("sawSelf = %v, want %v", v.sawSelf, tc.sawSelf)
 			}
@@ -44,9 +44,107 @@ func TestJudgeGroup(t *testing.T) {
 			}
 		})
 	}
+	// A predecessor of the same client.id (a restarted process whose session has not expired)
+	// holding the partition does not show this member holding it.
+	pred := member("me", topicPart("t", 0))
+	pred.ConsumerID = "me-old"
+	self := member("me")
+	self.ConsumerID = "me-new"
+	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}, "t", "me", "me-new", 0); v.sawSelf {
+		t.Error("a predecessor's assignment was taken for this member's")
+	}
+	self.Assignment.TopicPartitions = []kafka.TopicPartition{topicPart("t", 0)}
+	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}, "t", "me", "me-new", 0); !v.sawSelf {
+		t.Error("this member's own assignment not seen by its member id")
+	}
 	target := member("x")
 	target.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPart("u", 0)}}
-	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}, "t", "me", 0); v.conflict == nil {
+	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}, "t", "me", "", 0); v.conflict == nil {
 		t.Error("a partition of another topic in a KIP-848 target assignment must count")
+	}
+}
+
+// A membership is vouched for from a check that passed under its member id until it may have been
+// invisible to another member's check: a new member id, a lost assignment, or a generation in
+// which it held no partition.
+func TestMembership(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps func(m *membership)
+		want  bool
+	}{
+		{"never checked", func(m *membership) { m.assigned("m1", true) }, false},
+		{"passed", func(m *membership) { m.assigned("m1", true); m.passed("m1") }, true},
+		{"passed under an earlier member id", func(m *membership) { m.assigned("m2", true); m.passed("m1") }, false},
+		{"member id unknown", func(m *membership) { m.assigned("", true); m.passed("") }, false},
+		{"eager rebalance keeps a partition", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.revoked(false, false, false)
+			m.assigned("m1", true)
+		}, true},
+		{"eager rebalance gives nothing", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.revoked(false, false, false)
+			m.assigned("m1", false)
+			m.assigned("m1", true)
+		}, false},
+		{"rejoined under a new member id", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.revoked(false, false, false)
+			m.assigned("m2", true)
+		}, false},
+		{"assignment lost", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.revoked(true, false, false)
+			m.assigned("m1", true)
+		}, false},
+		{"cooperative revocation keeps a partition", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.revoked(false, true, true)
+		}, true},
+		{"cooperative revocation of the last partition", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.revoked(false, true, false)
+			m.assigned("m1", true)
+		}, false},
+		{"left to yield", func(m *membership) {
+			m.assigned("m1", true)
+			m.passed("m1")
+			m.left()
+			m.assigned("m1", true)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var m membership
+			tc.steps(&m)
+			if m.vouched != tc.want {
+				t.Errorf("vouched %v, want %v", m.vouched, tc.want)
+			}
+		})
+	}
+}
+
+// The member id is read from librdkafka's serialized group metadata, and anything unexpected reads
+// as unknown.
+func TestParseMemberID(t *testing.T) {
+	for _, tc := range []struct {
+		in, group, want string
+	}{
+		{"CGMDv2:\x01\x00\x00\x00g\x00cid-d5b85ed9\x00\x01", "g", "cid-d5b85ed9"},
+		{"CGMDv2:\xff\xff\xff\xffg\x00\x00\x01", "g", ""},
+		{"CGMDv2:\x01\x00\x00\x00other\x00cid-1\x00\x01", "g", ""},
+		{"CGMDv3:\x01\x00\x00\x00g\x00cid-1\x00\x01", "g", ""},
+		{"CGMDv2:\x01\x00\x00\x00g\x00cid-1", "g", ""},
+		{"CGMDv2:\x01", "g", ""},
+	} {
+		if got := parseMemberID([]byte(tc.in), tc.group); got != tc.want {
+			t.Errorf("parseMemberID(%q, %q) = %q, want %q", tc.in, tc.group, got, tc.want)
+		}
 	}
 }

@@ -171,14 +171,17 @@ func (t *tenure) name() string {
 // # 1. Assignment
 
 // assign starts a tenure when the group assigns the partition: a random id, and heartbeats
-// numbered from 1. Its first heartbeat and its group check are due at once.
-func (l *lease) assign() leaseOut {
+// numbered from 1. Its first heartbeat is due at once, and so is its group check unless vouched
+// says that this membership of the group passed one already and has held a partition of the
+// leader topic ever since (membership in groupcheck.go): then any member that joined with another
+// topic since was shown this one by its own check.
+func (l *lease) assign(vouched bool) leaseOut {
 	if l.t.active {
 		return leaseOut{}
 	}
 	now := l.now()
 	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
-		releaseBy: now + l.releaseWait, assigned: now}
+		releaseBy: now + l.releaseWait, assigned: now, verified: vouched}
 	l.publish()
 	return leaseOut{}
 }
@@ -370,6 +373,11 @@ func (l *lease) checked(tenure uint64, r groupCheck) leaseOut {
 	}
 	l.publish()
 	return out
+}
+
+// cleared reports whether tenure is the current one and a group check has cleared it.
+func (l *lease) cleared(tenure uint64) bool {
+	return l.t.active && l.t.id == tenure && l.t.verified
 }
 
 // inconclusiveCheckRetry is how soon a group check that could not see this instance's own

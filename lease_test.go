@@ -67,7 +67,7 @@ func (r *rig) deliver() {
 	}
 }
 
-func (r *rig) assign()              { r.take(r.l.assign()) }
+func (r *rig) assign()              { r.take(r.l.assign(false)) }
 func (r *rig) revoke(lost bool)     { r.take(r.l.revoke(lost)) }
 func (r *rig) due()                 { r.take(r.l.due()) }
 func (r *rig) expire()              { r.take(r.l.expire()) }
@@ -471,6 +471,29 @@ func TestLeaseWaitsForTheGroupCheck(t *testing.T) {
 	r.check(groupCheck{verdict: groupVerdict{conflict: conflict}}) // a stale result changes nothing
 	if !r.l.isLeader() {
 		t.Fatal("a late check result deposed the leader")
+	}
+}
+
+// A tenure of a membership that passed a check already asks for none and leads on its first
+// renewal; cleared says so, and says no for another tenure.
+func TestLeaseVouchedTenureNeedsNoCheck(t *testing.T) {
+	r := newRig(t)
+	r.take(r.l.assign(true))
+	r.due()
+	if r.checks != 0 {
+		t.Fatalf("%d checks started for a vouched tenure, want 0", r.checks)
+	}
+	if !r.l.cleared(r.l.t.id) || r.l.cleared(r.l.t.id+1) {
+		t.Fatal("cleared does not tell the vouched tenure")
+	}
+	r.renewal(time.Millisecond, time.Millisecond)
+	r.deliver()
+	if r.kinds() != "A" || !r.l.isLeader() {
+		t.Fatalf("vouched tenure after a renewal: %q, leader %v", r.kinds(), r.l.isLeader())
+	}
+	r.revoke(false)
+	if r.l.cleared(r.l.t.id) {
+		t.Fatal("a revoked tenure still reads as cleared")
 	}
 }
 

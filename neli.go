@@ -147,8 +147,17 @@ type neli struct {
 	// checkAlone is set after a group check failed: the next one goes through an admin client of
 	// its own rather than the producer's (driver.go, describer). Guarded by mu.
 	checkAlone bool
-	reach      reachability // whether Kafka answers, for Stats (reach.go)
-	watchdog   *watchdog
+	// member says whether this membership of the group passed a group check (groupcheck.go);
+	// troubleAt is when a client last saw a broker connection fail (troubled), and deferSince
+	// since when a group check has waited for the connections to settle. Guarded by mu.
+	member      membership
+	groupChecks atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
+	troubled    bool
+	troubleAt   time.Duration
+	deferSince  time.Duration
+	deferring   bool
+	reach       reachability // whether Kafka answers, for Stats (reach.go)
+	watchdog    *watchdog
 
 	// mu guards the lease and the fields below. It is held while the consumer is polled, and so
 	// in the rebalance callback, but never while the application is called. An instance that
@@ -320,6 +329,7 @@ func (n *neli) prepareGroup() error {
 		}
 		return err
 	}
+	n.groupChecks.Add(1)
 	desc, err := describeGroup(context.Background(), admin, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
 	if err != nil {
 		// Every tenure checks again before it leads; this check only refuses early.
@@ -327,7 +337,7 @@ func (n *neli) prepareGroup() error {
 			n.config.Name, n.config.LeaderGroupID, err)
 		return nil
 	}
-	if v := judgeGroup(desc, n.topic, n.clientID, 0); v.conflict != nil {
+	if v := judgeGroup(desc, n.topic, n.clientID, "", 0); v.conflict != nil {
 		return v.conflict
 	}
 	return nil

@@ -28,7 +28,7 @@ func TestPollFor(t *testing.T) {
 		{"idle, no limit", func(*neli) {}, -1, minPoll},
 		{"idle, within Pulse's timeout", func(*neli) {}, 30 * time.Millisecond, 30 * time.Millisecond},
 		{"idle, timeout spent", func(*neli) {}, 0, pollDuration},
-		{"holds a partition", func(n *neli) { n.parts[0].lease.assign() }, -1, pollDuration},
+		{"holds a partition", func(n *neli) { n.parts[0].lease.assign(false) }, -1, pollDuration},
 		{"owes a released marker", func(n *neli) { n.releases = []release{{}} }, -1, pollDuration},
 		{"yielding", func(n *neli) { n.yieldRequested.Store(true) }, -1, pollDuration},
 	} {
@@ -51,7 +51,7 @@ func TestProving(t *testing.T) {
 	if n.proving() {
 		t.Fatal("proving without a tenure")
 	}
-	l.assign()
+	l.assign(false)
 	if !n.proving() {
 		t.Fatal("not proving a new tenure")
 	}

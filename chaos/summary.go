@@ -128,9 +128,7 @@ func (s Summary) printHead(w io.Writer, t totals, title, what string) {
 	}
 	fmt.Fprintf(w, "faults by kind: %s\n", strings.Join(parts, " "))
 	fmt.Fprintf(w, "overlaps (two processes acting as %s at one instant): %d\n", what, s.Overlaps())
-	if s.LibrdkafkaAborts > 0 {
-		fmt.Fprintf(w, "members aborted by librdkafka's admin use-after-free (confluentinc/librdkafka#4605): %d\n", s.LibrdkafkaAborts)
-	}
+	fmt.Fprintf(w, "members aborted by librdkafka's admin use-after-free (confluentinc/librdkafka#4605): %d\n", s.LibrdkafkaAborts)
 }
 
 // printOverlaps writes every overlap of act spans.

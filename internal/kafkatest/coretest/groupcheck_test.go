@@ -81,3 +81,49 @@ func TestGroupSharedByTwoTopics(t *testing.T) {
 	checkExclusive(t, events)
 	checkGrammar(t, events)
 }
+
+// A membership that passed a group check is not checked again while it keeps its member id and a
+// partition: the rebalances caused by followers joining and leaving cost the leader no description
+// of the group (each is a coordinator-bound admin request; see GroupConflictError), even under
+// eager assignment, where each of them ends the leader's tenure and begins another (range gives
+// partition 0 to the first member id in order, so the leader is named "a"). A follower
+// that leads after the leader leaves is checked at its first tenure.
+func TestGroupCheckedOncePerMembership(t *testing.T) {
+	for _, strategy := range []string{"range", "cooperative-sticky"} {
+		t.Run(strategy, func(t *testing.T) {
+			b := startBroker(t)
+			log, r, group := newTestLog(t), newRecorder(), groupName(t)
+			config := func(name string) Config {
+				c := testConfig(b, group, name, log)
+				c.KafkaConfig["partition.assignment.strategy"] = strategy
+				return c
+			}
+			x := contender(t, config("a"), r).(Curator)
+			r.await(t, "a to lead", has[LeaderAcquired]("a"))
+			checks := x.Stats().GroupChecks
+			if checks < 2 {
+				t.Fatalf("a made %d group checks before leading, want New's and its tenure's", checks)
+			}
+			contender(t, config("f1"), r)
+			awaitStable(t, b, group, 2)
+			f2 := contender(t, config("f2"), r)
+			awaitStable(t, b, group, 3)
+			if err := f2.Close(); err != nil {
+				t.Fatal(err)
+			}
+			awaitStable(t, b, group, 2)
+			r.await(t, "a to lead again", func(events []stamped) bool {
+				return x.IsLeader()
+			})
+			if got := x.Stats().GroupChecks; got != checks {
+				t.Errorf("a made %d more group checks while followers came and went; want none", got-checks)
+			}
+			if err := x.Close(); err != nil {
+				t.Fatal(err)
+			}
+			events := r.await(t, "f1 to lead once a has left", has[LeaderAcquired]("f1"))
+			checkExclusive(t, events)
+			checkGrammar(t, events)
+		})
+	}
+}
