@@ -28,9 +28,7 @@ tidy:
 # TestChaosRoles, the short roles trial that `go test ./chaos/` runs besides TestChaos.
 # CHAOS_BROKERS=3 runs the members against a three-broker embedded cluster (default 1); restart
 # then restarts all three brokers at once, and the draw adds coord-move, part-move, broker-cut,
-# node-leave, rolling-restart and leave-cut. wipe is left out of that mix for a liveness problem
-# the README's "Chaos testing" describes; CHAOS_KINDS still runs it. The summary says
-# how many brokers were used. `go test ./chaos/` (CI) adds TestChaosBrokers, one short trial on
+# node-leave, rolling-restart and leave-cut. The summary says how many brokers were used. `go test ./chaos/` (CI) adds TestChaosBrokers, one short trial on
 # three brokers (coord-move, broker-cut, rolling-restart, leave-cut); CHAOS_BROKERS skips it.
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50

@@ -67,6 +67,7 @@ func (n *neli) cycle(poll time.Duration) error {
 		ev = n.consumer.Poll(0)
 	}
 	n.drainProducer()
+	n.checkReadBack()
 	n.probeReach()
 	n.collectGroupCheck()
 	n.finishReleases()
@@ -220,7 +221,7 @@ func (n *neli) onCommitError(p *part, err error) {
 }
 
 func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
-	if n.consumerClosing.Load() {
+	if _, retired := n.retired.Load(c); n.consumerClosing.Load() || (c != nil && retired) {
 		// A consumer finishing its close, perhaps in the background, must not touch state that
 		// the mutex no longer guards; confluent-kafka-go applies the change itself.
 		n.lateRebalances.Add(1)
@@ -444,8 +445,116 @@ func (n *neli) ensureProducer() bool {
 			return false
 		}
 		n.producer = p
+		n.producerOK = n.now()
 	}
 	return true
+}
+
+// A producer that delivers nothing for a whole lease while it is being used is replaced. librdkafka
+// keeps, for a handle's life, the highest leader epoch it has seen for each partition, and ignores
+// metadata that names an older one: when the leader topic is deleted and recreated (by an
+// operator, or by brokers that lost their data), its partitions start again at epoch 0, perhaps on
+// another broker, and the old handle keeps sending heartbeats to a broker that no longer leads
+// them, each timing out, for as long as it lives. A new handle learns the topic afresh. Renewals
+// that fail for a lease have fenced the leader already, so the new handle costs it nothing it has.
+
+// noteDelivery records a heartbeat or marker's delivery report, and replaces the producer when
+// nothing has been delivered for longer than a lease (recycleProducer).
+func (n *neli) noteDelivery(err error) {
+	now := n.now()
+	if err == nil {
+		n.producerOK, n.producerDelivered = now, now
+		return
+	}
+	if now-n.producerOK < *n.config.HeartbeatTimeout || len(n.releases) > 0 || (n.checker.busy() && !n.checkAlone) {
+		// A release marker still on its way, or a group check through the producer's own
+		// admin handle, needs this handle; the next failed heartbeat tries again.
+		return
+	}
+	n.recycleProducer(fmt.Sprintf("nothing delivered for %v (%v)", (now - n.producerOK).Round(time.Millisecond), err))
+}
+
+// The consumer keeps the same stale leader epoch for the partitions it fetches (librdkafka #4898
+// covers the producer; the consumer's fetcher behaves alike): after the topic is recreated its
+// fetches go to the old broker, are answered NOT_LEADER_OR_FOLLOWER, and the metadata that would
+// redirect them is ignored. The heartbeats then reach the log but are never read back, and the
+// tenure can never renew. A consumer that has read back no own heartbeat of a tenure for two
+// leases while the producer still delivers is therefore replaced: the instance leaves the group,
+// as for a yield, and joins it again through a new handle. Its partitions go to others meanwhile,
+// whose own handles may be as stale and are replaced in their turn.
+
+// consumerRenewBackoff is the least time between two replacements of an instance's consumer.
+func (n *neli) consumerRenewBackoff() time.Duration {
+	return 4 * *n.config.HeartbeatTimeout
+}
+
+// checkReadBack replaces the consumer when a tenure reads nothing back although the producer
+// delivers (see above).
+func (n *neli) checkReadBack() {
+	lease := *n.config.HeartbeatTimeout
+	now := n.now()
+	if n.State() != Live || n.unsubscribed || n.producer == nil || n.producerDelivered == 0 || now-n.producerDelivered >= lease ||
+		(n.consumerRenewals > 0 && now-n.consumerRenewed < n.consumerRenewBackoff()) {
+		return
+	}
+	for _, p := range n.parts {
+		if unread := p.lease.unread(); unread > 2*lease {
+			n.renewConsumer(fmt.Sprintf("partition %d has read back no own heartbeat for %v while the producer delivers them",
+				p.id, unread.Round(time.Millisecond)))
+			return
+		}
+	}
+}
+
+// renewConsumer leaves the group and joins it again through a new consumer; the old one closes in
+// the background. Called with mu held.
+func (n *neli) renewConsumer(reason string) {
+	fresh, err := n.config.KafkaConsumerProvider(n.consConf)
+	if err != nil {
+		n.throttle.log(n.log.E(), "renew", "goneli %s: cannot create a Kafka consumer to replace one that %s: %v", n.config.Name, reason, err)
+		return
+	}
+	n.log.W()("goneli %s: replacing the Kafka consumer: %s", n.config.Name, reason)
+	n.consumerRenewed = n.now()
+	n.consumerRenewals++
+	n.endTenures(n.parts, false)
+	n.member.left()
+	old := n.consumer
+	if err := old.Unsubscribe(); err == nil {
+		n.awaitLeft(time.Now().Add(*n.config.HeartbeatTimeout))
+	}
+	if kc, ok := old.(*kafka.Consumer); ok {
+		n.retired.Store(kc, true)
+	}
+	n.consumer = fresh
+	clear(n.groupParts)
+	n.owedCommit = false
+	n.closers.Add(1)
+	go func() {
+		defer n.closers.Done()
+		if err := old.Close(); err != nil {
+			n.log.D()("goneli %s: closing the replaced Kafka consumer: %v", n.config.Name, err)
+		}
+	}()
+	if err := fresh.Subscribe(n.topic, n.onRebalance); err != nil {
+		n.throttle.log(n.log.E(), "subscribe", "goneli %s: the new Kafka consumer cannot subscribe to %s: %v", n.config.Name, n.topic, err)
+	}
+}
+
+// recycleProducer closes the producer, in the background, and lets the next heartbeat open another.
+func (n *neli) recycleProducer(reason string) {
+	old := n.producer
+	if old == nil {
+		return
+	}
+	n.producer = nil
+	n.producerRecycled++
+	n.log.W()("goneli %s: replacing the heartbeat producer: %s", n.config.Name, reason)
+	n.closers.Add(1)
+	go func() {
+		defer n.closers.Done()
+		old.Close()
+	}()
 }
 
 func (n *neli) produce(p *part, h *heartbeat) {
@@ -489,6 +598,10 @@ func (n *neli) drainProducer() {
 					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
 				} else {
 					n.reachable("producer", "a heartbeat delivered")
+				}
+				n.noteDelivery(e.TopicPartition.Error)
+				if n.producer == nil {
+					return
 				}
 			case kafka.Error:
 				if e.Code() == kafka.ErrAllBrokersDown {

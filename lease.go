@@ -78,6 +78,9 @@ type tenure struct {
 	conflict   *GroupConflictError
 
 	assigned time.Duration // when the tenure began
+	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
+	// predecessor (sending nothing to read back): see unread.
+	readAt time.Duration
 
 	// releasing holds the tenures of predecessors seen releasing the partition and not yet
 	// released; the tenure does not lead while one is left and releaseBy has not passed.
@@ -181,7 +184,7 @@ func (l *lease) assign(vouched bool) leaseOut {
 	}
 	now := l.now()
 	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
-		releaseBy: now + l.releaseWait, assigned: now, verified: vouched}
+		releaseBy: now + l.releaseWait, assigned: now, readAt: now, verified: vouched}
 	l.publish()
 	return leaseOut{}
 }
@@ -247,6 +250,7 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		return out
 	}
 	l.t.confirmedSeq = h.seq
+	l.t.readAt = l.now()
 	next := offset + 1
 	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset}
 	l.c.confirmed++
@@ -294,6 +298,18 @@ func (l *lease) foreign(h heartbeat) leaseOut {
 // waiting reports whether the tenure still waits for a predecessor to release the partition.
 func (l *lease) waiting() bool {
 	return len(l.t.releasing) > 0 && l.now() < l.t.releaseBy
+}
+
+// unread is how long the current tenure has gone without reading back an own heartbeat, not
+// counting time spent waiting for a predecessor, when it sends none; zero without a tenure.
+func (l *lease) unread() time.Duration {
+	if !l.t.active {
+		return 0
+	}
+	if l.waiting() {
+		l.t.readAt = l.now()
+	}
+	return l.now() - l.t.readAt
 }
 
 // release applies a renewal held back by a predecessor, once nothing holds it back any longer.

@@ -622,3 +622,33 @@ func TestLeaseReleaseMarker(t *testing.T) {
 		t.Fatal("a tenure that never led must not ask for a release marker")
 	}
 }
+
+// unread runs from the assignment and from each own heartbeat read back, and stands still while
+// the tenure waits for a predecessor.
+func TestLeaseUnread(t *testing.T) {
+	r := newRig(t)
+	if r.l.unread() != 0 {
+		t.Fatal("unread without a tenure")
+	}
+	r.assign()
+	r.take(r.l.foreign(heartbeat{tenure: 99, kind: kindReleasing}))
+	r.wait(time.Second)
+	if got := r.l.unread(); got != 0 {
+		t.Fatalf("unread %v while waiting for a predecessor, want 0", got)
+	}
+	r.take(r.l.foreign(heartbeat{tenure: 99, kind: kindReleased}))
+	r.wait(300 * time.Millisecond)
+	if got := r.l.unread(); got != 300*time.Millisecond {
+		t.Fatalf("unread %v after the wait, want 300ms", got)
+	}
+	h, off := r.heartbeat()
+	r.wait(100 * time.Millisecond)
+	r.back(h, off)
+	if got := r.l.unread(); got != 0 {
+		t.Fatalf("unread %v just after a read-back, want 0", got)
+	}
+	r.wait(50 * time.Millisecond)
+	if got := r.l.unread(); got != 50*time.Millisecond {
+		t.Fatalf("unread %v 50ms after a read-back, want 50ms", got)
+	}
+}

@@ -112,6 +112,7 @@ type neli struct {
 	topic     string
 	key       []byte
 	clientID  string // the consumer's client.id, by which the group check finds this instance
+	consConf  *KafkaConfigMap
 	prodConf  *KafkaConfigMap
 	adminConf *KafkaConfigMap
 	consumer  KafkaConsumer
@@ -163,12 +164,23 @@ type neli struct {
 	// in the rebalance callback, but never while the application is called. An instance that
 	// holds no partition polls for up to MinPollInterval (pollFor), so Close may wait that long
 	// for it.
-	mu           sync.Mutex
-	producer     KafkaProducer
-	throttle     logThrottle
-	unsubscribed bool           // left the group to yield
-	groupParts   map[int32]bool // partitions of the leader topic the group has assigned to this member
-	rebalances   int            // rebalance callbacks so far
+	mu       sync.Mutex
+	producer KafkaProducer
+	// producerOK is when the producer was opened or last delivered a record, and producerRecycled
+	// counts the producers replaced for delivering nothing (noteDelivery).
+	producerOK        time.Duration
+	producerDelivered time.Duration
+	producerRecycled  int
+	// consumerRenewed is when the consumer was last replaced for reading nothing back
+	// (renewConsumer); retired holds the replaced consumers, whose rebalance callbacks are
+	// ignored while they close in the background.
+	consumerRenewed  time.Duration
+	consumerRenewals int
+	retired          sync.Map
+	throttle         logThrottle
+	unsubscribed     bool           // left the group to yield
+	groupParts       map[int32]bool // partitions of the leader topic the group has assigned to this member
+	rebalances       int            // rebalance callbacks so far
 	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
 	// commits once more, until that commit's result has been polled.
 	owedCommit bool
@@ -251,6 +263,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	n.logs.attach(producerConf)
 	// The admin client cannot forward its logs; its failures come back as errors anyway.
 	adminConf["log_level"] = 0
+	n.consConf = fromKafkaConfigMap(consumerConf)
 	n.prodConf = fromKafkaConfigMap(producerConf)
 	n.adminConf = fromKafkaConfigMap(adminConf)
 	n.clientID = fmt.Sprint(consumerConf["client.id"])
@@ -265,7 +278,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if err := n.prepareGroup(); err != nil {
 		return fail(err)
 	}
-	consumer, err := config.KafkaConsumerProvider(fromKafkaConfigMap(consumerConf))
+	consumer, err := config.KafkaConsumerProvider(n.consConf)
 	if err != nil {
 		return fail(fmt.Errorf("goneli: cannot create Kafka consumer: %w", err))
 	}

@@ -105,18 +105,13 @@ var allKinds = append(slices.Clone(singleKinds), brokerKinds...)
 
 // outOfBrokerMix are the kinds left out of the default mix with several brokers, and why: each
 // stops elections for longer than the suite waits (a minute), though none breaks mutual exclusion.
-// CHAOS_KINDS still runs them.
+// CHAOS_KINDS still runs them. It is empty today.
 //
 // coord-move, node-leave and rolling-restart were here until the group check stopped reusing a
-// handle whose cached coordinator had gone stale (TestGroupCheckAfterCoordinatorMoves).
-var outOfBrokerMix = map[string]string{
-	// Every broker loses its data and the leader topic is created afresh, with leader epoch 0 on a
-	// random node. The leader's producer, which goneli keeps for the instance's life, has learnt a
-	// higher epoch and ignores the new leader ("ignoring outdated metadata update with leader epoch
-	// 0 which is older than our cached epoch 1"), so its heartbeats time out for ever if the
-	// partition's leader moved. One broker cannot move the leader, so wipe stays in its mix.
-	kindWipe: "the producer ignores the recreated partition's leader (epoch back to 0)",
-}
+// handle whose cached coordinator had gone stale (TestGroupCheckAfterCoordinatorMoves); wipe was
+// here until goneli replaced the producer and consumer handles that keep a recreated partition's
+// old leader epoch (librdkafka #4898, TestLeaderTopicRecreated).
+var outOfBrokerMix = map[string]string{}
 
 // defaultKinds is what the suite draws from unless CHAOS_KINDS says otherwise: every kind that
 // runs on the cluster's number of brokers, but those of outOfBrokerMix with several.

@@ -279,3 +279,89 @@ func TestGroupCheckAfterCoordinatorMoves(t *testing.T) {
 	events := r.await(t, "a to lead again", func(events []stamped) bool { return countOf[LeaderAcquired](events, "a") >= 2 })
 	checkExclusive(t, events)
 }
+
+// An operator deletes the leader topic under a running group and creates it again. Its partition
+// starts again at leader epoch 0, here on another broker than before, while the leader's producer
+// has learnt a higher epoch: librdkafka ignores metadata with an older epoch for the handle's life,
+// so its heartbeats went to the old broker and timed out for ever, and nobody led again. The
+// producer that delivers nothing for a lease is now replaced.
+func TestLeaderTopicRecreated(t *testing.T) {
+	b := startBroker(t, kfake.NumBrokers(3))
+	group, log, r := groupName(t), newTestLog(t), newRecorder()
+	topic := group + ".neli"
+	config := func(name string) Config {
+		c := testConfig(b, group, name, log)
+		c.KafkaConfig["bootstrap.servers"] = strings.Join(b.Addrs, ",")
+		return c
+	}
+	a := contender(t, config("a"), r).(Curator)
+
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	contender(t, config("c"), r)
+	awaitStable(t, b, group, 2)
+
+	// Move the partition round the brokers, so that the leader's producer learns a leader epoch
+	// that the recreated partition will not reach, and wait until the leader renews through it.
+	for i := 0; i < 3; i++ {
+		renewals := a.Stats().HeartbeatsConfirmed
+		to := (b.LeaderFor(topic, 0) + 1) % 3
+		if err := b.MoveTopicPartition(topic, 0, to); err != nil {
+			t.Fatal(err)
+		}
+		awaitCondition(t, "a to renew through the moved partition", func() bool {
+			return a.IsLeader() && a.Stats().HeartbeatsConfirmed > renewals+2
+		})
+	}
+	was := b.LeaderFor(topic, 0)
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	del.TopicNames = []string{topic}
+	del.Topics = []kmsg.DeleteTopicsRequestTopic{{Topic: kmsg.StringPtr(topic)}}
+	if _, err := del.RequestWith(context.Background(), cl); err != nil {
+		t.Fatal(err)
+	}
+	create := kmsg.NewPtrCreateTopicsRequest()
+	ct := kmsg.NewCreateTopicsRequestTopic()
+	ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, 1, 1
+	create.Topics = []kmsg.CreateTopicsRequestTopic{ct}
+	for {
+		resp, err := create.RequestWith(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e := kerr.ErrorForCode(resp.Topics[0].ErrorCode); e == nil {
+			break
+		} else if e != kerr.TopicAlreadyExists {
+			t.Fatal(e)
+		}
+		time.Sleep(10 * time.Millisecond) // the deletion is still being applied
+	}
+	if b.LeaderFor(topic, 0) == was {
+		if err := b.MoveTopicPartition(topic, 0, (was+1)%3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recreated := time.Now()
+	before := len(r.snapshot())
+	events := r.await(t, "a leader on the recreated topic", func(events []stamped) bool {
+		for _, e := range events[before:] {
+			if _, ok := e.what.(LeaderAcquired); ok {
+				return true
+			}
+		}
+		return false
+	})
+	for _, e := range events[before:] {
+		if _, ok := e.what.(LeaderAcquired); ok {
+			t.Logf("%s leads %v after the topic was recreated (lease %v)", e.who, e.at.Sub(recreated).Round(time.Millisecond), testLease)
+			break
+		}
+	}
+	checkExclusive(t, events)
+	checkGrammar(t, events)
+}
