@@ -20,12 +20,10 @@ import (
 // against the partitions the member owns. Members of one group that subscribe to different leader
 // topics (a rolling deploy that changes LeaderTopic, two services sharing a group id) are each
 // assigned partition 0 of their own topic, and each one's heartbeat commits pass: two leaders at
-// once. So before a tenure first leads, its instance describes the group and refuses to lead while
-// any member holds a partition of another topic. A member that leads holds partition 0 of its own
-// topic in every generation it belongs to, and the coordinator keeps it in the group for as long as
-// its lease can run, so whichever of two such members is assigned later sees the other and holds
-// back. New makes the same check, so that a misconfigured instance is usually refused at once.
-// The lease (lease.go) decides what a check's result means; this file only asks and reads.
+// once. So before an instance first leads in a membership of the group, it describes the group and
+// refuses to lead while any member holds a partition of another topic ("How often the group is
+// described", below, gives the argument). The lease (lease.go) decides what a check's result means;
+// this file only asks and reads.
 
 // groupDescriber is the part of *kafka.AdminClient that the check needs.
 type groupDescriber interface {

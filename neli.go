@@ -330,7 +330,7 @@ func (n *neli) prepareGroup() error {
 	}
 	defer admin.Close()
 	if reached, err := n.ensureTopic(admin); err != nil || !reached {
-		// Not reached: New has spent its HeartbeatTimeout, and every tenure checks again anyway.
+		// Not reached: New has spent its HeartbeatTimeout, and the first tenure checks again anyway.
 		// A broker may be on its way up, but a port of another service will never answer.
 		if err == nil {
 			err = checkSpeaksKafka(*n.adminConf, reachTimeout)
@@ -345,7 +345,7 @@ func (n *neli) prepareGroup() error {
 	n.groupChecks.Add(1)
 	desc, err := describeGroup(context.Background(), admin, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
 	if err != nil {
-		// Every tenure checks again before it leads; this check only refuses early.
+		// The first tenure checks again before it leads; this check only refuses early.
 		n.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",
 			n.config.Name, n.config.LeaderGroupID, err)
 		return nil
