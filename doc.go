@@ -78,6 +78,10 @@
 // would pass. goneli closes that gap with the group check: a member that leads owns partition 0 of
 // its topic in every generation for as long as its lease can run, so of two members on different
 // topics, whichever is assigned later sees the other in the group's description and does not lead.
+// The check fails closed: a partition whose topic the description does not name counts against
+// leading unless it is the instance's own. Apache Kafka names every topic it describes; kfake, under
+// KIP-848, gives topic IDs only, which confluent-kafka-go does not pass on, so there a member leads
+// only while no other member holds a partition (enough for a leader topic of one partition).
 // The same check refuses members whose role lists differ: an instance made by NewRoles ends its
 // consumer's client.id with a digest of its list, and a member with another digest (or none, as
 // New's single leader has) is treated as one on another topic, since two lists could name the same

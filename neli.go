@@ -328,7 +328,12 @@ func (n *neli) prepareGroup() error {
 		return nil
 	}
 	if v := judgeGroup(desc, n.topic, n.clientID, 0); v.conflict != nil {
-		return v.conflict
+		if v.conflict.definite() {
+			return v.conflict
+		}
+		// A member whose partitions' topic the broker does not name may well use this topic: New
+		// cannot refuse on that, but no tenure leads while such a member holds a partition.
+		n.log.W()("goneli %s: %v", n.config.Name, v.conflict)
 	}
 	return nil
 }

@@ -7,7 +7,9 @@ import (
 
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // KIP-848 moves the session timeout and heartbeat interval to the broker. These settings keep the
@@ -115,4 +117,64 @@ func hasMembers(g *kfake.GroupInfo, clientIDs ...string) bool {
 		}
 	}
 	return true
+}
+
+// Under KIP-848 the embedded broker describes a member's assignment by topic ID and leaves the
+// topic's name out, and confluent-kafka-go passes on neither, so the group check cannot tell which
+// topic another member's partitions belong to. Two members of one group on different leader topics
+// each hold "partition 0": the check must hold back rather than count such a partition as its own
+// topic's (which let both lead).
+func TestConsumerProtocolGroupSharedByTwoTopics(t *testing.T) {
+	b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	onTopic := func(name, topic string) Config {
+		c := kip848Config(b, group, name, log)
+		c.LeaderTopic = topic
+		return c
+	}
+	acquired := func(who string) bool {
+		i, _ := first[LeaderAcquired](r.snapshot(), who, 0)
+		return i >= 0
+	}
+
+	// While x leads, an instance on another topic is assigned that topic's partition 0 and must not
+	// lead.
+	x := contender(t, onTopic("x", group+".x"), r).(Curator)
+	r.await(t, "x to lead", has[LeaderAcquired]("x"))
+	awaitStable(t, b, group, 1)
+	y := contender(t, onTopic("y", group+".y"), r).(Curator)
+	awaitCondition(t, "y to lead or be held back", func() bool {
+		return acquired("y") || y.Stats().GroupConflict != nil
+	})
+	if acquired("y") || y.IsLeader() {
+		t.Fatalf("y led beside x, a member of its group on another topic: %s", describe(r.snapshot()))
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.await(t, "y to lead once x has left", has[LeaderAcquired]("y"))
+
+	// Two that are assigned before either checks the group each see the other and hold back.
+	if err := y.Close(); err != nil {
+		t.Fatal(err)
+	}
+	refuse := b.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ConsumerGroupDescribe}, Err: kerr.GroupAuthorizationFailed, Count: -1})
+	v := contender(t, onTopic("v", group+".v"), r).(Curator)
+	w := contender(t, onTopic("w", group+".w"), r).(Curator)
+	awaitCondition(t, "v and w to own partition 0 of their topics", func() bool {
+		return v.Stats().Assigned && w.Stats().Assigned
+	})
+	refuse.Remove()
+	awaitCondition(t, "v and w to see each other", func() bool {
+		return v.Stats().GroupConflict != nil && w.Stats().GroupConflict != nil
+	})
+	if acquired("v") || acquired("w") {
+		t.Fatalf("v or w led while the other was in the group: %s", describe(r.snapshot()))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := r.await(t, "v to lead once w has left", has[LeaderAcquired]("v"))
+	checkExclusive(t, events)
+	checkGrammar(t, events)
 }
