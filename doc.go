@@ -70,7 +70,13 @@
 // time and cannot expel it for a session timeout after. goneli derives the session timeout as
 // twice HeartbeatTimeout and the heartbeat interval as a tenth of it, and refuses overrides that
 // leave less than HeartbeatTimeout plus two heartbeat intervals, so a lease always runs out before
-// a successor can be assigned.
+// a successor can be assigned. Under the KIP-848 consumer protocol (group.protocol=consumer) the
+// broker sets both, and New enforces the same condition on them: the group's session timeout
+// (the group's consumer.session.timeout.ms where the broker describes group configs, else the
+// smallest group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout
+// plus twice the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
+// group.consumer.heartbeat.interval.ms), or New fails with a ConfigError naming both values. Where
+// they cannot be read (DescribeConfigs refused, say), New logs a warning and goes on unchecked.
 //
 // An accepted commit proves membership of the current generation, not ownership of partition 0:
 // the coordinator does not check which partitions a member owns. Members of one group that use

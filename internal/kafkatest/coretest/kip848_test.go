@@ -2,8 +2,11 @@ package coretest
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
@@ -178,3 +181,57 @@ func TestConsumerProtocolGroupSharedByTwoTopics(t *testing.T) {
 	checkExclusive(t, events)
 	checkGrammar(t, events)
 }
+
+// Under KIP-848 the broker owns the session timeout, so New reads it and refuses a lease that it
+// does not cover with two group heartbeat intervals to spare: a leader cut off from Kafka would
+// otherwise still lead when the coordinator expels it and assigns its partition to another.
+func TestConsumerProtocolSessionMustCoverLease(t *testing.T) {
+	const lease = 3 * time.Second
+	start := func(t *testing.T, session string) (*kafkatest.Broker, Config) {
+		b := startBroker(t, kfake.BrokerConfigs(map[string]string{
+			"group.consumer.heartbeat.interval.ms": "100",
+			"group.consumer.session.timeout.ms":    session,
+		}))
+		c := kip848Config(b, groupName(t), "a", newTestLog(t))
+		c.HeartbeatTimeout = Duration(lease)
+		return b, c
+	}
+
+	t.Run("session shorter than the lease", func(t *testing.T) {
+		_, c := start(t, "2000")
+		n, err := New(c)
+		if err == nil {
+			_ = n.Close()
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "HeartbeatTimeout" || !strings.Contains(err.Error(), "3s") ||
+			!strings.Contains(err.Error(), "2s (broker") || !strings.Contains(err.Error(), "group.consumer.session.timeout.ms") {
+			t.Fatalf("New with a 3 s lease and a 2 s broker session: want a ConfigError naming both, got %v", err)
+		}
+		t.Log(err)
+	})
+
+	t.Run("session covers the lease", func(t *testing.T) {
+		_, c := start(t, "10000")
+		r := newRecorder()
+		contender(t, c, r)
+		r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	})
+
+	t.Run("session cannot be read", func(t *testing.T) {
+		_, c := start(t, "2000")
+		log := newTestLog(t)
+		c.Scribe = log.Scribe()
+		c.KafkaAdminProvider = func(conf *KafkaConfigMap) (KafkaAdmin, error) {
+			a, err := StandardKafkaAdminProvider()(conf)
+			return adminWithoutConfigs{a}, err
+		}
+		newNeli(t, c, newRecorder())
+		if !log.Contains("could not read the session timeout that the broker applies to group") {
+			t.Error("New let an unchecked lease through without a warning")
+		}
+	})
+}
+
+// adminWithoutConfigs hides DescribeConfigs, as a KafkaAdmin written for earlier versions may.
+type adminWithoutConfigs struct{ KafkaAdmin }
