@@ -616,6 +616,7 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 			l := p.lease
 			epoch := l.epoch
 			call = func() {
+				p.acquiring.Store(epoch)
 				n.barrier(e)
 				l.acquiredDelivered(epoch)
 				for _, s := range []chan struct{}{n.leaderSignal, p.signal} {
@@ -629,6 +630,21 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 		calls = append(calls, call)
 	}
 	return p.events.post(calls...)
+}
+
+// acquisitionStands reports, from within the barrier's call for a LeaderAcquired of role, whether
+// that acquisition still stands: its lease is held and has not run out, nothing has fenced or ended
+// it since (a later acquisition of the same tenure is another one), and the instance is neither
+// closing nor yielding. It is what IsLeader will say once the call returns, except that the event
+// that ends the acquisition may come at any moment after.
+func (n *neli) acquisitionStands(role string) bool {
+	for _, p := range n.parts {
+		if p.name == role {
+			v := p.lease.load()
+			return n.State() == Live && !n.yielding() && v.leading && v.epoch == p.acquiring.Load() && n.now() < v.end
+		}
+	}
+	return false
 }
 
 func (n *neli) Close() error {
