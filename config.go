@@ -352,6 +352,10 @@ type groupTiming struct {
 	classic      bool          // false under group.protocol=consumer (KIP-848)
 	userSession  bool
 	userInterval bool
+
+	// brokerSession and brokerInterval are the broker's KIP-848 session timeout and group
+	// heartbeat interval for the group, as New read them (session848.go); zero if not read.
+	brokerSession, brokerInterval time.Duration
 }
 
 func (c Config) groupTiming() (groupTiming, error) {
@@ -549,4 +553,18 @@ func cloneConfig(m kafka.ConfigMap) kafka.ConfigMap {
 		out[k] = v
 	}
 	return out
+}
+
+// describe renders the group timing for New's log line.
+func (t groupTiming) describe() string {
+	if t.classic {
+		return fmt.Sprintf("session %v, group heartbeat %v", t.session, t.interval)
+	}
+	what := func(d time.Duration) string {
+		if d == 0 {
+			return "not read"
+		}
+		return d.String()
+	}
+	return fmt.Sprintf("KIP-848, the broker's session %s, group heartbeat %s", what(t.brokerSession), what(t.brokerInterval))
 }

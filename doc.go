@@ -70,7 +70,13 @@
 // time and cannot expel it for a session timeout after. goneli derives the session timeout as
 // twice HeartbeatTimeout and the heartbeat interval as a tenth of it, and refuses overrides that
 // leave less than HeartbeatTimeout plus two heartbeat intervals, so a lease always runs out before
-// a successor can be assigned.
+// a successor can be assigned. Under the KIP-848 consumer protocol (group.protocol=consumer) the
+// broker sets both, and New enforces the same condition on them: the group's session timeout
+// (the group's consumer.session.timeout.ms where the broker describes group configs, else the
+// smallest group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout
+// plus twice the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
+// group.consumer.heartbeat.interval.ms), or New fails with a ConfigError naming both values. Where
+// they cannot be read (DescribeConfigs refused, say), New logs a warning and goes on unchecked.
 //
 // An accepted commit proves membership of the current generation, not ownership of partition 0:
 // the coordinator does not check which partitions a member owns. Members of one group that use
@@ -84,6 +90,10 @@
 // while the other held a partition of its topic, saw it, and did not lead. One check per
 // membership rather than per tenure also keeps the coordinator-bound request, which librdkafka
 // 2.11.1 can abort the process on (below), away from the rebalances that broker restarts cause.
+// The check fails closed: a partition whose topic the description does not name counts against
+// leading unless it is the instance's own. Apache Kafka names every topic it describes; kfake, under
+// KIP-848, gives topic IDs only, which confluent-kafka-go does not pass on, so there a member leads
+// only while no other member holds a partition (enough for a leader topic of one partition).
 // The same check refuses members whose role lists differ: an instance made by NewRoles ends its
 // consumer's client.id with a digest of its list, and a member with another digest (or none, as
 // New's single leader has) is treated as one on another topic, since two lists could name the same

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -30,6 +31,9 @@ type part struct {
 	member string
 	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
 	signal chan struct{}
+	// acquiring is the epoch of the newest LeaderAcquired whose barrier call has begun
+	// (acquisitionStands). Written and read on the role's dispatcher goroutine.
+	acquiring atomic.Uint64
 }
 
 // release is a tenure that gave its partition up while the barrier still had its LeaderRevoked:

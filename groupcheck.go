@@ -41,16 +41,32 @@ type groupVerdict struct {
 
 // judgeGroup reads a group description for a tenure of partition, assigned under member id member
 // (if known: a predecessor of the same client.id may still be in the group, and it must not pass
-// for this instance). Topic names may be missing (kfake leaves them out under KIP-848); a nameless
-// partition counts as the instance's own topic.
+// for this instance).
+//
+// A partition the description gives no topic name for cannot be judged. Apache Kafka names every
+// topic it describes, but kfake, under KIP-848, gives topic IDs only, and confluent-kafka-go passes
+// on no topic IDs, so nothing here can map them to names. Such a partition counts as the
+// instance's own topic only when it belongs to this instance's own member, whose consumer
+// subscribes to that one topic, and that member is known for certain: by its member id, or as the
+// only one with this client.id. Any other member's nameless partition makes the verdict a conflict
+// (Unnamed), so that the tenure does not lead: counting it as the own topic is what let a member on
+// another topic lead beside this one.
 func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID, member string, partition int32) groupVerdict {
 	var v groupVerdict
+	selves := 0
+	for _, m := range d.Members {
+		if m.ClientID == clientID {
+			selves++
+		}
+	}
 	for _, m := range d.Members {
 		parts := m.Assignment.TopicPartitions
 		if m.TargetAssignment != nil {
 			parts = append(append([]kafka.TopicPartition(nil), parts...), m.TargetAssignment.TopicPartitions...)
 		}
+		self := m.ClientID == clientID && (member == "" || m.ConsumerID == member)
 		var foreign []string
+		var unnamed []int32
 		for _, tp := range parts {
 			name := ""
 			if tp.Topic != nil {
@@ -61,17 +77,22 @@ func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID, member string
 				if !slices.Contains(foreign, name) {
 					foreign = append(foreign, name)
 				}
-			case m.ClientID == clientID && (member == "" || m.ConsumerID == member) && tp.Partition == partition:
+			case name == "" && !(self && (member != "" || selves == 1)):
+				if !slices.Contains(unnamed, tp.Partition) {
+					unnamed = append(unnamed, tp.Partition)
+				}
+			case self && tp.Partition == partition:
 				v.sawSelf = true
 			}
 		}
 		otherRoles := rolesDigestOf(m.ClientID) != rolesDigestOf(clientID)
-		if len(foreign) > 0 || otherRoles {
+		if len(foreign) > 0 || len(unnamed) > 0 || otherRoles {
 			if v.conflict == nil {
 				v.conflict = &GroupConflictError{Group: d.GroupID, Topic: topic, Roles: rolesDigestOf(clientID)}
 			}
 			sort.Strings(foreign)
-			fm := ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign}
+			slices.Sort(unnamed)
+			fm := ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign, Unnamed: unnamed}
 			if otherRoles {
 				fm.Roles = rolesDigestOf(m.ClientID)
 				if fm.Roles == "" {

@@ -1,6 +1,8 @@
 package goneli
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -8,6 +10,11 @@ import (
 
 func topicPart(topic string, p int32) kafka.TopicPartition {
 	return kafka.TopicPartition{Topic: &topic, Partition: p}
+}
+
+// nameless is a partition as confluent-kafka-go gives it when the description names no topic.
+func nameless(p int32) kafka.TopicPartition {
+	return topicPart("", p)
 }
 
 func TestJudgeGroup(t *testing.T) {
@@ -26,6 +33,12 @@ func TestJudgeGroup(t *testing.T) {
 		{"other topic", []kafka.MemberDescription{member("me", topicPart("t", 0)), member("x", topicPart("u", 0))}, []string{"x"}, true},
 		{"other topic, self not shown", []kafka.MemberDescription{member("me"), member("x", topicPart("u", 0), topicPart("v", 3))}, []string{"x"}, false},
 		{"nameless partitions (kfake under KIP-848)", []kafka.MemberDescription{member("me", kafka.TopicPartition{Partition: 0})}, nil, true},
+		{"nameless, with followers", []kafka.MemberDescription{member("me", nameless(0)), member("f")}, nil, true},
+		// Another member's nameless partition 0 may be partition 0 of another leader topic.
+		{"another member's nameless partition", []kafka.MemberDescription{member("me", nameless(0)), member("x", nameless(0))}, []string{"x"}, true},
+		{"another member's nameless partition, self not shown", []kafka.MemberDescription{member("me"), member("x", nameless(1))}, []string{"x"}, false},
+		// Two members with this instance's client.id: which one is this instance cannot be told.
+		{"nameless, client.id shared", []kafka.MemberDescription{member("me", nameless(0)), member("me")}, []string{"me"}, false},
 		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPart("t", 1))}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,5 +159,25 @@ func TestParseMemberID(t *testing.T) {
 		if got := parseMemberID([]byte(tc.in), tc.group); got != tc.want {
 			t.Errorf("parseMemberID(%q, %q) = %q, want %q", tc.in, tc.group, got, tc.want)
 		}
+	}
+}
+
+// A conflict that rests only on partitions whose topic is not named does not make New fail, since
+// the member may well use the same topic, but it keeps a tenure from leading; its message says why.
+func TestUnnamedConflict(t *testing.T) {
+	d := kafka.ConsumerGroupDescription{GroupID: "g", Members: []kafka.MemberDescription{
+		{ClientID: "me", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(0)}}},
+		{ClientID: "x", Host: "/10.0.0.2", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(2), nameless(0)}}},
+	}}
+	c := judgeGroup(d, "t", "me", "", 0).conflict
+	if c == nil || c.definite() || len(c.Members) != 1 || !slices.Equal(c.Members[0].Unnamed, []int32{0, 2}) {
+		t.Fatalf("conflict %+v, want x's partitions 0 and 2 unnamed and nothing definite", c)
+	}
+	if msg := c.Error(); !strings.Contains(msg, "x on /10.0.0.2 (partitions 0, 2 of a topic the group's description does not name)") {
+		t.Errorf("message does not name the member and its partitions: %s", msg)
+	}
+	d.Members = append(d.Members, kafka.MemberDescription{ClientID: "y", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPart("u", 0)}}})
+	if c := judgeGroup(d, "t", "me", "", 0).conflict; c == nil || !c.definite() {
+		t.Errorf("a member on another named topic must make the conflict definite: %+v", c)
 	}
 }

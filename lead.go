@@ -8,8 +8,9 @@ import (
 )
 
 // LeaderFunc is leader work that runs for a whole tenure: Run calls it on a goroutine of its own
-// when leadership is acquired, and cancels ctx the moment leadership is fenced or revoked, or Run's
-// own context ends. It must return soon after ctx is cancelled: a revocation waits for it (so
+// when leadership is acquired (once the barrier, if any, has returned from LeaderAcquired, and only
+// if the tenure still leads then), and cancels ctx the moment leadership is fenced or revoked, or
+// Run's own context ends. It must return soon after ctx is cancelled: a revocation waits for it (so
 // that no successor starts while it runs, for at most the rebalance timeout), and so does the next
 // acquisition after a fence.
 //
@@ -30,7 +31,9 @@ type RoleFunc func(ctx context.Context, role string)
 //
 // barrier, if given, sees every event too. It is called before task starts for LeaderAcquired,
 // and after task has been told to stop (and, for LeaderRevoked, has returned) for LeaderFenced and
-// LeaderRevoked.
+// LeaderRevoked. task is entered only for a tenure that still leads when the barrier returns from
+// its LeaderAcquired: one fenced or revoked meanwhile (by a barrier slow to return) gets no call,
+// and a call whose context was cancelled before it began is not entered.
 //
 // A program stopped by SIGTERM hands over gracefully if ctx ends with the signal:
 //
@@ -75,15 +78,16 @@ func runTenures(ctx context.Context, task RoleFunc, barrier []Barrier, start fun
 	if len(barrier) > 0 {
 		user = barrier[0]
 	}
-	n, err := start(func(e Event) {
-		if _, ok := e.(LeaderAcquired); ok && user != nil {
-			user(e)
-		}
-		tr.handle(e)
-		if _, ok := e.(LeaderAcquired); !ok && user != nil {
-			user(e)
-		}
-	})
+	// The barrier needs the instance that start makes; no event comes before start returns, since
+	// only a pulse delivers one, but it waits for the instance all the same.
+	var inst *neli
+	started := make(chan struct{})
+	n, err := start(tr.barrier(user, func(role string) bool {
+		<-started
+		return inst != nil && inst.acquisitionStands(role)
+	}))
+	inst = n
+	close(started)
 	if err != nil {
 		return err
 	}
@@ -147,6 +151,32 @@ func newTenureRunner(ctx context.Context, task RoleFunc) *tenureRunner {
 	return &tenureRunner{ctx: ctx, task: task, runs: map[string]*taskRun{}}
 }
 
+// barrier is the barrier through which Run sees an instance's events: user's (if not nil) is
+// called before the task starts for LeaderAcquired, and after it has been told to stop for the
+// others. stands reports, from within the call for a LeaderAcquired of a role, whether that
+// acquisition still stands: a barrier slow in LeaderAcquired may return after its tenure was
+// fenced or revoked, and the task must not be entered for a tenure that is over.
+func (tr *tenureRunner) barrier(user Barrier, stands func(role string) bool) Barrier {
+	return func(e Event) {
+		acquired, ok := e.(LeaderAcquired)
+		if !ok {
+			tr.handle(e)
+			if user != nil {
+				user(e)
+			}
+			return
+		}
+		if user != nil {
+			user(e)
+		}
+		// Whatever ended the acquisition meanwhile is queued behind this call, and would cancel
+		// the task the moment it started.
+		if stands(acquired.Role) {
+			tr.handle(e)
+		}
+	}
+}
+
 func (tr *tenureRunner) handle(e Event) {
 	switch e := e.(type) {
 	case LeaderAcquired:
@@ -179,7 +209,11 @@ func (tr *tenureRunner) start(role string) {
 		defer tr.running.Done()
 		defer close(run.done)
 		defer cancel()
-		tr.task(ctx, role)
+		// The tenure may have ended, or Run's context, between the start and this goroutine's
+		// turn to run: a cancelled call is not entered.
+		if ctx.Err() == nil {
+			tr.task(ctx, role)
+		}
 	}()
 }
 

@@ -137,3 +137,104 @@ func TestTenureRunnerStopAllWaitsForEveryCall(t *testing.T) {
 	default:
 	}
 }
+
+// runRig is an instance without Kafka whose one lease a rig drives, delivering its events through
+// Run's barrier to a task that counts its calls, and to a barrier that holds LeaderAcquired until
+// told to return.
+type runRig struct {
+	*rig
+	n       *neli
+	p       *part
+	tr      *tenureRunner
+	calls   chan uint64 // the lease's epoch as each call of the task was entered
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newRunRig(t *testing.T) *runRig {
+	r := &runRig{rig: newRig(t), calls: make(chan uint64, 4), entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
+	r.p = &part{lease: r.l, events: newDispatcher(), signal: make(chan struct{}, 1)}
+	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), clock: r.clock, base: r.clock.now,
+		parts: []*part{r.p}, events: dispatchers{r.p.events}, leaderSignal: make(chan struct{}, 1)}
+	r.tr = newTenureRunner(context.Background(), func(ctx context.Context, _ string) {
+		r.calls <- r.l.load().epoch
+		<-ctx.Done()
+	})
+	r.n.barrier = r.tr.barrier(func(e Event) {
+		if _, ok := e.(LeaderAcquired); ok {
+			r.entered <- struct{}{}
+			<-r.release
+		}
+	}, r.n.acquisitionStands)
+	t.Cleanup(func() {
+		close(r.release) // a barrier call that a failed test left waiting returns
+		r.tr.stopAll()
+		r.n.events.stop()
+		r.n.events.wait()
+	})
+	return r
+}
+
+// post hands the events the lease has produced since the last post to the dispatcher, as the
+// driver does, and returns the delivery of the last.
+func (r *runRig) post() *delivery {
+	d := r.n.deliver(r.p, r.events)
+	r.events = nil
+	return d
+}
+
+// Run must not enter the task for a tenure that ended while the barrier held its LeaderAcquired:
+// the call would start after a successor may have begun to lead.
+func TestRunStartsNoTaskForAnEndedTenure(t *testing.T) {
+	t.Run("revoked", func(t *testing.T) {
+		r := newRunRig(t)
+		r.acquire()
+		r.post()
+		<-r.entered
+		r.revoke(false)
+		last := r.post()
+		r.release <- struct{}{}
+		<-last.done
+		r.tr.stopAll()
+		if len(r.calls) > 0 {
+			t.Fatalf("the task was entered for tenure %x after it was revoked", r.l.t.id)
+		}
+	})
+
+	// A fence and a new acquisition of the same tenure while the barrier holds the first: only the
+	// second, which stands, gets a call.
+	t.Run("fenced and acquired again", func(t *testing.T) {
+		r := newRunRig(t)
+		r.acquire()
+		r.post()
+		<-r.entered
+		r.wait(rigLease)
+		r.expire()
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		if got := r.kinds(); got != "FA" {
+			t.Fatalf("events %q after the first acquisition, want FA", got)
+		}
+		last := r.post()
+		r.release <- struct{}{}
+		<-r.entered
+		r.release <- struct{}{}
+		<-last.done
+		<-r.calls // the second acquisition's call, which nothing cancels before it is entered
+		r.tr.stopAll()
+		if len(r.calls) > 0 {
+			t.Fatal("the task was entered for the first acquisition too, which had been fenced")
+		}
+	})
+
+	// The control: a tenure that still leads when the barrier returns gets its call.
+	t.Run("still leading", func(t *testing.T) {
+		r := newRunRig(t)
+		r.acquire()
+		r.post()
+		<-r.entered
+		r.release <- struct{}{}
+		if epoch := <-r.calls; epoch != 1 {
+			t.Fatalf("the task was entered for acquisition %d, want 1", epoch)
+		}
+	})
+}

@@ -198,7 +198,8 @@ type neli struct {
 }
 
 // New validates config, makes sure the leader topic exists and that no member of the group uses
-// another one, and joins the group. It does not wait for leadership; call Pulse or Background for
+// another one, under KIP-848 (group.protocol=consumer) that the broker's session timeout covers
+// HeartbeatTimeout (see the package doc's Guarantees), and joins the group. It does not wait for leadership; call Pulse or Background for
 // that. New is bounded in time: an unreachable broker costs at most one HeartbeatTimeout spent
 // looking for the topic, after which New succeeds, Pulse keeps trying and Stats reports Kafka
 // unreachable (UnreachableSince) until a broker answers. Bootstrap servers that accept connections
@@ -309,8 +310,8 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if digest == "" {
 		what = "leadership"
 	}
-	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, session %v, group heartbeat %v)",
-		config.Name, what, config.LeaderGroupID, n.topic, *config.HeartbeatTimeout, timing.session, timing.interval)
+	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
+		config.Name, what, config.LeaderGroupID, n.topic, *config.HeartbeatTimeout, n.timing.describe())
 	return n, nil
 }
 
@@ -329,7 +330,8 @@ func (n *neli) prepareGroup() error {
 		return fmt.Errorf("goneli: cannot create Kafka admin client: %w", err)
 	}
 	defer admin.Close()
-	if reached, err := n.ensureTopic(admin); err != nil || !reached {
+	brokers, reached, err := n.ensureTopic(admin)
+	if err != nil || !reached {
 		// Not reached: New has spent its HeartbeatTimeout, and the first tenure checks again anyway.
 		// A broker may be on its way up, but a port of another service will never answer.
 		if err == nil {
@@ -340,9 +342,18 @@ func (n *neli) prepareGroup() error {
 				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
 				n.config.Name, n.topic, len(n.parts))
 		}
+		if err == nil && !n.timing.classic {
+			n.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
+				"so cannot check that it covers HeartbeatTimeout (%v)", n.config.Name, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
+		}
 		return err
 	}
 	n.groupChecks.Add(1)
+	if !n.timing.classic {
+		if err := n.checkConsumerGroupSession(admin, brokers); err != nil {
+			return err
+		}
+	}
 	desc, err := describeGroup(context.Background(), admin, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
 	if err != nil {
 		// The first tenure checks again before it leads; this check only refuses early.
@@ -351,23 +362,31 @@ func (n *neli) prepareGroup() error {
 		return nil
 	}
 	if v := judgeGroup(desc, n.topic, n.clientID, "", 0); v.conflict != nil {
-		return v.conflict
+		if v.conflict.definite() {
+			return v.conflict
+		}
+		// A member whose partitions' topic the broker does not name may well use this topic: New
+		// cannot refuse on that, but no tenure leads while such a member holds a partition.
+		n.log.W()("goneli %s: %v", n.config.Name, v.conflict)
 	}
 	return nil
 }
 
 // ensureTopic creates the leader topic with a partition per role if the broker says it is missing,
-// or adds partitions to one that has too few, and reports whether the broker could be reached. If
-// it could not be reached in time the check is skipped: the consumer reports a missing topic
-// later, through Pulse's logs.
-func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
+// or adds partitions to one that has too few, and reports whether the broker could be reached, and
+// the ids of the brokers in the cluster if so. If it could not be reached in time the check is
+// skipped: the consumer reports a missing topic later, through Pulse's logs.
+func (n *neli) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, err error) {
 	timeout := *n.config.HeartbeatTimeout
 	need := len(n.parts)
 	md, err := admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
 	if err != nil {
 		n.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", n.config.Name, n.topic, timeout, err)
 		n.unreachable("admin", fmt.Sprintf("no metadata for leader topic %s within %v: %v", n.topic, timeout, err))
-		return false, nil
+		return nil, false, nil
+	}
+	for _, b := range md.Brokers {
+		brokers = append(brokers, b.ID)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -381,7 +400,7 @@ func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 		case has < need:
 			pc, ok := admin.(partitionCreator)
 			if !ok {
-				return true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
+				return brokers, true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
 			}
 			res, err := pc.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: n.topic, IncreaseTo: need}},
 				kafka.SetAdminOperationTimeout(timeout))
@@ -389,15 +408,15 @@ func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 				err = res[0].Error
 				if res[0].Error.Code() == kafka.ErrNoError {
 					n.log.I()("goneli %s: added partitions to leader topic %s: %d, was %d", n.config.Name, n.topic, need, has)
-					return true, nil
+					return brokers, true, nil
 				}
 			}
-			return true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: err}
+			return brokers, true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: err}
 		}
-		return true, nil
+		return brokers, true, nil
 	}
 	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
-		return true, &TopicError{Topic: n.topic, Err: tm.Error}
+		return brokers, true, &TopicError{Topic: n.topic, Err: tm.Error}
 	}
 	spec := kafka.TopicSpecification{Topic: n.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig}
 	if rf := n.config.LeaderTopicReplicationFactor; rf > 0 {
@@ -412,10 +431,10 @@ func (n *neli) ensureTopic(admin KafkaAdmin) (reached bool, err error) {
 		err = res[0].Error
 		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {
 			n.log.I()("goneli %s: created leader topic %s", n.config.Name, n.topic)
-			return true, nil
+			return brokers, true, nil
 		}
 	}
-	return true, &TopicError{Topic: n.topic, Partitions: need, Err: err}
+	return brokers, true, &TopicError{Topic: n.topic, Partitions: need, Err: err}
 }
 
 // IsLeader reports on the first role, the only one of an instance made by New.
@@ -620,6 +639,7 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 			l := p.lease
 			epoch := l.epoch
 			call = func() {
+				p.acquiring.Store(epoch)
 				n.barrier(e)
 				l.acquiredDelivered(epoch)
 				for _, s := range []chan struct{}{n.leaderSignal, p.signal} {
@@ -633,6 +653,21 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 		calls = append(calls, call)
 	}
 	return p.events.post(calls...)
+}
+
+// acquisitionStands reports, from within the barrier's call for a LeaderAcquired of role, whether
+// that acquisition still stands: its lease is held and has not run out, nothing has fenced or ended
+// it since (a later acquisition of the same tenure is another one), and the instance is neither
+// closing nor yielding. It is what IsLeader will say once the call returns, except that the event
+// that ends the acquisition may come at any moment after.
+func (n *neli) acquisitionStands(role string) bool {
+	for _, p := range n.parts {
+		if p.name == role {
+			v := p.lease.load()
+			return n.State() == Live && !n.yielding() && v.leading && v.epoch == p.acquiring.Load() && n.now() < v.end
+		}
+	}
+	return false
 }
 
 func (n *neli) Close() error {

@@ -2,12 +2,17 @@ package coretest
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // KIP-848 moves the session timeout and heartbeat interval to the broker. These settings keep the
@@ -116,3 +121,117 @@ func hasMembers(g *kfake.GroupInfo, clientIDs ...string) bool {
 	}
 	return true
 }
+
+// Under KIP-848 the embedded broker describes a member's assignment by topic ID and leaves the
+// topic's name out, and confluent-kafka-go passes on neither, so the group check cannot tell which
+// topic another member's partitions belong to. Two members of one group on different leader topics
+// each hold "partition 0": the check must hold back rather than count such a partition as its own
+// topic's (which let both lead).
+func TestConsumerProtocolGroupSharedByTwoTopics(t *testing.T) {
+	b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	onTopic := func(name, topic string) Config {
+		c := kip848Config(b, group, name, log)
+		c.LeaderTopic = topic
+		return c
+	}
+	acquired := func(who string) bool {
+		i, _ := first[LeaderAcquired](r.snapshot(), who, 0)
+		return i >= 0
+	}
+
+	// While x leads, an instance on another topic is assigned that topic's partition 0 and must not
+	// lead.
+	x := contender(t, onTopic("x", group+".x"), r).(Curator)
+	r.await(t, "x to lead", has[LeaderAcquired]("x"))
+	awaitStable(t, b, group, 1)
+	y := contender(t, onTopic("y", group+".y"), r).(Curator)
+	awaitCondition(t, "y to lead or be held back", func() bool {
+		return acquired("y") || y.Stats().GroupConflict != nil
+	})
+	if acquired("y") || y.IsLeader() {
+		t.Fatalf("y led beside x, a member of its group on another topic: %s", describe(r.snapshot()))
+	}
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.await(t, "y to lead once x has left", has[LeaderAcquired]("y"))
+
+	// Two that are assigned before either checks the group each see the other and hold back.
+	if err := y.Close(); err != nil {
+		t.Fatal(err)
+	}
+	refuse := b.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.ConsumerGroupDescribe}, Err: kerr.GroupAuthorizationFailed, Count: -1})
+	v := contender(t, onTopic("v", group+".v"), r).(Curator)
+	w := contender(t, onTopic("w", group+".w"), r).(Curator)
+	awaitCondition(t, "v and w to own partition 0 of their topics", func() bool {
+		return v.Stats().Assigned && w.Stats().Assigned
+	})
+	refuse.Remove()
+	awaitCondition(t, "v and w to see each other", func() bool {
+		return v.Stats().GroupConflict != nil && w.Stats().GroupConflict != nil
+	})
+	if acquired("v") || acquired("w") {
+		t.Fatalf("v or w led while the other was in the group: %s", describe(r.snapshot()))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := r.await(t, "v to lead once w has left", has[LeaderAcquired]("v"))
+	checkExclusive(t, events)
+	checkGrammar(t, events)
+}
+
+// Under KIP-848 the broker owns the session timeout, so New reads it and refuses a lease that it
+// does not cover with two group heartbeat intervals to spare: a leader cut off from Kafka would
+// otherwise still lead when the coordinator expels it and assigns its partition to another.
+func TestConsumerProtocolSessionMustCoverLease(t *testing.T) {
+	const lease = 3 * time.Second
+	start := func(t *testing.T, session string) (*kafkatest.Broker, Config) {
+		b := startBroker(t, kfake.BrokerConfigs(map[string]string{
+			"group.consumer.heartbeat.interval.ms": "100",
+			"group.consumer.session.timeout.ms":    session,
+		}))
+		c := kip848Config(b, groupName(t), "a", newTestLog(t))
+		c.HeartbeatTimeout = Duration(lease)
+		return b, c
+	}
+
+	t.Run("session shorter than the lease", func(t *testing.T) {
+		_, c := start(t, "2000")
+		n, err := New(c)
+		if err == nil {
+			_ = n.Close()
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != "HeartbeatTimeout" || !strings.Contains(err.Error(), "3s") ||
+			!strings.Contains(err.Error(), "2s (broker") || !strings.Contains(err.Error(), "group.consumer.session.timeout.ms") {
+			t.Fatalf("New with a 3 s lease and a 2 s broker session: want a ConfigError naming both, got %v", err)
+		}
+		t.Log(err)
+	})
+
+	t.Run("session covers the lease", func(t *testing.T) {
+		_, c := start(t, "10000")
+		r := newRecorder()
+		contender(t, c, r)
+		r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	})
+
+	t.Run("session cannot be read", func(t *testing.T) {
+		_, c := start(t, "2000")
+		log := newTestLog(t)
+		c.Scribe = log.Scribe()
+		c.KafkaAdminProvider = func(conf *KafkaConfigMap) (KafkaAdmin, error) {
+			a, err := StandardKafkaAdminProvider()(conf)
+			return adminWithoutConfigs{a}, err
+		}
+		newNeli(t, c, newRecorder())
+		if !log.Contains("could not read the session timeout that the broker applies to group") {
+			t.Error("New let an unchecked lease through without a warning")
+		}
+	})
+}
+
+// adminWithoutConfigs hides DescribeConfigs, as a KafkaAdmin written for earlier versions may.
+type adminWithoutConfigs struct{ KafkaAdmin }

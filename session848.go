@@ -1,0 +1,211 @@
+package goneli
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// Under KIP-848 (group.protocol=consumer) the session timeout and the group heartbeat interval are
+// the broker's, not the client's, so groupTiming cannot check them. The lease argument (lease.go,
+// committed) needs the same thing of them as under the classic protocol: the coordinator cannot
+// expel a member sooner than a session timeout after the last group heartbeat it had from it, which
+// came at most one heartbeat interval before the send time of any heartbeat whose commit it
+// accepted. So New reads both from the broker and refuses a HeartbeatTimeout unless
+//
+//	session timeout >= HeartbeatTimeout + 2 x heartbeat interval
+//
+// (one interval for the argument, one for slack), where the session timeout is the group's own
+// consumer.session.timeout.ms if the broker describes one (Kafka 4.0 or later, which describes the
+// value in force, its own default included), else the smallest group.consumer.session.timeout.ms
+// of the brokers, and the heartbeat interval likewise consumer.heartbeat.interval.ms or the largest
+// group.consumer.heartbeat.interval.ms. Whichever broker coordinates the group, the bound holds.
+
+// configDescriber is what New asks of a KafkaAdmin to read the broker's KIP-848 group timing. It
+// is not part of KafkaAdmin, so that wrappers written for earlier versions still satisfy that;
+// *kafka.AdminClient has it.
+type configDescriber interface {
+	DescribeConfigs(ctx context.Context, resources []kafka.ConfigResource, options ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error)
+}
+
+// The names of the KIP-848 timing settings: per group (a GROUP config resource) and the broker's
+// defaults for every group (a BROKER config resource).
+const (
+	groupSessionKey   = "consumer.session.timeout.ms"
+	groupIntervalKey  = "consumer.heartbeat.interval.ms"
+	brokerSessionKey  = "group.consumer.session.timeout.ms"
+	brokerIntervalKey = "group.consumer.heartbeat.interval.ms"
+)
+
+// brokerSetting is a millisecond setting read from the broker, with where it came from.
+type brokerSetting struct {
+	value time.Duration
+	from  string // for example `group "g" consumer.session.timeout.ms`; empty if not read
+}
+
+// consumerGroupTiming is the KIP-848 timing that the broker applies to a group, as far as it could
+// be read.
+type consumerGroupTiming struct {
+	session, interval brokerSetting
+	problems          []string // why something could not be read
+}
+
+// readConsumerGroupTiming describes the group's config resource and every broker's, at once and
+// within timeout.
+func readConsumerGroupTiming(cd configDescriber, group string, brokers []int32, timeout time.Duration) consumerGroupTiming {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
+	defer cancel()
+	brokers = slices.Clone(brokers)
+	slices.Sort(brokers)
+	// librdkafka sends a request that names a broker's resource to that broker, and takes one
+	// broker resource per request; the group's resource rides along with the first.
+	var requests [][]kafka.ConfigResource
+	for i, id := range brokers {
+		req := []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}}
+		if i == 0 {
+			req = append([]kafka.ConfigResource{{Type: kafka.ResourceGroup, Name: group}}, req...)
+		}
+		requests = append(requests, req)
+	}
+	if len(requests) == 0 {
+		requests = append(requests, []kafka.ConfigResource{{Type: kafka.ResourceGroup, Name: group}})
+	}
+	type answer struct {
+		res []kafka.ConfigResourceResult
+		err error
+		req []kafka.ConfigResource
+	}
+	answers := make([]answer, len(requests))
+	var wg sync.WaitGroup
+	for i, req := range requests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := cd.DescribeConfigs(ctx, req, kafka.SetAdminRequestTimeout(timeout))
+			answers[i] = answer{res: res, err: err, req: req}
+		}()
+	}
+	wg.Wait()
+
+	var t consumerGroupTiming
+	var brokerSession, brokerInterval brokerSetting
+	for _, a := range answers {
+		if a.err != nil {
+			for _, r := range a.req {
+				t.problems = append(t.problems, fmt.Sprintf("%s %q: %v", strings.ToLower(r.Type.String()), r.Name, a.err))
+			}
+			continue
+		}
+		for _, r := range a.res {
+			what := fmt.Sprintf("%s %q", strings.ToLower(r.Type.String()), r.Name)
+			if r.Error.Code() != kafka.ErrNoError {
+				t.problems = append(t.problems, fmt.Sprintf("%s: %v", what, r.Error))
+				continue
+			}
+			switch r.Type {
+			case kafka.ResourceGroup:
+				t.session = t.session.or(settingOf(r, groupSessionKey, what, &t.problems))
+				t.interval = t.interval.or(settingOf(r, groupIntervalKey, what, &t.problems))
+			case kafka.ResourceBroker:
+				if s := settingOf(r, brokerSessionKey, what, &t.problems); s.from != "" && (brokerSession.from == "" || s.value < brokerSession.value) {
+					brokerSession = s
+				}
+				if s := settingOf(r, brokerIntervalKey, what, &t.problems); s.from != "" && (brokerInterval.from == "" || s.value > brokerInterval.value) {
+					brokerInterval = s
+				}
+			}
+		}
+	}
+	t.session = t.session.or(brokerSession)
+	t.interval = t.interval.or(brokerInterval)
+	return t
+}
+
+// or is s if it was read, else alt.
+func (s brokerSetting) or(alt brokerSetting) brokerSetting {
+	if s.from != "" {
+		return s
+	}
+	return alt
+}
+
+// settingOf reads a millisecond setting from a described resource. A setting that is missing or
+// empty (kfake describes a group's settings that were never set without a value) is not read; one
+// that does not parse is a problem.
+func settingOf(r kafka.ConfigResourceResult, key, what string, problems *[]string) brokerSetting {
+	e, ok := r.Config[key]
+	if !ok || strings.TrimSpace(e.Value) == "" {
+		return brokerSetting{}
+	}
+	ms, err := strconv.ParseInt(strings.TrimSpace(e.Value), 10, 64)
+	if err != nil || ms <= 0 {
+		*problems = append(*problems, fmt.Sprintf("%s %s=%q is not a positive number of milliseconds", what, key, e.Value))
+		return brokerSetting{}
+	}
+	return brokerSetting{value: time.Duration(ms) * time.Millisecond, from: what + " " + key}
+}
+
+// judge checks the timing against a lease of ht. It returns a warning for what could not be
+// checked (empty if everything was), or the error that refuses ht.
+func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning string, err error) {
+	why := ""
+	if len(t.problems) > 0 {
+		why = " (" + strings.Join(t.problems, "; ") + ")"
+	}
+	if t.session.from == "" {
+		return fmt.Sprintf("could not read the session timeout that the broker applies to group %s under KIP-848%s, "+
+			"so cannot check that it covers HeartbeatTimeout (%v); keep the broker's group.consumer.session.timeout.ms "+
+			"(or the group's consumer.session.timeout.ms) at least HeartbeatTimeout + 2 x its group.consumer.heartbeat.interval.ms",
+			group, why, ht), nil
+	}
+	// Without the interval, only what any interval needs is checked.
+	floor, need := ht, fmt.Sprintf("HeartbeatTimeout (%v)", ht)
+	if t.interval.from != "" {
+		floor = ht + 2*t.interval.value
+		need = fmt.Sprintf("HeartbeatTimeout + 2 x the group heartbeat interval (%v + 2 x %v (%s) = %v)", ht, t.interval.value, t.interval.from, floor)
+	}
+	if t.session.value < floor {
+		advice := "raise the session timeout"
+		if fits := t.session.value - (floor - ht); fits >= MinHeartbeatTimeout {
+			advice = fmt.Sprintf("lower HeartbeatTimeout to at most %v, or raise the session timeout", fits)
+		}
+		return "", &ConfigError{Field: "HeartbeatTimeout", Value: ht,
+			Reason: fmt.Sprintf("unsafe with the broker's KIP-848 session for group %s: its session timeout, %v (%s), must be at least %s, "+
+				"so that a leader cut off from Kafka fences itself before the coordinator can expel it; %s",
+				group, t.session.value, t.session.from, need, advice)}
+	}
+	if t.interval.from == "" {
+		return fmt.Sprintf("could not read the group heartbeat interval that the broker applies to group %s under KIP-848%s; "+
+			"checked only that its session timeout, %v (%s), is at least HeartbeatTimeout (%v), not HeartbeatTimeout + 2 x the interval",
+			group, why, t.session.value, t.session.from, ht), nil
+	}
+	return "", nil
+}
+
+// checkConsumerGroupSession reads the broker's KIP-848 timing for the group and refuses a
+// HeartbeatTimeout that its session does not cover; what cannot be read is logged and let through.
+// What was read replaces the client-side timing that the log line of New reports.
+func (n *neli) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) error {
+	ht := *n.config.HeartbeatTimeout
+	var t consumerGroupTiming
+	if cd, ok := admin.(configDescriber); ok {
+		t = readConsumerGroupTiming(cd, n.config.LeaderGroupID, brokers, ht)
+	} else {
+		t.problems = []string{"the KafkaAdmin cannot describe configs"}
+	}
+	warning, err := t.judge(n.config.LeaderGroupID, ht)
+	if err != nil {
+		return err
+	}
+	if warning != "" {
+		n.log.W()("goneli %s: %s", n.config.Name, warning)
+	}
+	n.timing.brokerSession, n.timing.brokerInterval = t.session.value, t.interval.value
+	return nil
+}
