@@ -113,7 +113,11 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	defer admin.Close()
 
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
-	desc, err := describeGroup(ctx, admin, config.LeaderGroupID, bound)
+	var d groupDescriber = admin
+	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
+		d = w
+	}
+	desc, err := describeGroup(ctx, d, config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)

@@ -470,7 +470,7 @@ func (n *neli) noteDelivery(err error) {
 		n.producerOK, n.producerDelivered = now, now
 		return
 	}
-	if now-n.producerOK < *n.config.HeartbeatTimeout || len(n.releases) > 0 || (n.checker.busy() && !n.checkAlone) {
+	if now-n.producerOK < *n.config.HeartbeatTimeout || len(n.releases) > 0 || (n.checker.busy() && n.wire == nil && !n.checkAlone) {
 		// A release marker still on its way, or a group check through the producer's own
 		// admin handle, needs this handle; the next failed heartbeat tries again.
 		return
@@ -708,16 +708,21 @@ func (n *neli) trouble() {
 	n.troubled, n.troubleAt = true, n.now()
 }
 
-// describer returns an admin client for the group check. The producer's own is preferred: it
-// shares the producer's connections, which, unlike the consumer's, never wait in a long fetch.
+// describer returns what describes the group for the group check: goneli's own connection where
+// it can speak the clients' security settings (groupwire.go), else an admin client.
 //
-// But after a failed check the next one gets a client of its own, made and closed for it. A handle
-// keeps the group's coordinator in a cache, and librdkafka 2.11 did not let go of a stale entry
-// once the coordinator had moved to another broker: every retry through the producer's handle
-// failed for as long as the instance lived (TestGroupCheckAfterCoordinatorMoves), and it never
-// led. A new handle looks the coordinator up afresh. The producer's is tried again at the next
-// tenure, as a working handle costs nothing to reuse and a stale one costs one retry.
+// Of admin clients the producer's own is preferred: it shares the producer's connections, which,
+// unlike the consumer's, never wait in a long fetch. But after a failed check the next one gets a
+// client of its own, made and closed for it. A handle keeps the group's coordinator in a cache, and
+// librdkafka 2.11 did not let go of a stale entry once the coordinator had moved to another broker:
+// every retry through the producer's handle failed for as long as the instance lived
+// (TestGroupCheckAfterCoordinatorMoves), and it never led. A new handle looks the coordinator up
+// afresh. The producer's is tried again at the next tenure, as a working handle costs nothing to
+// reuse and a stale one costs one retry.
 func (n *neli) describer() (groupDescriber, func(), error) {
+	if n.wire != nil {
+		return n.wire, func() {}, nil
+	}
 	if !n.ensureProducer() {
 		return nil, nil, errors.New("no producer")
 	}

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
 	github.com/obsidiandynamics/libstdgo v0.4.1
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0
 	go.uber.org/goleak v1.3.0
 )
 

@@ -145,6 +145,10 @@ type neli struct {
 	logs            *logForwarder
 
 	checker *groupChecker // the group check (groupcheck.go)
+	// wire describes the group over connections of goneli's own (groupwire.go); nil where the
+	// clients' security settings are ones it cannot speak, and the check then goes through
+	// librdkafka's admin client.
+	wire *wireDescriber
 	// checkAlone is set after a group check failed: the next one goes through an admin client of
 	// its own rather than the producer's (driver.go, describer). Guarded by mu.
 	checkAlone bool
@@ -269,6 +273,12 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	n.adminConf = fromKafkaConfigMap(adminConf)
 	n.clientID = fmt.Sprint(consumerConf["client.id"])
 	n.checker = newGroupChecker()
+	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
+		n.wire = w
+	} else {
+		n.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
+			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)
+	}
 	n.watchdog = newWatchdog(n.now, n.expireLeases, n.closing)
 
 	fail := func(err error) (*neli, error) {
@@ -354,7 +364,11 @@ func (n *neli) prepareGroup() error {
 			return err
 		}
 	}
-	desc, err := describeGroup(context.Background(), admin, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
+	var d groupDescriber = admin
+	if n.wire != nil {
+		d = n.wire
+	}
+	desc, err := describeGroup(context.Background(), d, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
 	if err != nil {
 		// The first tenure checks again before it leads; this check only refuses early.
 		n.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",
