@@ -88,8 +88,8 @@
 // (expelled, or left to yield), after a lost assignment, or after a generation in which it held no
 // partition. So of two members on different topics that both passed, the later check was made
 // while the other held a partition of its topic, saw it, and did not lead. One check per
-// membership rather than per tenure also keeps the coordinator-bound request, which librdkafka
-// 2.11.1 can abort the process on (below), away from the rebalances that broker restarts cause.
+// membership rather than per tenure also keeps the description away from the rebalances that broker
+// restarts cause, which matters where it still goes through librdkafka (below).
 // The check fails closed: a partition whose topic the description does not name counts against
 // leading unless it is the instance's own. Apache Kafka names every topic it describes; kfake, under
 // KIP-848, gives topic IDs only, which confluent-kafka-go does not pass on, so there a member leads
@@ -161,16 +161,20 @@
 // three brokers the group leads again about two leases later (TestLeaderTopicRecreated: 2.04-2.07 s
 // with a 1 s lease). The leader observer (ObserveLeader) keeps its consumer.
 //
-// librdkafka 2.11.1, which confluent-kafka-go v2.11.1 bundles, can abort the process when the
-// group check's request to the coordinator cannot be sent because that broker's connection has
-// just dropped: an assertion in its admin client fails after a use-after-free
-// (confluentinc/librdkafka#4605; a fix is proposed upstream, not released). goneli therefore sends
-// that request once per membership of the group (above), never while another part of the same
-// instance saw a broker connection fail less than a second before (for at most ten seconds), and
-// New's check right after a metadata request succeeded. The abort is rarer, not impossible: a
-// connection can still drop while a check is in flight. The group handles it as a crash, so it
-// costs a failover, not safety; run contenders under a supervisor that restarts them, as
-// Kubernetes and systemd do. The README's chaos section gives the measured rate.
+// librdkafka 2.11.1, which confluent-kafka-go v2.11.1 bundles, aborts the process when a
+// coordinator-bound admin request cannot be sent because that broker's connection has just
+// dropped: an assertion in its admin client fails after a use-after-free
+// (confluentinc/librdkafka#4605; a fix is proposed upstream, not released). So goneli asks
+// librdkafka for no such request where it can help it: the group check (New's, each membership's)
+// and Describe find the coordinator and describe the group over a short-lived connection of
+// goneli's own, in the Kafka protocol, with the clients' client.id and security settings
+// (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256 and
+// SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it cannot
+// speak (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine) leave the check to
+// librdkafka's admin client, and New logs so; there the check is sent once per membership and not
+// within a second of a failed broker connection (for at most ten seconds), and an abort stays
+// possible. The group handles an abort as a crash, so it costs a failover, not safety: run
+// contenders under a supervisor that restarts them, as Kubernetes and systemd do.
 //
 // A follower that cannot reach Kafka looks like a healthy follower to Pulse, which returns
 // (false, nil) either way. Stats tells them apart: UnreachableSince and UnreachableReason are set

@@ -220,11 +220,12 @@ func (c *groupChecker) stop() {
 
 // # How often the group is described
 //
-// A description of the group is a coordinator-bound admin request, and librdkafka 2.11.1 aborts
-// the whole process when the coordinator's connection drops while one is being sent
-// (confluentinc/librdkafka#4605): a rolling restart of the brokers could take the service down
-// with it. So the group is described only as often as safety needs, and not while a connection was
-// just seen to fail.
+// Through librdkafka, a description of the group is a coordinator-bound admin request, and
+// librdkafka 2.11.1 aborts the whole process when the coordinator's connection drops while one is
+// being sent (confluentinc/librdkafka#4605): a rolling restart of the brokers could take the
+// service down with it. goneli's own connection (groupwire.go) avoids that where the security
+// settings allow; for the rest, and to spare the coordinator, the group is described only as often
+// as safety needs, and not while a connection was just seen to fail.
 //
 // Safety needs one passed check per membership, not one per tenure. Say members X and Y of one
 // group use different leader topics (or role lists) and both lead. Each passed a check made while
