@@ -27,9 +27,10 @@ const (
 	DefaultHeartbeatTimeout = 5 * time.Second
 
 	// DefaultRenewalsPerLease sets the default Config.RenewInterval: HeartbeatTimeout divided by
-	// it, 500 ms for the default lease. A leader then holds at least nine tenths of a lease
-	// (less one round trip) after every renewal, and can miss eight renewals in a row before its
-	// lease runs out.
+	// it, 500 ms for the default lease. With the default MinPollInterval a leader then holds at
+	// least nine tenths of a lease (less one round trip) after every renewal, and can miss five
+	// renewals in a row (eight at the default lease) before its lease runs out; see the package
+	// doc, Protocol.
 	DefaultRenewalsPerLease = 10
 
 	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
@@ -116,7 +117,10 @@ type Config struct {
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
 	// of the newest own heartbeat that came back and whose offset the group coordinator accepted.
 	// The group session timeout and heartbeat interval are derived from it. Default:
-	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout and at most MaxHeartbeatTimeout.
+	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout and at most MaxHeartbeatTimeout,
+	// and at least 2 x RenewInterval + 2 x MinPollInterval, RenewInterval rounded up to a whole
+	// number of MinPollIntervals (heartbeats go out on polls), so that a leader keeps its lease
+	// through a lost renewal (see the package doc, Protocol).
 	HeartbeatTimeout *time.Duration
 
 	// RenewInterval is how often a leader renews its lease: it produces a heartbeat, reads it back
@@ -307,6 +311,19 @@ func (c Config) Validate() error {
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
 	}
 	if len(errs) == 0 {
+		if need, every := renewalBound(*c.MinPollInterval, *c.RenewInterval); *c.HeartbeatTimeout < need {
+			interval := c.RenewInterval.String()
+			if every != *c.RenewInterval {
+				interval += fmt.Sprintf(" (%v, as heartbeats go out on polls)", every)
+			}
+			bad("HeartbeatTimeout", *c.HeartbeatTimeout,
+				"too short for MinPollInterval %v and RenewInterval %s: must be at least 2 x RenewInterval + 2 x MinPollInterval (%v), "+
+					"since a renewal takes effect up to RenewInterval + 2 x MinPollInterval after the previous one, and the lease must "+
+					"outlast that and one lost renewal; lower MinPollInterval or RenewInterval, or raise HeartbeatTimeout",
+				*c.MinPollInterval, interval, need)
+		}
+	}
+	if len(errs) == 0 {
 		if _, err := c.groupTiming(); err != nil {
 			errs = append(errs, err)
 		}
@@ -331,6 +348,16 @@ func (c Config) String() string {
 		masked, c.LeaderTopic, c.LeaderGroupID, c.Name, c.Address,
 		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout),
 		durationString(c.RenewInterval))
+}
+
+// renewalBound is the shortest lease that a leader polled every poll and renewing every renew keeps
+// through one lost renewal, and how often it really renews. Heartbeats go out on polls, so renew
+// counts as a whole number of polls; a heartbeat is read back at the next poll after it was sent
+// and its commit is seen at the one after that, so a renewal takes effect up to every + 2 x poll
+// after the previous one (plus round trips, which the lost renewal's slack covers).
+func renewalBound(poll, renew time.Duration) (need, every time.Duration) {
+	every = (renew + poll - 1) / poll * poll
+	return 2*every + 2*poll, every
 }
 
 func durationString(d *time.Duration) string {

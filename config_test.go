@@ -76,6 +76,18 @@ func TestRenewIntervalDefault(t *testing.T) {
 	}
 }
 
+// The default MinPollInterval and RenewInterval keep the renewal lag bound at every lease.
+func TestDefaultsKeepTheRenewalLagBound(t *testing.T) {
+	for lease := MinHeartbeatTimeout; lease <= 2*time.Minute; lease += lease / 7 {
+		c := validConfig()
+		c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(lease), nil, nil
+		c.SetDefaults()
+		if err := c.Validate(); err != nil {
+			t.Errorf("lease %v: the defaults do not validate: %v", lease, err)
+		}
+	}
+}
+
 func TestMinPollIntervalFollowsShortLeases(t *testing.T) {
 	c := Config{HeartbeatTimeout: Duration(time.Second)}
 	c.SetDefaults()
@@ -125,6 +137,21 @@ func TestValidate(t *testing.T) {
 		{"nil renew interval", func(c *Config) { c.RenewInterval = nil }, "RenewInterval", "must be set"},
 		{"renewal faster than polls", func(c *Config) { c.RenewInterval = Duration(50 * time.Millisecond) }, "RenewInterval", "at least MinPollInterval (100ms)"},
 		{"renewal too rare", func(c *Config) { c.RenewInterval = Duration(2 * time.Second) }, "RenewInterval", "at most HeartbeatTimeout/3"},
+		// Renewals take effect RenewInterval + 2 x MinPollInterval apart, which these leases do not
+		// outlast: a healthy leader was fenced at nearly every renewal.
+		{"renewal lag 1.5s/500ms", func(c *Config) {
+			c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(1500*time.Millisecond), Duration(500*time.Millisecond), Duration(500*time.Millisecond)
+		},
+			"HeartbeatTimeout", "MinPollInterval 500ms and RenewInterval 500ms: must be at least 2 x RenewInterval + 2 x MinPollInterval (2s)"},
+		{"renewal lag 3s/1s", func(c *Config) {
+			c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(3*time.Second), Duration(time.Second), Duration(time.Second)
+		},
+			"HeartbeatTimeout", "(4s)"},
+		// Heartbeats go out on polls, so a RenewInterval of 600ms with polls every 500ms renews every second.
+		{"renewal lag, renewals between polls", func(c *Config) {
+			c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(2500*time.Millisecond), Duration(500*time.Millisecond), Duration(600*time.Millisecond)
+		},
+			"HeartbeatTimeout", "RenewInterval 600ms (1s, as heartbeats go out on polls)"},
 		{"unsafe session", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 5500 }, `KafkaConfig["session.timeout.ms"]`, "at least HeartbeatTimeout + 2 x heartbeat.interval.ms (6000)"},
 		{"unsafe interval", func(c *Config) { c.KafkaConfig["heartbeat.interval.ms"] = "3000" }, `KafkaConfig["heartbeat.interval.ms"]`, "(11000)"},
 		{"session not a number", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = "soon" }, `KafkaConfig["session.timeout.ms"]`, "whole number"},

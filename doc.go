@@ -20,11 +20,20 @@
 // the proof takes about one produce, one fetch and one commit round trip rather than several poll
 // intervals.
 //
-// A renewal every tenth of the lease leaves the leader at least nine tenths of HeartbeatTimeout,
-// less one round trip, after each renewal: it survives eight lost or refused renewals in a row, and
-// a rebalance that stops renewals for most of a lease. Renewing more often buys nothing for
-// safety (the lease always ends HeartbeatTimeout after the send time of the last heartbeat whose
-// commit was accepted); renewing less often leaves less slack for rebalances.
+// A leader sees a renewal take effect up to two MinPollIntervals after it sent the heartbeat, plus
+// round trips: one poll reads the heartbeat back, the next sees its commit accepted. Heartbeats go
+// out on polls, so one follows RenewInterval rounded up to a whole number of MinPollIntervals after
+// the last. After each renewal a leader therefore holds HeartbeatTimeout less up to two
+// MinPollIntervals and a round trip, and renewals take effect up to RenewInterval + 2 x
+// MinPollInterval apart. Validate requires HeartbeatTimeout to be at least 2 x RenewInterval + 2 x
+// MinPollInterval (RenewInterval rounded up so), which a healthy leader outlasts with a renewal to
+// spare: settings that left no such margin fenced a healthy leader at nearly every renewal. At the
+// default intervals (RenewInterval a tenth of the lease, MinPollInterval at most a twentieth) a
+// leader holds at least nine tenths of the lease, less a round trip, after each renewal, and
+// survives at least five lost or refused renewals in a row (seven at a 1 s lease, eight at the
+// default 5 s), and a rebalance that stops renewals for most of a lease. Renewing more often buys
+// nothing for safety (the lease always ends HeartbeatTimeout after the send time of the last
+// heartbeat whose commit was accepted); renewing less often leaves less slack for rebalances.
 //
 // A tenure revoked in a rebalance while its barrier still has LeaderRevoked writes a releasing
 // marker to its partition before letting the partition go, and a released marker once the barrier
