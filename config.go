@@ -205,8 +205,13 @@ func (c *Config) SetDefaults() {
 		c.MinPollInterval = Duration(min(DefaultMinPollInterval, max(*c.HeartbeatTimeout/20, time.Millisecond)))
 	}
 	if c.RenewInterval == nil {
-		c.RenewInterval = Duration(max(*c.MinPollInterval, *c.HeartbeatTimeout/DefaultRenewalsPerLease))
+		c.RenewInterval = Duration(defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
 	}
+}
+
+// defaultRenewInterval is the RenewInterval that SetDefaults derives.
+func defaultRenewInterval(lease, poll time.Duration) time.Duration {
+	return max(poll, lease/DefaultRenewalsPerLease)
 }
 
 // ownedKafkaKeys are managed by goneli because the lease argument depends on them.
@@ -291,6 +296,9 @@ func (c Config) Validate() error {
 	case *c.MinPollInterval < time.Millisecond:
 		bad("MinPollInterval", *c.MinPollInterval, "must be at least 1ms")
 	}
+	// A field is compared with another only while that one passed its own checks: "at most
+	// HeartbeatTimeout/3 (0s)" says nothing that the HeartbeatTimeout error does not.
+	leaseInRange, leaseOK := false, false
 	switch {
 	case c.HeartbeatTimeout == nil:
 		bad("HeartbeatTimeout", nil, "must be set")
@@ -299,15 +307,21 @@ func (c Config) Validate() error {
 	case *c.HeartbeatTimeout > MaxHeartbeatTimeout:
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at most %v: the group session is twice the lease, and librdkafka allows at most 1h", MaxHeartbeatTimeout)
 	case c.MinPollInterval != nil && *c.HeartbeatTimeout < 3**c.MinPollInterval:
+		leaseInRange = true
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout,
 			"must be at least 3 x MinPollInterval (%v) so that several heartbeats fit in one lease", *c.MinPollInterval)
+	default:
+		leaseInRange, leaseOK = true, true
 	}
 	switch {
 	case c.RenewInterval == nil:
 		bad("RenewInterval", nil, "must be set")
-	case c.MinPollInterval != nil && *c.RenewInterval < *c.MinPollInterval:
+	case c.MinPollInterval != nil && *c.MinPollInterval >= time.Millisecond && *c.RenewInterval < *c.MinPollInterval:
 		bad("RenewInterval", *c.RenewInterval, "must be at least MinPollInterval (%v): heartbeats are produced by polls", *c.MinPollInterval)
-	case c.HeartbeatTimeout != nil && *c.RenewInterval > *c.HeartbeatTimeout/3:
+	case leaseInRange && *c.RenewInterval > *c.HeartbeatTimeout/3 &&
+		// The default RenewInterval exceeds HeartbeatTimeout/3 exactly when MinPollInterval does,
+		// which the HeartbeatTimeout error already reports.
+		(leaseOK || *c.RenewInterval != defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
 	}
 	if len(errs) == 0 {

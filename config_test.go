@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -355,4 +356,43 @@ func flatten(err error) []error {
 		return all
 	}
 	return []error{err}
+}
+
+// A refusal names what the user set; a value SetDefaults derived from it is named only where it
+// explains the refusal. A HeartbeatTimeout of 0 was also reported as "RenewInterval (1ms) must be
+// at most HeartbeatTimeout/3", a RenewInterval nobody had set.
+func TestValidateReportsWhatTheUserSet(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		config Config
+		fields []string
+	}{
+		{"zero lease", Config{HeartbeatTimeout: Duration(0)}, []string{"HeartbeatTimeout"}},
+		{"tiny lease", Config{HeartbeatTimeout: Duration(time.Millisecond)}, []string{"HeartbeatTimeout"}},
+		{"long lease", Config{HeartbeatTimeout: Duration(time.Hour)}, []string{"HeartbeatTimeout"}},
+		{"slow polls", Config{MinPollInterval: Duration(2 * time.Second)}, []string{"HeartbeatTimeout"}},
+		{"slow polls and rare renewals", Config{MinPollInterval: Duration(2 * time.Second), RenewInterval: Duration(4 * time.Second)},
+			[]string{"HeartbeatTimeout", "RenewInterval"}},
+		{"zero lease, renewals faster than polls", Config{HeartbeatTimeout: Duration(0), MinPollInterval: Duration(time.Second), RenewInterval: Duration(time.Millisecond)},
+			[]string{"HeartbeatTimeout", "RenewInterval"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.config.LeaderGroupID, tc.config.Name = "g", "n"
+			n, err := New(tc.config)
+			if n != nil {
+				_ = n.Close()
+			}
+			var got []string
+			for _, e := range flatten(err) {
+				var ce *ConfigError
+				if !errors.As(e, &ce) {
+					t.Fatalf("%v is not a ConfigError", e)
+				}
+				got = append(got, ce.Field)
+			}
+			if !slices.Equal(got, tc.fields) {
+				t.Errorf("refused %v, want %v: %v", got, tc.fields, err)
+			}
+		})
+	}
 }
