@@ -63,6 +63,12 @@ type Config struct {
 	// KafkaConfig is passed to the Kafka clients. Default: bootstrap.servers=localhost:9092.
 	// Settings that carry the safety argument (group.id, offset handling, rebalance plumbing) are
 	// owned by goneli and rejected here; group timing may be overridden only within safe bounds.
+	// Settings that would keep the protocol from working are refused too, rather than overridden,
+	// since a user who set them expects them to hold: transactional.id (a transactional producer
+	// sends no heartbeat), offset.store.method other than "broker" (the lease is renewed by
+	// commits to the group coordinator), fetch.min.bytes other than 1 (a fetch would hold every
+	// heartbeat back for its whole wait) and fetch.wait.max.ms above HeartbeatTimeout/3 (a
+	// heartbeat that came back that late would leave no renewal to spare).
 	// See the README for the full list of derived settings.
 	KafkaConfig KafkaConfigMap
 
@@ -225,6 +231,8 @@ var ownedKafkaKeys = map[string]string{
 	"go.events.channel.enable":        "goneli polls the consumer from Pulse",
 	"go.logs.channel.enable":          "goneli forwards librdkafka logs to Config.Scribe",
 	"go.logs.channel":                 "goneli forwards librdkafka logs to Config.Scribe",
+	"transactional.id": "the heartbeat producer is not transactional, and a transactional producer sends nothing " +
+		"before InitTransactions, so no heartbeat would go out and no instance would ever lead",
 	"group.instance.id": "static membership lets a replacement with the same instance id take partition 0 at once, " +
 		"without a rebalance, while the member it replaced may still hold a lease, so two instances would lead; " +
 		"leave it unset (see the README's Static membership section)",
@@ -247,6 +255,16 @@ func (c Config) Validate() error {
 		if v, ok := c.KafkaConfig[key]; ok {
 			bad(fmt.Sprintf("KafkaConfig[%q]", key), v, "must not be set: %s", why)
 		}
+	}
+	if v, ok := c.KafkaConfig["offset.store.method"]; ok && fmt.Sprint(v) != "broker" {
+		bad(`KafkaConfig["offset.store.method"]`, v, `must be "broker" or unset: a lease is renewed only by an offset commit `+
+			`that the group coordinator accepts, and offsets kept elsewhere never reach it (and every Close waits out its bound)`)
+	}
+	if n, ok, err := c.kafkaInt("fetch.min.bytes", "bytes"); err != nil {
+		errs = append(errs, err)
+	} else if ok && n != 1 {
+		bad(`KafkaConfig["fetch.min.bytes"]`, c.KafkaConfig["fetch.min.bytes"], "must be 1 or unset: a heartbeat is some 100 bytes, "+
+			"and a fetch that waits for more holds every heartbeat back until fetch.wait.max.ms has passed")
 	}
 	if c.LeaderGroupID == "" {
 		bad("LeaderGroupID", nil, "must not be empty")
@@ -323,6 +341,13 @@ func (c Config) Validate() error {
 		// which the HeartbeatTimeout error already reports.
 		(leaseOK || *c.RenewInterval != defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
+	}
+	if n, ok, err := c.kafkaInt("fetch.wait.max.ms", "milliseconds"); err != nil {
+		errs = append(errs, err)
+	} else if wait := time.Duration(n) * time.Millisecond; ok && leaseInRange && (wait < 0 || wait > *c.HeartbeatTimeout/3) {
+		bad(`KafkaConfig["fetch.wait.max.ms"]`, c.KafkaConfig["fetch.wait.max.ms"], "must be 0 to at most HeartbeatTimeout/3 (%d) with HeartbeatTimeout %v: "+
+			"a fetch that returns a heartbeat a whole wait late must leave the lease a renewal to spare",
+			(*c.HeartbeatTimeout / 3).Milliseconds(), *c.HeartbeatTimeout)
 	}
 	if len(errs) == 0 {
 		if need, every := renewalBound(*c.MinPollInterval, *c.RenewInterval); *c.HeartbeatTimeout < need {
@@ -479,33 +504,40 @@ func clampDuration(d, lo, hi time.Duration) time.Duration {
 	return max(lo, min(d, hi))
 }
 
-// kafkaMillis reads a millisecond-valued KafkaConfig entry given as an integer or a string.
+// kafkaMillis reads a positive millisecond-valued KafkaConfig entry given as an integer or a string.
 func (c Config) kafkaMillis(key string) (time.Duration, bool, error) {
+	ms, ok, err := c.kafkaInt(key, "milliseconds")
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	if ms <= 0 {
+		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: c.KafkaConfig[key], Reason: "must be positive"}
+	}
+	return time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// kafkaInt reads a whole-numbered KafkaConfig entry, counting unit, given as an integer or a string.
+func (c Config) kafkaInt(key, unit string) (int64, bool, error) {
 	raw, ok := c.KafkaConfig[key]
 	if !ok {
 		return 0, false, nil
 	}
-	var ms int64
 	switch v := raw.(type) {
 	case int:
-		ms = int64(v)
+		return int64(v), true, nil
 	case int32:
-		ms = int64(v)
+		return int64(v), true, nil
 	case int64:
-		ms = v
+		return v, true, nil
 	case string:
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
-			return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be a whole number of milliseconds"}
+			return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be a whole number of " + unit}
 		}
-		ms = n
+		return n, true, nil
 	default:
-		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be an int or a string of digits (milliseconds)"}
+		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: fmt.Sprintf("must be an int or a string of digits (%s)", unit)}
 	}
-	if ms <= 0 {
-		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be positive"}
-	}
-	return time.Duration(ms) * time.Millisecond, true, nil
 }
 
 // clientConfigs builds the consumer, producer and admin configurations. User settings are copied
@@ -542,11 +574,15 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	consumer["max.poll.interval.ms"] = int(t.maxPoll.Milliseconds())
 	// A fetch returns as soon as a heartbeat lands, so its wait only sets how often a leader's fetch
 	// comes back empty. Twice the renewal interval keeps that rare (with a wait equal to the
-	// interval, half the fetches raced the next heartbeat and lost). librdkafka sends commits on a
-	// connection of their own, and its close does not wait for a fetch in flight.
+	// interval, half the fetches raced the next heartbeat and lost), and no more than Validate
+	// allows a user. librdkafka sends commits on a connection of their own, and its close does not
+	// wait for a fetch in flight.
 	fetchWait := 100 * time.Millisecond
 	if c.RenewInterval != nil {
 		fetchWait = clampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
+	}
+	if c.HeartbeatTimeout != nil {
+		fetchWait = min(fetchWait, *c.HeartbeatTimeout/3)
 	}
 	setDefault(consumer, "fetch.wait.max.ms", int(fetchWait.Milliseconds()))
 	setDefault(consumer, "fetch.error.backoff.ms", 100)

@@ -89,6 +89,21 @@ func TestDefaultsKeepTheRenewalLagBound(t *testing.T) {
 	}
 }
 
+// The fetch wait goneli derives stays within what Validate allows a user: at most a third of the
+// lease, even where twice the renewal interval is more.
+func TestDerivedFetchWaitFitsTheLease(t *testing.T) {
+	c := validConfig()
+	c.HeartbeatTimeout, c.RenewInterval = Duration(1500*time.Millisecond), Duration(500*time.Millisecond)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	timing, _ := c.groupTiming()
+	consumer, _, _ := c.clientConfigs(timing)
+	if wait := consumer["fetch.wait.max.ms"]; wait != 500 {
+		t.Errorf("fetch.wait.max.ms = %v, want 500 (HeartbeatTimeout/3)", wait)
+	}
+}
+
 func TestMinPollIntervalFollowsShortLeases(t *testing.T) {
 	c := Config{HeartbeatTimeout: Duration(time.Second)}
 	c.SetDefaults()
@@ -158,6 +173,13 @@ func TestValidate(t *testing.T) {
 		{"session not a number", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = "soon" }, `KafkaConfig["session.timeout.ms"]`, "whole number"},
 		{"session wrong type", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 1.5 }, `KafkaConfig["session.timeout.ms"]`, "int or a string"},
 		{"session not positive", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 0 }, `KafkaConfig["session.timeout.ms"]`, "positive"},
+		// Client settings that New accepted and that then broke the protocol.
+		{"transactional producer", func(c *Config) { c.KafkaConfig["transactional.id"] = "tx" }, `KafkaConfig["transactional.id"]`, "must not be set: the heartbeat producer"},
+		{"offsets in a file", func(c *Config) { c.KafkaConfig["offset.store.method"] = "file" }, `KafkaConfig["offset.store.method"]`, `must be "broker" or unset`},
+		{"large fetch.min.bytes", func(c *Config) { c.KafkaConfig["fetch.min.bytes"] = 100000 }, `KafkaConfig["fetch.min.bytes"]`, "must be 1 or unset"},
+		{"fetch.min.bytes not a number", func(c *Config) { c.KafkaConfig["fetch.min.bytes"] = "lots" }, `KafkaConfig["fetch.min.bytes"]`, "whole number"},
+		{"long fetch wait", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = "3000" }, `KafkaConfig["fetch.wait.max.ms"]`, "at most HeartbeatTimeout/3 (1666)"},
+		{"fetch wait not a number", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = 2.5 }, `KafkaConfig["fetch.wait.max.ms"]`, "int or a string"},
 		{"max poll below session", func(c *Config) { c.KafkaConfig["max.poll.interval.ms"] = 9000 }, `KafkaConfig["max.poll.interval.ms"]`, "at least 10000"},
 	}
 	for _, tc := range cases {
@@ -195,12 +217,15 @@ func TestSafeOverridesAreAccepted(t *testing.T) {
 	c.KafkaConfig["session.timeout.ms"] = "30000"
 	c.KafkaConfig["heartbeat.interval.ms"] = 1000
 	c.KafkaConfig["max.poll.interval.ms"] = int64(60000)
+	c.KafkaConfig["offset.store.method"] = "broker"
+	c.KafkaConfig["fetch.min.bytes"] = "1"
+	c.KafkaConfig["fetch.wait.max.ms"] = 1666
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	timing, _ := c.groupTiming()
 	consumer, producer, admin := c.clientConfigs(timing)
-	for key, want := range map[string]interface{}{"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000, "group.id": "g"} {
+	for key, want := range map[string]interface{}{"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000, "group.id": "g", "fetch.wait.max.ms": 1666} {
 		if consumer[key] != want {
 			t.Errorf("consumer %s = %v, want %v", key, consumer[key], want)
 		}

@@ -194,8 +194,8 @@
 // A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
 // producer and fetches nothing, because it owns no partition. The leader adds one producer (opened
 // on its first assignment and kept), one heartbeat per RenewInterval, one fetch that returns with
-// it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s, so a leader's fetch
-// rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
+// it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s and at most a third of
+// the lease, so a leader's fetch rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
 // three sends the broker about two produce, fetch and commit requests a second each, plus two group
 // heartbeats a second per member. With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
