@@ -263,7 +263,7 @@ func (c Config) Validate() error {
 	if n, ok, err := c.kafkaInt("fetch.min.bytes", "bytes"); err != nil {
 		errs = append(errs, err)
 	} else if ok && n != 1 {
-		bad(`KafkaConfig["fetch.min.bytes"]`, c.KafkaConfig["fetch.min.bytes"], "must be 1 or unset: a heartbeat is some 100 bytes, "+
+		bad(`KafkaConfig["fetch.min.bytes"]`, c.KafkaConfig["fetch.min.bytes"], "must be 1 or unset: a heartbeat is a small record, "+
 			"and a fetch that waits for more holds every heartbeat back until fetch.wait.max.ms has passed")
 	}
 	if c.LeaderGroupID == "" {
