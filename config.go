@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/kprobe"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
@@ -60,7 +61,8 @@ type KafkaConfigMap map[string]interface{}
 // Config holds the settings of a Neli instance. Optional fields left at their zero value are filled
 // in by SetDefaults, which New calls.
 type Config struct {
-	// KafkaConfig is passed to the Kafka clients. Default: bootstrap.servers=localhost:9092.
+	// KafkaConfig is passed to the Kafka clients. Default: bootstrap.servers=localhost:9092, when
+	// unset; an empty list is refused.
 	// Settings that carry the safety argument (group.id, offset handling, rebalance plumbing) are
 	// owned by goneli and rejected here; group timing may be overridden only within safe bounds.
 	// Settings that would keep the protocol from working are refused too, rather than overridden,
@@ -255,6 +257,11 @@ func (c Config) Validate() error {
 		if v, ok := c.KafkaConfig[key]; ok {
 			bad(fmt.Sprintf("KafkaConfig[%q]", key), v, "must not be set: %s", why)
 		}
+	}
+	if v, ok := c.KafkaConfig["bootstrap.servers"]; ok && len(kprobe.Servers(fmt.Sprint(v))) == 0 {
+		// librdkafka takes an empty list and only warns at close, after the instance has waited
+		// in vain for a broker all its life.
+		bad(`KafkaConfig["bootstrap.servers"]`, v, "must not be empty: give host:port[,host:port...], or leave it unset for %s", DefaultBootstrapServers)
 	}
 	if v, ok := c.KafkaConfig["offset.store.method"]; ok && fmt.Sprint(v) != "broker" {
 		bad(`KafkaConfig["offset.store.method"]`, v, `must be "broker" or unset: a lease is renewed only by an offset commit `+

@@ -173,6 +173,8 @@ func TestValidate(t *testing.T) {
 		{"session not a number", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = "soon" }, `KafkaConfig["session.timeout.ms"]`, "whole number"},
 		{"session wrong type", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 1.5 }, `KafkaConfig["session.timeout.ms"]`, "int or a string"},
 		{"session not positive", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 0 }, `KafkaConfig["session.timeout.ms"]`, "positive"},
+		{"empty bootstrap.servers", func(c *Config) { c.KafkaConfig["bootstrap.servers"] = "" }, `KafkaConfig["bootstrap.servers"]`, "must not be empty"},
+		{"blank bootstrap.servers", func(c *Config) { c.KafkaConfig["bootstrap.servers"] = " , " }, `KafkaConfig["bootstrap.servers"]`, "leave it unset for " + DefaultBootstrapServers},
 		// Client settings that New accepted and that then broke the protocol.
 		{"transactional producer", func(c *Config) { c.KafkaConfig["transactional.id"] = "tx" }, `KafkaConfig["transactional.id"]`, "must not be set: the heartbeat producer"},
 		{"offsets in a file", func(c *Config) { c.KafkaConfig["offset.store.method"] = "file" }, `KafkaConfig["offset.store.method"]`, `must be "broker" or unset`},
@@ -306,6 +308,19 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != "HeartbeatTimeout" {
 		t.Fatalf("want HeartbeatTimeout ConfigError, got %v", err)
+	}
+}
+
+// An empty bootstrap.servers was accepted: New returned an instance that could never reach Kafka,
+// and only librdkafka's warning at Close told of it.
+func TestNewRefusesEmptyBootstrapServers(t *testing.T) {
+	n, err := New(Config{KafkaConfig: KafkaConfigMap{"bootstrap.servers": ""}, LeaderGroupID: "g", Name: "n", Scribe: newTestLog(t).Scribe()})
+	if n != nil {
+		_ = n.Close()
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != `KafkaConfig["bootstrap.servers"]` {
+		t.Fatalf("New with an empty bootstrap.servers = %v, want a ConfigError naming it", err)
 	}
 }
 
