@@ -186,8 +186,9 @@
 // from librdkafka's report that every broker connection is down (or New's failed metadata request)
 // and cleared by the next answer; an instance marked unreachable probes with a metadata request
 // every RenewInterval until one comes. New fails with a NotKafkaError when the bootstrap servers
-// accept connections but do not answer a Kafka request, after its metadata request has waited one
-// HeartbeatTimeout and each server up to two seconds more.
+// accept connections but do not answer a Kafka request (they answer otherwise, or stay silent),
+// after its metadata request has waited one HeartbeatTimeout and each server up to two seconds
+// more: at the default lease, seven seconds for one server. neli gives up on such a server in five.
 //
 // # Cost
 //

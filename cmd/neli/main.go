@@ -305,7 +305,7 @@ func (c *common) checkReachable() error {
 			continue
 		}
 		if probe {
-			_, err = kprobe.SpeaksKafka(conn, reachTimeout)
+			err = kprobe.SpeaksKafka(conn, reachTimeout)
 		}
 		_ = conn.Close()
 		if err == nil {
