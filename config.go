@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/kprobe"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
@@ -27,9 +28,10 @@ const (
 	DefaultHeartbeatTimeout = 5 * time.Second
 
 	// DefaultRenewalsPerLease sets the default Config.RenewInterval: HeartbeatTimeout divided by
-	// it, 500 ms for the default lease. A leader then holds at least nine tenths of a lease
-	// (less one round trip) after every renewal, and can miss eight renewals in a row before its
-	// lease runs out.
+	// it, 500 ms for the default lease. With the default MinPollInterval a leader then holds at
+	// least nine tenths of a lease (less one round trip) after every renewal, and can miss five
+	// renewals in a row (eight at the default lease) before its lease runs out; see the package
+	// doc, Protocol.
 	DefaultRenewalsPerLease = 10
 
 	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
@@ -59,9 +61,16 @@ type KafkaConfigMap map[string]interface{}
 // Config holds the settings of a Neli instance. Optional fields left at their zero value are filled
 // in by SetDefaults, which New calls.
 type Config struct {
-	// KafkaConfig is passed to the Kafka clients. Default: bootstrap.servers=localhost:9092.
+	// KafkaConfig is passed to the Kafka clients. Default: bootstrap.servers=localhost:9092, when
+	// unset; an empty list is refused.
 	// Settings that carry the safety argument (group.id, offset handling, rebalance plumbing) are
 	// owned by goneli and rejected here; group timing may be overridden only within safe bounds.
+	// Settings that would keep the protocol from working are refused too, rather than overridden,
+	// since a user who set them expects them to hold: transactional.id (a transactional producer
+	// sends no heartbeat), offset.store.method other than "broker" (the lease is renewed by
+	// commits to the group coordinator), fetch.min.bytes other than 1 (a fetch would hold every
+	// heartbeat back for its whole wait) and fetch.wait.max.ms above HeartbeatTimeout/3 (a
+	// heartbeat that came back that late would leave no renewal to spare).
 	// See the README for the full list of derived settings.
 	KafkaConfig KafkaConfigMap
 
@@ -116,7 +125,10 @@ type Config struct {
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
 	// of the newest own heartbeat that came back and whose offset the group coordinator accepted.
 	// The group session timeout and heartbeat interval are derived from it. Default:
-	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout and at most MaxHeartbeatTimeout.
+	// DefaultHeartbeatTimeout (5 s); at least MinHeartbeatTimeout and at most MaxHeartbeatTimeout,
+	// and at least 2 x RenewInterval + 2 x MinPollInterval, RenewInterval rounded up to a whole
+	// number of MinPollIntervals (heartbeats go out on polls), so that a leader keeps its lease
+	// through a lost renewal (see the package doc, Protocol).
 	HeartbeatTimeout *time.Duration
 
 	// RenewInterval is how often a leader renews its lease: it produces a heartbeat, reads it back
@@ -201,8 +213,13 @@ func (c *Config) SetDefaults() {
 		c.MinPollInterval = Duration(min(DefaultMinPollInterval, max(*c.HeartbeatTimeout/20, time.Millisecond)))
 	}
 	if c.RenewInterval == nil {
-		c.RenewInterval = Duration(max(*c.MinPollInterval, *c.HeartbeatTimeout/DefaultRenewalsPerLease))
+		c.RenewInterval = Duration(defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
 	}
+}
+
+// defaultRenewInterval is the RenewInterval that SetDefaults derives.
+func defaultRenewInterval(lease, poll time.Duration) time.Duration {
+	return max(poll, lease/DefaultRenewalsPerLease)
 }
 
 // ownedKafkaKeys are managed by goneli because the lease argument depends on them.
@@ -216,6 +233,8 @@ var ownedKafkaKeys = map[string]string{
 	"go.events.channel.enable":        "goneli polls the consumer from Pulse",
 	"go.logs.channel.enable":          "goneli forwards librdkafka logs to Config.Scribe",
 	"go.logs.channel":                 "goneli forwards librdkafka logs to Config.Scribe",
+	"transactional.id": "the heartbeat producer is not transactional, and a transactional producer sends nothing " +
+		"before InitTransactions, so no heartbeat would go out and no instance would ever lead",
 	"group.instance.id": "static membership lets a replacement with the same instance id take partition 0 at once, " +
 		"without a rebalance, while the member it replaced may still hold a lease, so two instances would lead; " +
 		"leave it unset (see the README's Static membership section)",
@@ -238,6 +257,21 @@ func (c Config) Validate() error {
 		if v, ok := c.KafkaConfig[key]; ok {
 			bad(fmt.Sprintf("KafkaConfig[%q]", key), v, "must not be set: %s", why)
 		}
+	}
+	if v, ok := c.KafkaConfig["bootstrap.servers"]; ok && len(kprobe.Servers(fmt.Sprint(v))) == 0 {
+		// librdkafka takes an empty list and only warns at close, after the instance has waited
+		// in vain for a broker all its life.
+		bad(`KafkaConfig["bootstrap.servers"]`, v, "must not be empty: give host:port[,host:port...], or leave it unset for %s", DefaultBootstrapServers)
+	}
+	if v, ok := c.KafkaConfig["offset.store.method"]; ok && fmt.Sprint(v) != "broker" {
+		bad(`KafkaConfig["offset.store.method"]`, v, `must be "broker" or unset: a lease is renewed only by an offset commit `+
+			`that the group coordinator accepts, and offsets kept elsewhere never reach it (and every Close waits out its bound)`)
+	}
+	if n, ok, err := c.kafkaInt("fetch.min.bytes", "bytes"); err != nil {
+		errs = append(errs, err)
+	} else if ok && n != 1 {
+		bad(`KafkaConfig["fetch.min.bytes"]`, c.KafkaConfig["fetch.min.bytes"], "must be 1 or unset: a heartbeat is a small record, "+
+			"and a fetch that waits for more holds every heartbeat back until fetch.wait.max.ms has passed")
 	}
 	if c.LeaderGroupID == "" {
 		bad("LeaderGroupID", nil, "must not be empty")
@@ -287,6 +321,9 @@ func (c Config) Validate() error {
 	case *c.MinPollInterval < time.Millisecond:
 		bad("MinPollInterval", *c.MinPollInterval, "must be at least 1ms")
 	}
+	// A field is compared with another only while that one passed its own checks: "at most
+	// HeartbeatTimeout/3 (0s)" says nothing that the HeartbeatTimeout error does not.
+	leaseInRange, leaseOK := false, false
 	switch {
 	case c.HeartbeatTimeout == nil:
 		bad("HeartbeatTimeout", nil, "must be set")
@@ -295,16 +332,42 @@ func (c Config) Validate() error {
 	case *c.HeartbeatTimeout > MaxHeartbeatTimeout:
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at most %v: the group session is twice the lease, and librdkafka allows at most 1h", MaxHeartbeatTimeout)
 	case c.MinPollInterval != nil && *c.HeartbeatTimeout < 3**c.MinPollInterval:
+		leaseInRange = true
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout,
 			"must be at least 3 x MinPollInterval (%v) so that several heartbeats fit in one lease", *c.MinPollInterval)
+	default:
+		leaseInRange, leaseOK = true, true
 	}
 	switch {
 	case c.RenewInterval == nil:
 		bad("RenewInterval", nil, "must be set")
-	case c.MinPollInterval != nil && *c.RenewInterval < *c.MinPollInterval:
+	case c.MinPollInterval != nil && *c.MinPollInterval >= time.Millisecond && *c.RenewInterval < *c.MinPollInterval:
 		bad("RenewInterval", *c.RenewInterval, "must be at least MinPollInterval (%v): heartbeats are produced by polls", *c.MinPollInterval)
-	case c.HeartbeatTimeout != nil && *c.RenewInterval > *c.HeartbeatTimeout/3:
+	case leaseInRange && *c.RenewInterval > *c.HeartbeatTimeout/3 &&
+		// The default RenewInterval exceeds HeartbeatTimeout/3 exactly when MinPollInterval does,
+		// which the HeartbeatTimeout error already reports.
+		(leaseOK || *c.RenewInterval != defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
+	}
+	if n, ok, err := c.kafkaInt("fetch.wait.max.ms", "milliseconds"); err != nil {
+		errs = append(errs, err)
+	} else if wait := time.Duration(n) * time.Millisecond; ok && leaseInRange && (wait < 0 || wait > *c.HeartbeatTimeout/3) {
+		bad(`KafkaConfig["fetch.wait.max.ms"]`, c.KafkaConfig["fetch.wait.max.ms"], "must be 0 to at most HeartbeatTimeout/3 (%d) with HeartbeatTimeout %v: "+
+			"a fetch that returns a heartbeat a whole wait late must leave the lease a renewal to spare",
+			(*c.HeartbeatTimeout / 3).Milliseconds(), *c.HeartbeatTimeout)
+	}
+	if len(errs) == 0 {
+		if need, every := renewalBound(*c.MinPollInterval, *c.RenewInterval); *c.HeartbeatTimeout < need {
+			interval := c.RenewInterval.String()
+			if every != *c.RenewInterval {
+				interval += fmt.Sprintf(" (%v, as heartbeats go out on polls)", every)
+			}
+			bad("HeartbeatTimeout", *c.HeartbeatTimeout,
+				"too short for MinPollInterval %v and RenewInterval %s: must be at least 2 x RenewInterval + 2 x MinPollInterval (%v), "+
+					"since a renewal takes effect up to RenewInterval + 2 x MinPollInterval after the previous one, and the lease must "+
+					"outlast that and one lost renewal; lower MinPollInterval or RenewInterval, or raise HeartbeatTimeout",
+				*c.MinPollInterval, interval, need)
+		}
 	}
 	if len(errs) == 0 {
 		if _, err := c.groupTiming(); err != nil {
@@ -331,6 +394,16 @@ func (c Config) String() string {
 		masked, c.LeaderTopic, c.LeaderGroupID, c.Name, c.Address,
 		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout),
 		durationString(c.RenewInterval))
+}
+
+// renewalBound is the shortest lease that a leader polled every poll and renewing every renew keeps
+// through one lost renewal, and how often it really renews. Heartbeats go out on polls, so renew
+// counts as a whole number of polls; a heartbeat is read back at the next poll after it was sent
+// and its commit is seen at the one after that, so a renewal takes effect up to every + 2 x poll
+// after the previous one (plus round trips, which the lost renewal's slack covers).
+func renewalBound(poll, renew time.Duration) (need, every time.Duration) {
+	every = (renew + poll - 1) / poll * poll
+	return 2*every + 2*poll, every
 }
 
 func durationString(d *time.Duration) string {
@@ -438,33 +511,40 @@ func clampDuration(d, lo, hi time.Duration) time.Duration {
 	return max(lo, min(d, hi))
 }
 
-// kafkaMillis reads a millisecond-valued KafkaConfig entry given as an integer or a string.
+// kafkaMillis reads a positive millisecond-valued KafkaConfig entry given as an integer or a string.
 func (c Config) kafkaMillis(key string) (time.Duration, bool, error) {
+	ms, ok, err := c.kafkaInt(key, "milliseconds")
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	if ms <= 0 {
+		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: c.KafkaConfig[key], Reason: "must be positive"}
+	}
+	return time.Duration(ms) * time.Millisecond, true, nil
+}
+
+// kafkaInt reads a whole-numbered KafkaConfig entry, counting unit, given as an integer or a string.
+func (c Config) kafkaInt(key, unit string) (int64, bool, error) {
 	raw, ok := c.KafkaConfig[key]
 	if !ok {
 		return 0, false, nil
 	}
-	var ms int64
 	switch v := raw.(type) {
 	case int:
-		ms = int64(v)
+		return int64(v), true, nil
 	case int32:
-		ms = int64(v)
+		return int64(v), true, nil
 	case int64:
-		ms = v
+		return v, true, nil
 	case string:
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
-			return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be a whole number of milliseconds"}
+			return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be a whole number of " + unit}
 		}
-		ms = n
+		return n, true, nil
 	default:
-		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be an int or a string of digits (milliseconds)"}
+		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: fmt.Sprintf("must be an int or a string of digits (%s)", unit)}
 	}
-	if ms <= 0 {
-		return 0, false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: "must be positive"}
-	}
-	return time.Duration(ms) * time.Millisecond, true, nil
 }
 
 // clientConfigs builds the consumer, producer and admin configurations. User settings are copied
@@ -501,11 +581,15 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	consumer["max.poll.interval.ms"] = int(t.maxPoll.Milliseconds())
 	// A fetch returns as soon as a heartbeat lands, so its wait only sets how often a leader's fetch
 	// comes back empty. Twice the renewal interval keeps that rare (with a wait equal to the
-	// interval, half the fetches raced the next heartbeat and lost). librdkafka sends commits on a
-	// connection of their own, and its close does not wait for a fetch in flight.
+	// interval, half the fetches raced the next heartbeat and lost), and no more than Validate
+	// allows a user. librdkafka sends commits on a connection of their own, and its close does not
+	// wait for a fetch in flight.
 	fetchWait := 100 * time.Millisecond
 	if c.RenewInterval != nil {
 		fetchWait = clampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
+	}
+	if c.HeartbeatTimeout != nil {
+		fetchWait = min(fetchWait, *c.HeartbeatTimeout/3)
 	}
 	setDefault(consumer, "fetch.wait.max.ms", int(fetchWait.Milliseconds()))
 	setDefault(consumer, "fetch.error.backoff.ms", 100)

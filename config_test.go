@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -76,6 +77,33 @@ func TestRenewIntervalDefault(t *testing.T) {
 	}
 }
 
+// The default MinPollInterval and RenewInterval keep the renewal lag bound at every lease.
+func TestDefaultsKeepTheRenewalLagBound(t *testing.T) {
+	for lease := MinHeartbeatTimeout; lease <= 2*time.Minute; lease += lease / 7 {
+		c := validConfig()
+		c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(lease), nil, nil
+		c.SetDefaults()
+		if err := c.Validate(); err != nil {
+			t.Errorf("lease %v: the defaults do not validate: %v", lease, err)
+		}
+	}
+}
+
+// The fetch wait goneli derives stays within what Validate allows a user: at most a third of the
+// lease, even where twice the renewal interval is more.
+func TestDerivedFetchWaitFitsTheLease(t *testing.T) {
+	c := validConfig()
+	c.HeartbeatTimeout, c.RenewInterval = Duration(1500*time.Millisecond), Duration(500*time.Millisecond)
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	timing, _ := c.groupTiming()
+	consumer, _, _ := c.clientConfigs(timing)
+	if wait := consumer["fetch.wait.max.ms"]; wait != 500 {
+		t.Errorf("fetch.wait.max.ms = %v, want 500 (HeartbeatTimeout/3)", wait)
+	}
+}
+
 func TestMinPollIntervalFollowsShortLeases(t *testing.T) {
 	c := Config{HeartbeatTimeout: Duration(time.Second)}
 	c.SetDefaults()
@@ -125,11 +153,35 @@ func TestValidate(t *testing.T) {
 		{"nil renew interval", func(c *Config) { c.RenewInterval = nil }, "RenewInterval", "must be set"},
 		{"renewal faster than polls", func(c *Config) { c.RenewInterval = Duration(50 * time.Millisecond) }, "RenewInterval", "at least MinPollInterval (100ms)"},
 		{"renewal too rare", func(c *Config) { c.RenewInterval = Duration(2 * time.Second) }, "RenewInterval", "at most HeartbeatTimeout/3"},
+		// Renewals take effect RenewInterval + 2 x MinPollInterval apart, which these leases do not
+		// outlast: a healthy leader was fenced at nearly every renewal.
+		{"renewal lag 1.5s/500ms", func(c *Config) {
+			c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(1500*time.Millisecond), Duration(500*time.Millisecond), Duration(500*time.Millisecond)
+		},
+			"HeartbeatTimeout", "MinPollInterval 500ms and RenewInterval 500ms: must be at least 2 x RenewInterval + 2 x MinPollInterval (2s)"},
+		{"renewal lag 3s/1s", func(c *Config) {
+			c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(3*time.Second), Duration(time.Second), Duration(time.Second)
+		},
+			"HeartbeatTimeout", "(4s)"},
+		// Heartbeats go out on polls, so a RenewInterval of 600ms with polls every 500ms renews every second.
+		{"renewal lag, renewals between polls", func(c *Config) {
+			c.HeartbeatTimeout, c.MinPollInterval, c.RenewInterval = Duration(2500*time.Millisecond), Duration(500*time.Millisecond), Duration(600*time.Millisecond)
+		},
+			"HeartbeatTimeout", "RenewInterval 600ms (1s, as heartbeats go out on polls)"},
 		{"unsafe session", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 5500 }, `KafkaConfig["session.timeout.ms"]`, "at least HeartbeatTimeout + 2 x heartbeat.interval.ms (6000)"},
 		{"unsafe interval", func(c *Config) { c.KafkaConfig["heartbeat.interval.ms"] = "3000" }, `KafkaConfig["heartbeat.interval.ms"]`, "(11000)"},
 		{"session not a number", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = "soon" }, `KafkaConfig["session.timeout.ms"]`, "whole number"},
 		{"session wrong type", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 1.5 }, `KafkaConfig["session.timeout.ms"]`, "int or a string"},
 		{"session not positive", func(c *Config) { c.KafkaConfig["session.timeout.ms"] = 0 }, `KafkaConfig["session.timeout.ms"]`, "positive"},
+		{"empty bootstrap.servers", func(c *Config) { c.KafkaConfig["bootstrap.servers"] = "" }, `KafkaConfig["bootstrap.servers"]`, "must not be empty"},
+		{"blank bootstrap.servers", func(c *Config) { c.KafkaConfig["bootstrap.servers"] = " , " }, `KafkaConfig["bootstrap.servers"]`, "leave it unset for " + DefaultBootstrapServers},
+		// Client settings that New accepted and that then broke the protocol.
+		{"transactional producer", func(c *Config) { c.KafkaConfig["transactional.id"] = "tx" }, `KafkaConfig["transactional.id"]`, "must not be set: the heartbeat producer"},
+		{"offsets in a file", func(c *Config) { c.KafkaConfig["offset.store.method"] = "file" }, `KafkaConfig["offset.store.method"]`, `must be "broker" or unset`},
+		{"large fetch.min.bytes", func(c *Config) { c.KafkaConfig["fetch.min.bytes"] = 100000 }, `KafkaConfig["fetch.min.bytes"]`, "must be 1 or unset"},
+		{"fetch.min.bytes not a number", func(c *Config) { c.KafkaConfig["fetch.min.bytes"] = "lots" }, `KafkaConfig["fetch.min.bytes"]`, "whole number"},
+		{"long fetch wait", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = "3000" }, `KafkaConfig["fetch.wait.max.ms"]`, "at most HeartbeatTimeout/3 (1666)"},
+		{"fetch wait not a number", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = 2.5 }, `KafkaConfig["fetch.wait.max.ms"]`, "int or a string"},
 		{"max poll below session", func(c *Config) { c.KafkaConfig["max.poll.interval.ms"] = 9000 }, `KafkaConfig["max.poll.interval.ms"]`, "at least 10000"},
 	}
 	for _, tc := range cases {
@@ -167,12 +219,15 @@ func TestSafeOverridesAreAccepted(t *testing.T) {
 	c.KafkaConfig["session.timeout.ms"] = "30000"
 	c.KafkaConfig["heartbeat.interval.ms"] = 1000
 	c.KafkaConfig["max.poll.interval.ms"] = int64(60000)
+	c.KafkaConfig["offset.store.method"] = "broker"
+	c.KafkaConfig["fetch.min.bytes"] = "1"
+	c.KafkaConfig["fetch.wait.max.ms"] = 1666
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	timing, _ := c.groupTiming()
 	consumer, producer, admin := c.clientConfigs(timing)
-	for key, want := range map[string]interface{}{"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000, "group.id": "g"} {
+	for key, want := range map[string]interface{}{"session.timeout.ms": 30000, "heartbeat.interval.ms": 1000, "max.poll.interval.ms": 60000, "group.id": "g", "fetch.wait.max.ms": 1666} {
 		if consumer[key] != want {
 			t.Errorf("consumer %s = %v, want %v", key, consumer[key], want)
 		}
@@ -256,6 +311,19 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 }
 
+// An empty bootstrap.servers was accepted: New returned an instance that could never reach Kafka,
+// and only librdkafka's warning at Close told of it.
+func TestNewRefusesEmptyBootstrapServers(t *testing.T) {
+	n, err := New(Config{KafkaConfig: KafkaConfigMap{"bootstrap.servers": ""}, LeaderGroupID: "g", Name: "n", Scribe: newTestLog(t).Scribe()})
+	if n != nil {
+		_ = n.Close()
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != `KafkaConfig["bootstrap.servers"]` {
+		t.Fatalf("New with an empty bootstrap.servers = %v, want a ConfigError naming it", err)
+	}
+}
+
 func TestNewLeavesCallerConfigMapAlone(t *testing.T) {
 	km := KafkaConfigMap{}
 	_, err := New(Config{KafkaConfig: km, HeartbeatTimeout: Duration(time.Millisecond)})
@@ -328,4 +396,43 @@ func flatten(err error) []error {
 		return all
 	}
 	return []error{err}
+}
+
+// A refusal names what the user set; a value SetDefaults derived from it is named only where it
+// explains the refusal. A HeartbeatTimeout of 0 was also reported as "RenewInterval (1ms) must be
+// at most HeartbeatTimeout/3", a RenewInterval nobody had set.
+func TestValidateReportsWhatTheUserSet(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		config Config
+		fields []string
+	}{
+		{"zero lease", Config{HeartbeatTimeout: Duration(0)}, []string{"HeartbeatTimeout"}},
+		{"tiny lease", Config{HeartbeatTimeout: Duration(time.Millisecond)}, []string{"HeartbeatTimeout"}},
+		{"long lease", Config{HeartbeatTimeout: Duration(time.Hour)}, []string{"HeartbeatTimeout"}},
+		{"slow polls", Config{MinPollInterval: Duration(2 * time.Second)}, []string{"HeartbeatTimeout"}},
+		{"slow polls and rare renewals", Config{MinPollInterval: Duration(2 * time.Second), RenewInterval: Duration(4 * time.Second)},
+			[]string{"HeartbeatTimeout", "RenewInterval"}},
+		{"zero lease, renewals faster than polls", Config{HeartbeatTimeout: Duration(0), MinPollInterval: Duration(time.Second), RenewInterval: Duration(time.Millisecond)},
+			[]string{"HeartbeatTimeout", "RenewInterval"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.config.LeaderGroupID, tc.config.Name = "g", "n"
+			n, err := New(tc.config)
+			if n != nil {
+				_ = n.Close()
+			}
+			var got []string
+			for _, e := range flatten(err) {
+				var ce *ConfigError
+				if !errors.As(e, &ce) {
+					t.Fatalf("%v is not a ConfigError", e)
+				}
+				got = append(got, ce.Field)
+			}
+			if !slices.Equal(got, tc.fields) {
+				t.Errorf("refused %v, want %v: %v", got, tc.fields, err)
+			}
+		})
+	}
 }

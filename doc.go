@@ -20,11 +20,20 @@
 // the proof takes about one produce, one fetch and one commit round trip rather than several poll
 // intervals.
 //
-// A renewal every tenth of the lease leaves the leader at least nine tenths of HeartbeatTimeout,
-// less one round trip, after each renewal: it survives eight lost or refused renewals in a row, and
-// a rebalance that stops renewals for most of a lease. Renewing more often buys nothing for
-// safety (the lease always ends HeartbeatTimeout after the send time of the last heartbeat whose
-// commit was accepted); renewing less often leaves less slack for rebalances.
+// A leader sees a renewal take effect up to two MinPollIntervals after it sent the heartbeat, plus
+// round trips: one poll reads the heartbeat back, the next sees its commit accepted. Heartbeats go
+// out on polls, so one follows RenewInterval rounded up to a whole number of MinPollIntervals after
+// the last. After each renewal a leader therefore holds HeartbeatTimeout less up to two
+// MinPollIntervals and a round trip, and renewals take effect up to RenewInterval + 2 x
+// MinPollInterval apart. Validate requires HeartbeatTimeout to be at least 2 x RenewInterval + 2 x
+// MinPollInterval (RenewInterval rounded up so), which a healthy leader outlasts with a renewal to
+// spare: settings that left no such margin fenced a healthy leader at nearly every renewal. At the
+// default intervals (RenewInterval a tenth of the lease, MinPollInterval at most a twentieth) a
+// leader holds at least nine tenths of the lease, less a round trip, after each renewal, and
+// survives at least five lost or refused renewals in a row (seven at a 1 s lease, eight at the
+// default 5 s), and a rebalance that stops renewals for most of a lease. Renewing more often buys
+// nothing for safety (the lease always ends HeartbeatTimeout after the send time of the last
+// heartbeat whose commit was accepted); renewing less often leaves less slack for rebalances.
 //
 // A tenure revoked in a rebalance while its barrier still has LeaderRevoked writes a releasing
 // marker to its partition before letting the partition go, and a released marker once the barrier
@@ -181,16 +190,17 @@
 // from librdkafka's report that every broker connection is down (or New's failed metadata request)
 // and cleared by the next answer; an instance marked unreachable probes with a metadata request
 // every RenewInterval until one comes. New fails with a NotKafkaError when the bootstrap servers
-// accept connections but do not answer a Kafka request, after its metadata request has waited one
-// HeartbeatTimeout and each server up to two seconds more.
+// accept connections but do not answer a Kafka request (they answer otherwise, or stay silent),
+// after its metadata request has waited one HeartbeatTimeout and each server up to two seconds
+// more: at the default lease, seven seconds for one server. neli gives up on such a server in five.
 //
 // # Cost
 //
 // A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
 // producer and fetches nothing, because it owns no partition. The leader adds one producer (opened
 // on its first assignment and kept), one heartbeat per RenewInterval, one fetch that returns with
-// it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s, so a leader's fetch
-// rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
+// it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s and at most a third of
+// the lease, so a leader's fetch rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
 // three sends the broker about two produce, fetch and commit requests a second each, plus two group
 // heartbeats a second per member. With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to

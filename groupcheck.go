@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"reflect"
@@ -117,12 +118,15 @@ const rolesSuffix = "--roles-"
 const singleRole = "(single leader)"
 
 // rolesDigest names a role list: eight hex digits of its SHA-256, order included, since the order
-// says which partition each role is.
+// says which partition each role is. Each name is hashed after its length, so that no two lists
+// hash the same bytes: with a separator instead, a name containing it could shift a boundary, and
+// two lists that name one role for different partitions would pass each other's group check.
 func rolesDigest(roles []string) string {
 	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
 	for _, r := range roles {
+		_, _ = h.Write(n[:binary.PutUvarint(n[:], uint64(len(r)))])
 		_, _ = h.Write([]byte(r))
-		_, _ = h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:4])
 }

@@ -181,3 +181,17 @@ func TestUnnamedConflict(t *testing.T) {
 		t.Errorf("a member on another named topic must make the conflict definite: %+v", c)
 	}
 }
+
+// Role names were once hashed joined by NUL bytes, so {"a\x00b", "a"} and {"a", "b\x00a"} had one
+// digest: two instances with those lists passed each other's group check and both led role "a".
+func TestRolesDigestIsUnambiguous(t *testing.T) {
+	for _, pair := range [][2][]string{
+		{{"a\x00b", "a"}, {"a", "b\x00a"}},
+		{{"ab", "c"}, {"a", "bc"}},
+		{{"a", ""}, {"a"}},
+	} {
+		if a, b := rolesDigest(pair[0]), rolesDigest(pair[1]); a == b {
+			t.Errorf("rolesDigest(%q) = rolesDigest(%q) = %s", pair[0], pair[1], a)
+		}
+	}
+}

@@ -39,7 +39,8 @@ type MockRoles interface {
 }
 
 // NewMockRoles creates a MockRoles for roles, which NewRoles would accept: at least one, each
-// non-empty and listed once. If no barrier is given, events are discarded.
+// non-empty, free of control characters and listed once. If no barrier is given, events are
+// discarded.
 func NewMockRoles(config MockConfig, roles []string, barrier ...Barrier) (MockRoles, error) {
 	if err := validateRoles(roles); err != nil {
 		return nil, err

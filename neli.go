@@ -207,7 +207,8 @@ type neli struct {
 // that. New is bounded in time: an unreachable broker costs at most one HeartbeatTimeout spent
 // looking for the topic, after which New succeeds, Pulse keeps trying and Stats reports Kafka
 // unreachable (UnreachableSince) until a broker answers. Bootstrap servers that accept connections
-// but do not answer as Kafka cost up to two seconds more each, and New fails with a NotKafkaError.
+// but do not answer as Kafka, whether they answer otherwise or not at all, cost up to two seconds
+// more each, and New fails with a NotKafkaError.
 //
 // The instance contends for one leadership, partition 0 of the leader topic. It is the one-role
 // case of NewRoles, whose events have an empty Role.

@@ -153,12 +153,14 @@ func (n *neli) unreachable(client, reason string) {
 }
 
 // reachTimeout bounds each server's answer when New checks that the bootstrap servers speak Kafka.
+// The check comes after New's metadata request has gone unanswered for a HeartbeatTimeout, so a
+// server that is silent to it has been silent for HeartbeatTimeout plus this.
 const reachTimeout = 2 * time.Second
 
 // NotKafkaError is returned by New when no bootstrap server answers as a Kafka broker and at least
-// one accepts connections and answers otherwise: a port of some other service, which librdkafka
-// would retry for ever. Servers that refuse connections do not cause it, as a broker may be on its
-// way up; New then succeeds and Stats reports Kafka unreachable.
+// one accepts connections and then answers otherwise, or not at all: a port of some other service,
+// which librdkafka would retry for ever. Servers that refuse connections do not cause it, as a
+// broker may be on its way up; New then succeeds and Stats reports Kafka unreachable.
 type NotKafkaError struct {
 	// Servers are bootstrap.servers as configured.
 	Servers string
@@ -172,7 +174,7 @@ func (e *NotKafkaError) Error() string {
 }
 
 // checkSpeaksKafka returns a *NotKafkaError if no bootstrap server answers an ApiVersions request
-// and some server accepted the connection, and nil otherwise. It only asks over plaintext
+// within timeout and some server accepted the connection, and nil otherwise. It only asks over plaintext
 // listeners: a TLS listener does not answer in the clear, and telling a TLS handshake failure from
 // another service is librdkafka's to do.
 func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration) error {
@@ -186,14 +188,12 @@ func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration) error {
 		if err != nil {
 			continue
 		}
-		answer, err := kprobe.SpeaksKafka(conn, timeout)
+		err = kprobe.SpeaksKafka(conn, timeout)
 		_ = conn.Close()
-		switch {
-		case err == nil:
+		if err == nil {
 			return nil
-		case answer:
-			answers = append(answers, s+": "+err.Error())
 		}
+		answers = append(answers, s+": "+err.Error())
 	}
 	if len(answers) == 0 {
 		return nil

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 )
@@ -85,7 +87,8 @@ type RoleTask func(role string)
 // member of the group uses another leader topic or another role list, and joins the group. It does
 // not wait for leadership; call Pulse or Background for that.
 //
-// roles are the roles' names, at least one, each non-empty, at most 255 bytes and listed once;
+// roles are the roles' names, at least one, each non-empty, at most 255 bytes, free of control
+// characters and listed once;
 // their order gives the partitions, so every contender of a group must list the same roles in the
 // same order: an instance that sees a member with another list does not lead until it has gone,
 // and NewRoles fails with a *GroupConflictError if one is in the group already (see
@@ -130,6 +133,11 @@ func validateRoles(roles []string) error {
 			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Reason: "must not be empty"})
 		case len(r) > maxRoleName:
 			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r[:16] + "...", Reason: fmt.Sprintf("at most %d bytes", maxRoleName)})
+		case strings.IndexFunc(r, unicode.IsControl) >= 0:
+			// A name is printed in logs, events and `neli run`'s NELI_ROLE, where a control
+			// character would garble or forge lines; and a NUL once let two role lists share a digest.
+			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r,
+				Reason: "must not contain control characters (U+0000-U+001F, U+007F-U+009F); any other character is allowed"})
 		case seen[r]:
 			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r, Reason: "listed twice"})
 		}

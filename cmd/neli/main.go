@@ -191,6 +191,10 @@ func (c *common) validate() error {
 	if c.topic == "" && !validTopic(c.group+".neli") {
 		return badUsage("--group %q cannot name the leader topic: %q is not a valid Kafka topic name (1 to 249 characters of [a-zA-Z0-9._-]); pass --topic", c.group, c.group+".neli")
 	}
+	if c.topic == "" && c.fs != nil && flagSet(c.fs, "topic") {
+		// Taken as no --topic, it would silently put the group on <group>.neli.
+		return badUsage("--topic must not be empty: leave it out for <group>.neli")
+	}
 	if c.topic != "" && !validTopic(c.topic) {
 		return badUsage("--topic %q: a Kafka topic name is 1 to 249 characters of [a-zA-Z0-9._-], and not . or ..", c.topic)
 	}
@@ -282,6 +286,13 @@ const reachTimeout = 5 * time.Second
 // port of some other service accepts the connection and then never answers librdkafka.
 func (c *common) checkReachable() error {
 	servers := c.kafka
+	if len(kprobe.Servers(servers)) == 0 {
+		if c.fs == nil || flagSet(c.fs, "kafka") {
+			return badUsage("--kafka must not be empty: want host:port[,host:port...]")
+		}
+		return badUsage("bootstrap.servers (from -X, -F or NELI_X_BOOTSTRAP_SERVERS) must not be empty: " +
+			"want host:port[,host:port...], or leave it out to use --kafka")
+	}
 	probe := kprobe.InTheClear(c.kafkaConfig()["security.protocol"])
 	var errs []string
 	for _, s := range kprobe.Servers(servers) {
@@ -294,16 +305,13 @@ func (c *common) checkReachable() error {
 			continue
 		}
 		if probe {
-			_, err = kprobe.SpeaksKafka(conn, reachTimeout)
+			err = kprobe.SpeaksKafka(conn, reachTimeout)
 		}
 		_ = conn.Close()
 		if err == nil {
 			return nil
 		}
 		errs = append(errs, fmt.Sprintf("%s accepts connections but does not answer as Kafka: %v", s, err))
-	}
-	if len(errs) == 0 {
-		return badUsage("--kafka is empty: want host:port[,host:port...]")
 	}
 	return fmt.Errorf("cannot reach Kafka at %s (%s); start one (for example 'neli broker' or 'docker compose up -d') or fix --kafka",
 		servers, strings.Join(errs, "; "))

@@ -92,6 +92,14 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"status", "--format", "yaml"}, exitUsage, "--format"},
 		{[]string{"status", "now"}, exitUsage, `unexpected argument "now"`},
 		{[]string{"status", "--group", ""}, exitUsage, "--group"},
+		// An empty --topic was taken as no --topic at all, while an empty --group was refused.
+		{[]string{"run", "--topic", "", "--", "true"}, exitUsage, "--topic must not be empty"},
+		{[]string{"watch", "--topic", ""}, exitUsage, "--topic must not be empty"},
+		{[]string{"status", "--topic", ""}, exitUsage, "--topic must not be empty"},
+		// An empty bootstrap list reached goneli, which accepted it (issue 23).
+		{[]string{"status", "--kafka", ""}, exitUsage, "--kafka must not be empty"},
+		{[]string{"status", "-X", "bootstrap.servers= ,"}, exitUsage, "bootstrap.servers (from -X, -F or NELI_X_BOOTSTRAP_SERVERS) must not be empty"},
+		{[]string{"run", "--kafka", ",", "--", "true"}, exitUsage, "--kafka must not be empty"},
 		{[]string{"status", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
 		{[]string{"run", "--address", strings.Repeat("x", 1025), "--", "true"}, exitUsage, "--address is 1025 bytes long: at most 1024"},
 		{[]string{"run", "--group", "my group", "--", "true"}, exitUsage, `--group "my group" cannot name the leader topic`},

@@ -38,10 +38,12 @@ func Servers(list string) []string {
 
 // SpeaksKafka sends an ApiVersions request at version 0, which a Kafka broker answers before any
 // authentication, and checks that the answer has a Kafka response's framing and correlation id.
-// answered reports whether the server did something other than stay silent: a busy broker may
-// not answer in time, so silence proves nothing, but closing the connection or answering with
-// anything else does.
-func SpeaksKafka(conn net.Conn, timeout time.Duration) (answered bool, err error) {
+// It returns nil for a Kafka answer and otherwise says what the server did instead. A server that
+// accepted the connection and stays silent for the whole timeout counts as not Kafka, for the
+// library and the neli command alike: a port of some other service may wait for ever for a request
+// it understands, and librdkafka would retry it for ever, while a broker too swamped to answer
+// ApiVersions within seconds could not keep a leader's lease either.
+func SpeaksKafka(conn net.Conn, timeout time.Duration) error {
 	const correlation = 0x676f6e65
 	const clientID = "goneli-probe"
 	req := binary.BigEndian.AppendUint16(nil, 18) // ApiVersions
@@ -52,19 +54,19 @@ func SpeaksKafka(conn net.Conn, timeout time.Duration) (answered bool, err error
 	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write(frame); err != nil {
-		return true, fmt.Errorf("closed the connection before an ApiVersions request was sent: %v", err)
+		return fmt.Errorf("closed the connection before an ApiVersions request was sent: %v", err)
 	}
 	var head [8]byte
 	if n, err := io.ReadFull(conn, head[:]); err != nil {
 		var ne net.Error
 		if n == 0 && errors.As(err, &ne) && ne.Timeout() {
-			return false, err
+			return fmt.Errorf("did not answer an ApiVersions request within %v", timeout)
 		}
-		return true, fmt.Errorf("closed the connection without answering an ApiVersions request (%q, %v)", head[:n], err)
+		return fmt.Errorf("closed the connection without answering an ApiVersions request (%q, %v)", head[:n], err)
 	}
 	size, id := binary.BigEndian.Uint32(head[:4]), binary.BigEndian.Uint32(head[4:])
 	if size < 4 || size > 1<<20 || id != correlation {
-		return true, fmt.Errorf("answered an ApiVersions request with %q, not a Kafka response", head[:])
+		return fmt.Errorf("answered an ApiVersions request with %q, not a Kafka response", head[:])
 	}
-	return true, nil
+	return nil
 }
