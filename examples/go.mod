@@ -4,13 +4,14 @@ go 1.26.0
 
 require (
 	github.com/goneli/goneli v0.0.0
-	github.com/goneli/goneli/internal/kafkatest v0.0.0
+	github.com/goneli/goneli/nelitest v0.0.0
 	github.com/obsidiandynamics/libstdgo v0.4.1
 	github.com/sirupsen/logrus v1.10.2
 )
 
 require (
 	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1 // indirect
+	github.com/goneli/goneli/internal/kafkatest v0.0.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect

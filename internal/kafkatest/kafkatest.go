@@ -34,7 +34,13 @@ const DefaultGroupMinSessionTimeout = 500 * time.Millisecond
 // Options given here are applied after the defaults, so kfake.NumBrokers or kfake.Ports with
 // several ports start several nodes, every one behind the same Netem.
 func Start(opts ...kfake.Opt) (*Broker, error) {
-	nm := NewNetem()
+	return StartNet(NewNetem(), opts...)
+}
+
+// StartNet is Start with the given Netem in front of the cluster. A broker restarted on the Netem
+// of the one it replaces keeps its faults: a client cut off from the old broker is cut off from
+// the new one, as a real partition of the network would keep it.
+func StartNet(nm *Netem, opts ...kfake.Opt) (*Broker, error) {
 	all := append([]kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.GroupMinSessionTimeout(DefaultGroupMinSessionTimeout),
@@ -75,9 +81,10 @@ const (
 // set on a broker.
 type Netem struct {
 	mu     sync.Mutex
-	faults map[string]fault // by client.id
+	faults map[string]fault // by client.id, or by its key (SetClientKey)
 	nodes  map[string]fault // by broker listen address
 	conns  map[*conn]struct{}
+	key    func(clientID string) string // nil: a client is known by its client.id
 }
 
 type fault struct {
@@ -98,6 +105,16 @@ func (nm *Netem) Listen(network, address string) (net.Listener, error) {
 		return nil, err
 	}
 	return &listener{Listener: ln, nm: nm}, nil
+}
+
+// SetClientKey makes nm know each client by key(client.id) instead of its client.id, so that one
+// Cut covers several clients: goneli derives the client.id of an instance's observer and of its
+// roles consumer from the one its producer has. It applies to connections accepted from then on;
+// set it before any client connects. key may be called concurrently, and must not call nm.
+func (nm *Netem) SetClientKey(key func(clientID string) string) {
+	nm.mu.Lock()
+	defer nm.mu.Unlock()
+	nm.key = key
 }
 
 // Cut applies kind to every connection of clientID, present and future.
@@ -223,9 +240,17 @@ func (c *conn) identify() error {
 	if _, err := io.ReadFull(c.Conn, id); err != nil {
 		return err
 	}
+	c.nm.mu.Lock()
+	key := c.nm.key
+	c.nm.mu.Unlock()
+	clientID := string(id)
+	if key != nil {
+		// Called without mu: key may take locks of its own.
+		clientID = key(clientID)
+	}
 	// Netem.set reads clientID from other goroutines, under mu.
 	c.nm.mu.Lock()
-	c.clientID = string(id)
+	c.clientID = clientID
 	c.nm.mu.Unlock()
 	c.pending = append(head, id...)
 	return nil

@@ -2,6 +2,8 @@ package kafkatest
 
 import (
 	"context"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -128,5 +130,62 @@ func TestNetemCutsOnlyTheNamedBroker(t *testing.T) {
 				t.Fatalf("after healing: %v", err)
 			}
 		})
+	}
+}
+
+// A client key lets one Cut reach every client of one instance, and a Netem handed to StartNet
+// keeps its faults for the broker that replaces a stopped one.
+func TestNetemClientKeyAndRestart(t *testing.T) {
+	nm := NewNetem()
+	nm.SetClientKey(func(id string) string {
+		if id == "a-observer" {
+			return "a"
+		}
+		return id
+	})
+	b, err := StartNet(nm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { b.Close() }()
+	client := func(id string) *kgo.Client {
+		cl, _ := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ClientID(id))
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	a, observer, bystander := client("a"), client("a-observer"), client("b")
+
+	nm.Cut("a", Refuse)
+	for id, cl := range map[string]*kgo.Client{"a": a, "a-observer": observer} {
+		if err := ping(cl, 500*time.Millisecond); err == nil {
+			t.Errorf("%s still reaches the broker", id)
+		}
+	}
+	if err := ping(bystander, 10*time.Second); err != nil {
+		t.Fatalf("the bystander was cut too: %v", err)
+	}
+
+	// Same port, same Netem: the cut holds on the new broker.
+	_, port, _ := net.SplitHostPort(b.Addr)
+	p, _ := strconv.Atoi(port)
+	b.Close()
+	for range 100 {
+		if b, err = StartNet(nm, kfake.Ports(p)); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the old listener's port is not free yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(observer, 500*time.Millisecond); err == nil {
+		t.Error("a-observer reaches the restarted broker through the cut")
+	}
+	if err := ping(bystander, 10*time.Second); err != nil {
+		t.Fatalf("the bystander cannot reach the restarted broker: %v", err)
+	}
+	nm.Heal("a")
+	if err := ping(observer, 10*time.Second); err != nil {
+		t.Fatalf("after healing: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package local gives the examples a Kafka to talk to and a bounded lifetime, so that each one
 // runs on a machine with no Kafka and ends by itself. Programs outside this module cannot import
-// it (it starts goneli's internal test broker); they would connect to a real cluster instead.
+// it (it is internal); the embedded broker it starts is nelitest's, which they can use the same
+// way for a local mode or a test, and a real cluster otherwise.
 package local
 
 import (
@@ -13,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/nelitest"
 )
 
 // Env is what an example runs with.
@@ -39,12 +40,12 @@ func Start() (Env, func()) {
 	env := Env{Servers: *kafka, Ctx: ctx}
 	stopBroker := func() {}
 	if *kafka == "" {
-		b, err := kafkatest.Start()
+		b, err := nelitest.New()
 		if err != nil {
 			log.Fatalf("starting the embedded broker: %v", err)
 		}
-		fmt.Fprintf(os.Stderr, "no -kafka given: using an embedded broker at %s\n", b.Addr)
-		env.Servers, env.Embedded, stopBroker = b.Addr, true, b.Close
+		fmt.Fprintf(os.Stderr, "no -kafka given: using an embedded broker at %s\n", b.Addr())
+		env.Servers, env.Embedded, stopBroker = b.Addr(), true, b.Close
 	}
 	return env, func() {
 		cancel()
