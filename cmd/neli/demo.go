@@ -184,6 +184,33 @@ type demo struct {
 	noMore    bool // no further disruption fits in --duration
 	problems  []string
 	ending    bool
+	// fences and thaws feed the fence check (fenceCheck): every fence, and when each frozen
+	// member was let go.
+	fences []fenceAt
+	thaws  map[string][]time.Time
+}
+
+// fenceAt is one member's fence as its timeline shows it.
+type fenceAt struct {
+	who string
+	at  time.Time
+}
+
+// unexplainedFences returns the fences that no injected fault explains. The demo's only fault
+// that fences a member is a freeze: on waking the member finds its lease gone and fences at once,
+// so a fence within a lease of its own thaw is explained. Any other fence is one that a newcomer
+// would rightly ask about, and the summary names it.
+func unexplainedFences(fences []fenceAt, thaws map[string][]time.Time, lease time.Duration) []fenceAt {
+	var out []fenceAt
+	for _, f := range fences {
+		explained := slices.ContainsFunc(thaws[f.who], func(t time.Time) bool {
+			return !f.at.Before(t) && f.at.Sub(t) <= lease
+		})
+		if !explained {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func (d *demo) session() time.Duration { return 2 * d.o.heartbeatTimeout }
@@ -299,6 +326,10 @@ func (d *demo) advance(now, deadline time.Time) {
 	if s.kind == freeze && s.thawedAt.IsZero() && ((s.successor != "" && waited >= d.freezeFor()) || s.timedOut) {
 		d.signal(d.fleet.Proc(s.victim), syscall.SIGCONT)
 		s.thawedAt = now
+		if d.thaws == nil {
+			d.thaws = map[string][]time.Time{}
+		}
+		d.thaws[s.victim] = append(d.thaws[s.victim], now)
 		d.sayAt(now, ">> SIGCONT to %s after %v frozen; its lease ran out long ago, so it must not act", s.victim, waited.Round(time.Millisecond))
 	}
 	if (s.successor != "" || s.timedOut) && (s.kind != freeze || !s.thawedAt.IsZero()) {
@@ -347,6 +378,7 @@ func (d *demo) handle(ev memberEvent) {
 		d.acquired(l.Name, l)
 	case member.EventFenced:
 		d.sayAt(at, "%s fenced: %s", l.Name, l.Info)
+		d.fences = append(d.fences, fenceAt{who: l.Name, at: at})
 		d.lost(l.Name)
 	case member.EventRevoked:
 		d.sayAt(at, "%s no longer leads (revoked)", l.Name)
@@ -556,6 +588,16 @@ func (d *demo) summary() bool {
 				break
 			}
 			d.say("  %s acted %s..%s while %s acted %s..%s", o.A.Who, clock(o.A.From), clock(o.A.To), o.B.Who, clock(o.B.From), clock(o.B.To))
+		}
+	}
+	// Not a safety problem, so the result does not depend on it; but a fence with no cause is a
+	// lost lease that a user would see as a blip of leadership, and is flagged as such.
+	if odd := unexplainedFences(d.fences, d.thaws, d.o.heartbeatTimeout); len(odd) == 0 {
+		d.say("fence check: PASSED: %d fences, each within a lease of its member's injected freeze ending", len(d.fences))
+	} else {
+		d.say("fence check: FLAGGED: %d of %d fences followed no injected freeze (no overlap, but a lease lost with no fault to cause it):", len(odd), len(d.fences))
+		for _, f := range odd {
+			d.say("  %s fenced at %+.3fs", f.who, f.at.Sub(d.start).Seconds())
 		}
 	}
 	for _, p := range d.problems {

@@ -1,0 +1,26 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// A fence is explained only by its own member's thaw, up to a lease after it: the case the demo
+// showed (a member that had been frozen earlier, fenced a second after leading again) is flagged.
+func TestUnexplainedFences(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	thaws := map[string][]time.Time{"n3": {at(9.804)}}
+	fences := []fenceAt{
+		{"n3", at(9.805)},  // on waking: explained
+		{"n3", at(12.476)}, // after leading again at 11.475: not
+		{"n4", at(9.805)},  // another member at n3's thaw: not
+	}
+	odd := unexplainedFences(fences, thaws, time.Second)
+	if len(odd) != 2 || odd[0] != fences[1] || odd[1] != fences[2] {
+		t.Errorf("unexplained %v, want n3 at 12.476 and n4 at 9.805", odd)
+	}
+	if odd := unexplainedFences(fences[:1], thaws, time.Second); len(odd) != 0 {
+		t.Errorf("a fence on waking was flagged: %v", odd)
+	}
+}
