@@ -33,9 +33,9 @@ func (n *neli) shutdown() {
 	} else {
 		n.awaitLeft(deadline)
 	}
-	closing := []namedConsumer{{"Kafka consumer", n.consumer}}
+	closing := []namedConsumer{{"Kafka consumer", n.consumer, n.commits.close}}
 	if n.observer != nil {
-		closing = append(closing, namedConsumer{"leader observer", n.observer.consumer})
+		closing = append(closing, namedConsumer{"leader observer", n.observer.consumer, nil})
 	}
 	n.consumerClosing.Store(true)
 	errs = append(errs, n.closeConsumers(closing, deadline)...)
@@ -223,8 +223,9 @@ func (n *neli) serve(ev kafka.Event) {
 }
 
 type namedConsumer struct {
-	what string
-	c    KafkaConsumer
+	what  string
+	c     KafkaConsumer
+	first func() // run before the consumer's Close, on the goroutine that closes it; may be nil
 }
 
 // closeConsumers closes the consumers side by side and waits for all of them until deadline, so
@@ -237,6 +238,9 @@ func (n *neli) closeConsumers(consumers []namedConsumer, deadline time.Time) []e
 		n.closers.Add(1)
 		go func() {
 			defer n.closers.Done()
+			if nc.first != nil {
+				nc.first()
+			}
 			results[i] <- nc.c.Close()
 		}()
 	}

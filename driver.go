@@ -71,6 +71,7 @@ func (n *neli) cycle(poll time.Duration) error {
 		ev = n.consumer.Poll(0)
 	}
 	n.drainProducer()
+	n.collectCommits()
 	n.checkReadBack()
 	n.probeReach()
 	n.collectGroupCheck()
@@ -80,6 +81,7 @@ func (n *neli) cycle(poll time.Duration) error {
 			n.apply(p, p.lease.due())
 		}
 		n.startGroupCheck()
+		n.startCommits()
 	}
 	return fatal
 }
@@ -94,7 +96,11 @@ func (n *neli) apply(p *part, out leaseOut) *delivery {
 		n.store(p, out.store)
 	}
 	if out.commit != 0 {
-		n.commitBelow(p, out.commit)
+		if out.restarted {
+			n.log.W()("goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
+				n.config.Name, p.id, out.commit)
+		}
+		n.commitAsks[p.id] = out.commit
 	}
 	if out.check {
 		p.wantCheck = true
@@ -196,14 +202,33 @@ func (n *neli) onCommit(e kafka.OffsetsCommitted) {
 	}
 }
 
-// commitBelow commits an offset that is not above the last one committed, which librdkafka's
-// auto-commit would skip (see lease.readBack). The explicit commit is synchronous, but it is needed
-// only once per log restart.
-func (n *neli) commitBelow(p *part, offset int64) {
-	n.log.W()("goneli %s: partition %d restarted below the committed offset %d; committing %d explicitly",
-		n.config.Name, p.id, p.lease.lastCommitted, offset)
-	committed, err := n.consumer.CommitOffsets([]kafka.TopicPartition{{Topic: &n.topic, Partition: p.id, Offset: kafka.Offset(offset)}})
-	n.onCommit(kafka.OffsetsCommitted{Error: err, Offsets: committed})
+// startCommits sends the explicit commits that the leases asked for in this cycle as one request,
+// unless one is still under way; a lease whose offset stays uncommitted asks again (lease.stalled).
+func (n *neli) startCommits() {
+	if len(n.commitAsks) == 0 {
+		return
+	}
+	offsets := make([]kafka.TopicPartition, 0, len(n.commitAsks))
+	for id, off := range n.commitAsks {
+		offsets = append(offsets, kafka.TopicPartition{Topic: &n.topic, Partition: id, Offset: kafka.Offset(off)})
+	}
+	clear(n.commitAsks)
+	if n.commits.start(offsets) {
+		n.throttle.log(n.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly: librdkafka has committed none for %v",
+			n.config.Name, offsets, commitStall(*n.config.MinPollInterval))
+	}
+}
+
+// collectCommits takes the answer to an explicit commit, once it has come.
+func (n *neli) collectCommits() {
+	e, ok := n.commits.collect()
+	if !ok {
+		return
+	}
+	if e.Error == nil {
+		n.reachable("consumer", "a commit accepted")
+	}
+	n.onCommit(e)
 }
 
 func (n *neli) onCommitError(p *part, err error) {
@@ -523,19 +548,21 @@ func (n *neli) renewConsumer(reason string) {
 	n.consumerRenewals++
 	n.endTenures(n.parts, false)
 	n.member.left()
-	old := n.consumer
+	old, oldCommits := n.consumer, n.commits
 	if err := old.Unsubscribe(); err == nil {
 		n.awaitLeft(time.Now().Add(*n.config.HeartbeatTimeout))
 	}
 	if kc, ok := old.(*kafka.Consumer); ok {
 		n.retired.Store(kc, true)
 	}
-	n.consumer = fresh
+	n.consumer, n.commits = fresh, newCommitter(fresh, &n.closers)
 	clear(n.groupParts)
+	clear(n.commitAsks)
 	n.owedCommit = false
 	n.closers.Add(1)
 	go func() {
 		defer n.closers.Done()
+		oldCommits.close()
 		if err := old.Close(); err != nil {
 			n.log.D()("goneli %s: closing the replaced Kafka consumer: %v", n.config.Name, err)
 		}

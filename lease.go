@@ -34,9 +34,12 @@ type lease struct {
 	// releaseWait is how long a new tenure waits for a predecessor that is releasing the
 	// partition: the rebalance timeout, which bounds a revocation's wait for the barrier.
 	releaseWait time.Duration
-	clock       clock
-	base        time.Time // origin of the monotonic durations below
-	random      func() uint64
+	// stall is how long a stored offset may wait for librdkafka's auto-commit before the lease
+	// asks for an explicit commit of it (see due).
+	stall  time.Duration
+	clock  clock
+	base   time.Time // origin of the monotonic durations below
+	random func() uint64
 
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
@@ -63,6 +66,7 @@ type tenure struct {
 	confirmedSeq uint64 // newest heartbeat read back
 	next         time.Duration
 	pending      map[int64]confirmed // stored offset -> the heartbeat just before it
+	nudged       time.Duration       // when the tenure last asked for an explicit commit of a stalled offset
 
 	leading     bool // acquired, and not fenced since
 	acquired    bool // acquired at least once: since and token are fixed
@@ -88,10 +92,12 @@ type tenure struct {
 	releaseBy time.Duration
 }
 
-// confirmed is an own heartbeat that came back, by its send time and offset.
+// confirmed is an own heartbeat that came back, by its send time and offset, and when its
+// offset was stored for commit.
 type confirmed struct {
 	sent   time.Duration
 	offset int64
+	stored time.Duration
 }
 
 type leaseCounts struct {
@@ -124,6 +130,7 @@ type leaseOut struct {
 	heartbeat *heartbeat // produce it
 	store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
+	restarted bool       // commit is asked for because the log restarted below the last commit
 	check     bool       // start a group check for the current tenure
 	// release is set when the tenure ended while its LeaderRevoked was still to be delivered: the
 	// driver writes it (kind releasing) before it lets the partition go, and again, as kind
@@ -162,7 +169,7 @@ func newLease(c leaseConfig) *lease {
 		c.poll = c.interval
 	}
 	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
-		clock: c.clock, base: c.base, random: randomTenure}
+		stall: commitStall(c.poll), clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -224,8 +231,47 @@ func (l *lease) due() leaseOut {
 		l.t.checking = true
 		out.check = true
 	}
+	if off, ok := l.stalled(now); ok {
+		out.commit = off
+		l.t.nudged = now
+	}
 	l.release(&out)
 	return out
+}
+
+// commitStall is the lease's stall for a MinPollInterval of poll: librdkafka's auto-commit runs
+// every quarter poll (config.go, groupTiming), so an offset that has waited two polls has missed
+// eight of its rounds, and a commit answered normally is not sent twice.
+func commitStall(poll time.Duration) time.Duration {
+	return 2 * poll
+}
+
+// stalled returns the newest stored offset if any stored offset has waited for its commit for the
+// stall, and no explicit commit was asked for within the last stall. (Measured from the oldest:
+// heartbeats may be stored more often than once a stall.)
+//
+// librdkafka's auto-commit sends nothing while the consumer rejoins the group, and a consumer
+// rejoins at most once a second: a member that joined in one rebalance and sees the group start
+// another waits out the rest of that second before its JoinGroup goes out (librdkafka 2.11.1,
+// cooperative protocol), and commits nothing meanwhile. A lease shorter than that gap, or a
+// renewal that was due early in it, ran out although the coordinator would have accepted a commit
+// all along: it accepts a commit of the current generation until every member has rejoined, and
+// refuses one (REBALANCE_IN_PROGRESS, which renews nothing) only while the new assignment is being
+// handed out. An explicit commit goes out whatever librdkafka's join state, and proves exactly
+// what an automatic one proves (committed).
+func (l *lease) stalled(now time.Duration) (int64, bool) {
+	if now-l.t.nudged < l.stall {
+		return 0, false
+	}
+	var newest int64
+	oldest := now
+	for off, hb := range l.t.pending {
+		newest, oldest = max(newest, off), min(oldest, hb.stored)
+	}
+	if newest == 0 || now-oldest < l.stall {
+		return 0, false
+	}
+	return newest, true
 }
 
 // sent records that a heartbeat was handed to the producer.
@@ -252,7 +298,7 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	l.t.confirmedSeq = h.seq
 	l.t.readAt = l.now()
 	next := offset + 1
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset}
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
 	l.c.confirmed++
 	l.rtt = l.now() - h.sentMono
 	out.store = next
@@ -260,7 +306,8 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
 		// leader election): it auto-commits only offsets above that, so no heartbeat would be
 		// confirmed until the new log grew past it. One explicit commit resets it.
-		out.commit = next
+		out.commit, out.restarted = next, true
+		l.t.nudged = l.now()
 	}
 	l.publish()
 	return out

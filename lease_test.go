@@ -328,6 +328,62 @@ func TestLeaseLogRestartedBelowCommittedOffset(t *testing.T) {
 	}
 }
 
+// librdkafka auto-commits nothing while its consumer waits to rejoin the group, for up to a second.
+// An offset stored and left uncommitted for the stall (two polls) is asked for as an explicit
+// commit, the newest one, once per stall; its acceptance renews the lease as an automatic commit's
+// would. Offsets whose commits come back in time are never asked for.
+func TestLeaseAsksForAStalledCommit(t *testing.T) {
+	stall := commitStall(rigInterval) // the rig's poll is its interval
+	r := newRig(t)
+	r.acquire()
+	r.renewal(10*time.Millisecond, 10*time.Millisecond)
+	r.due()
+	if len(r.commits) != 0 {
+		t.Fatalf("explicit commits %v although every commit came back", r.commits)
+	}
+	firstEnd := r.l.load().end
+
+	// The auto-commit stops: heartbeats come back and are stored, and nothing is committed.
+	var last int64
+	for range 4 {
+		h, off := r.heartbeat()
+		r.wait(5 * time.Millisecond)
+		r.back(h, off)
+		last = off + 1
+		r.wait(stall / 4)
+		r.due()
+	}
+	if len(r.commits) != 1 || r.commits[0] != last {
+		t.Fatalf("explicit commits %v after %v without one, want [%d]", r.commits, 4*(stall/4+5*time.Millisecond), last)
+	}
+	r.wait(stall / 2)
+	r.due()
+	if len(r.commits) != 1 {
+		t.Fatalf("explicit commits %v: asked again within the stall", r.commits)
+	}
+	r.commit(last)
+	if end := r.l.load().end; end <= firstEnd {
+		t.Fatalf("the accepted explicit commit left the lease end at %v (was %v)", end, firstEnd)
+	}
+	r.wait(stall)
+	r.due()
+	if len(r.commits) != 1 {
+		t.Fatalf("explicit commits %v after the stalled offset was committed", r.commits)
+	}
+
+	// Still stalled a stall later: asked again.
+	h, off := r.heartbeat()
+	r.back(h, off)
+	r.wait(stall)
+	r.due()
+	if len(r.commits) != 2 || r.commits[1] != off+1 {
+		t.Fatalf("explicit commits %v, want a second one of %d", r.commits, off+1)
+	}
+	if r.kinds() != "A" {
+		t.Fatalf("events %s, want A", r.kinds())
+	}
+}
+
 // Heartbeats go out once per interval, and a pulse in between produces nothing.
 func TestLeaseHeartbeatCadence(t *testing.T) {
 	r := newRig(t)

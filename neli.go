@@ -189,6 +189,10 @@ type neli struct {
 	// commits once more, until that commit's result has been polled.
 	owedCommit bool
 	releases   []release // tenures whose released marker waits for the barrier
+	// commits sends the consumer's explicit commits (commit.go); commitAsks gathers those that the
+	// leases asked for during a cycle, by partition, for one request at its end.
+	commits    *committer
+	commitAsks map[int32]int64
 
 	// consumerClosing is set once the group consumer's Close has been called; from then on its
 	// rebalance callback may run without mu, from a close that goes on in the background.
@@ -299,6 +303,8 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 		return fail(fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", n.topic, err))
 	}
 	n.consumer = consumer
+	n.commits = newCommitter(consumer, &n.closers)
+	n.commitAsks = map[int32]int64{}
 	for _, p := range n.parts {
 		p.events = newDispatcher()
 		n.events = append(n.events, p.events)
