@@ -297,6 +297,9 @@ func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partit
 				left--
 			}
 		case kafka.Error:
+			if err := authorizationError(config, "observer", e); err != nil {
+				return nil, err
+			}
 			if e.IsFatal() {
 				return nil, fmt.Errorf("goneli: reading %s: %w", topic, e)
 			}

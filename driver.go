@@ -71,6 +71,9 @@ func (n *neli) cycle(poll time.Duration) error {
 		ev = n.consumer.Poll(0)
 	}
 	n.drainProducer()
+	if fatal == nil {
+		fatal, n.denied = n.denied, nil
+	}
 	n.collectCommits()
 	n.checkReadBack()
 	n.probeReach()
@@ -131,6 +134,9 @@ func (n *neli) handle(ev kafka.Event) error {
 			// runs out on its own: no commit is accepted without a session, and the watchdog
 			// fences it.
 			return &SessionTimeoutError{Session: n.timing.session, HeartbeatTimeout: *n.config.HeartbeatTimeout, Err: e}
+		}
+		if err := authorizationError(n.config, "consumer", e); err != nil {
+			return err
 		}
 		if e.Code() == kafka.ErrAllBrokersDown {
 			n.unreachable("consumer", e.Error())
@@ -626,6 +632,9 @@ func (n *neli) drainProducer() {
 			switch e := ev.(type) {
 			case *kafka.Message:
 				if e.TopicPartition.Error != nil {
+					if n.denied == nil {
+						n.denied = authorizationError(n.config, "producer", e.TopicPartition.Error)
+					}
 					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
 				} else {
 					n.reachable("producer", "a heartbeat delivered")

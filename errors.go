@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
 // ErrNonLivePulse is returned by Pulse, PulseCtx, Background and Yield once Close has begun.
@@ -54,9 +56,14 @@ type TopicError struct {
 
 func (e *TopicError) Error() string {
 	p := max(e.Partitions, 1)
+	grant := ""
+	var ke kafka.Error
+	if errors.As(e.Err, &ke) && (ke.Code() == kafka.ErrTopicAuthorizationFailed || ke.Code() == kafka.ErrClusterAuthorizationFailed) {
+		grant = fmt.Sprintf(", or grant Create on topic %s (or on the cluster) to the client's principal", e.Topic)
+	}
 	return fmt.Sprintf("goneli: leader topic %q does not exist and could not be created (%v); "+
-		"create it with %d partition(s), for example: kafka-topics.sh --create --topic %s --partitions %d",
-		e.Topic, e.Err, p, e.Topic, p)
+		"create it with %d partition(s), for example: kafka-topics.sh --create --topic %s --partitions %d%s",
+		e.Topic, e.Err, p, e.Topic, p, grant)
 }
 
 // PartitionsError reports that the leader topic has fewer partitions than there are roles, and

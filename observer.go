@@ -19,6 +19,9 @@ type observer struct {
 	onChange func(LeaderInfo)
 	start    time.Time
 	throttle logThrottle
+	// denied is the first authorization failure seen, which Watch returns; an instance's own
+	// observer (ObserveLeader) only logs it, as the instance's consumer needs the same ACLs.
+	denied error
 
 	mu    sync.Mutex // guards seen against current() from other goroutines
 	roles []observed // by partition
@@ -79,6 +82,9 @@ func (o *observer) poll() {
 		case *kafka.Message:
 			o.onMessage(e)
 		case kafka.Error:
+			if o.denied == nil {
+				o.denied = authorizationError(o.config, "observer", e)
+			}
 			o.throttle.log(o.config.Scribe.W(), e.Code().String(), "goneli %s: leader observer: %v", o.config.Name, e)
 		}
 	}
@@ -173,8 +179,9 @@ func (o *observer) close() error {
 // every partition the topic had when Watch began, and each LeaderInfo names its role. A LeaderInfo
 // with an empty Name means that the role's last leader released it, or that its heartbeats have
 // not been seen for HeartbeatTimeout. onChange runs on
-// Watch's goroutine. Watch returns ctx.Err() when ctx ends, or an error if config is invalid or
-// the consumer cannot be created.
+// Watch's goroutine. Watch returns ctx.Err() when ctx ends, an *AuthorizationError if the broker
+// refuses what it needs (see the README's ACLs), or an error if config is invalid or the consumer
+// cannot be created.
 func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error {
 	if onChange == nil {
 		return fmt.Errorf("goneli: Watch needs an onChange function")
@@ -196,6 +203,10 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 	defer ticker.Stop()
 	for {
 		o.poll()
+		if o.denied != nil {
+			_ = o.close()
+			return o.denied
+		}
 		select {
 		case <-ctx.Done():
 			if err := o.close(); err != nil {

@@ -80,6 +80,11 @@ func (d *wireDialer) dial(ctx context.Context, addr string) (*wireConn, error) {
 	if d.sasl != nil {
 		if err := w.authenticate(ctx, d.sasl); err != nil {
 			w.close()
+			// A broker may close the connection on bad credentials without an answer, which
+			// would otherwise read as a server that is not Kafka.
+			if !strings.Contains(err.Error(), "SASL") {
+				err = fmt.Errorf("SASL %s authentication as %q with broker %s failed: %w", d.sasl.mechanism, d.sasl.user, addr, err)
+			}
 			return nil, err
 		}
 	}

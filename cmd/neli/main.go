@@ -8,6 +8,7 @@
 //	neli run    [flags] [--roles N | --role NAME...] [--grace 10s] [--metrics-addr HOST:PORT] -- CMD [ARGS...]
 //	neli watch  [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli status [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
+//	neli doctor [--kafka ADDR] [--group G] [--roles N] [--heartbeat-timeout D] [--format text|json]
 //	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
 //	neli version
 //
@@ -57,6 +58,7 @@ func subcommands() []subcommand {
 		{"run", "run a command only while this instance is the leader (a copy per role led, with --roles)", runRun},
 		{"watch", "print each change of leader of a group, without joining it", runWatch},
 		{"status", "show a group once: stable or not, who is in it, who leads, without joining it", runStatus},
+		{"doctor", "check that the cluster will work for a group (reach, version, session, topic, ACLs), without joining it", runDoctor},
 		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
 		{"version", "print the versions of neli, goneli, librdkafka and Go", runVersion},
 	}
@@ -91,7 +93,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		return status
 	}
-	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, broker, version (neli --help)\n", args[0])
+	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, doctor, broker, version (neli --help)\n", args[0])
 	return exitUsage
 }
 

@@ -182,23 +182,29 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 // roleNamesOf checks --roles and --role and returns the roles they name, or nil for a single
 // leader.
 func (o *runOptions) roleNamesOf(fs *flag.FlagSet) ([]string, error) {
-	count, named := flagSet(fs, "roles"), len(o.roleNames) > 0
+	return roleNamesFrom(fs, o.roleCount, o.roleNames)
+}
+
+// roleNamesFrom checks --roles (roleCount) and --role (roleNames) as registered on fs, for run and
+// doctor alike.
+func roleNamesFrom(fs *flag.FlagSet, roleCount int, roleNames roleList) ([]string, error) {
+	count, named := flagSet(fs, "roles"), len(roleNames) > 0
 	switch {
 	case count && named:
 		return nil, badUsage("--roles and --role cannot be used together: give either --roles N for numbered roles or --role NAME once per named role")
-	case count && o.roleCount < 1:
-		return nil, badUsage("--roles %d: want at least 1 role", o.roleCount)
-	case count && o.roleCount > goneli.MaxRoles:
+	case count && roleCount < 1:
+		return nil, badUsage("--roles %d: want at least 1 role", roleCount)
+	case count && roleCount > goneli.MaxRoles:
 		// Checked before the names are made, so that a slip such as --roles 1000000000 costs a
 		// line, not the memory.
-		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", o.roleCount, goneli.MaxRoles)
+		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", roleCount, goneli.MaxRoles)
 	case count:
-		return goneli.Shards(o.roleCount), nil
+		return goneli.Shards(roleCount), nil
 	case !named:
 		return nil, nil
 	}
 	seen := map[string]bool{}
-	for _, r := range o.roleNames {
+	for _, r := range roleNames {
 		switch {
 		case r == "":
 			return nil, badUsage("--role must not be empty: give each role a name")
@@ -207,7 +213,7 @@ func (o *runOptions) roleNamesOf(fs *flag.FlagSet) ([]string, error) {
 		}
 		seen[r] = true
 	}
-	return o.roleNames, nil
+	return roleNames, nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) (int, error) {

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/goneli/goneli"
+)
+
+const doctorAbout = `Checks, before anything is deployed, that the cluster will work for --group: that the
+bootstrap servers answer as Kafka (and let the SASL user in), the broker's version and group
+protocols, the group session that the lease needs against the broker's bounds (or, under
+group.protocol=consumer, the session the broker applies), the leader topic (exists with a
+partition per role or may be created; replication factor, min.insync.replicas, cleanup and
+retention), the ACLs a contender, an observer and 'neli status' need, and every setting
+goneli would refuse. It prints one line per check, ok, warn or FAIL, with what to do.
+
+It never joins the group or writes to the leader topic: it asks with requests that change
+nothing (Metadata, DescribeConfigs, FindCoordinator, DescribeGroups, and a CreateTopics that
+only validates), so it is safe beside a running group. Give it the flags, -X/-F settings and
+environment that 'neli run' gets. Exit status 0 when nothing FAILs (warnings included), 1 when
+something does, 2 for a bad command line.`
+
+type doctorOptions struct {
+	common
+	format    string
+	replicas  int
+	roleCount int
+	roleNames roleList
+	roles     []string
+}
+
+func parseDoctor(args []string, stdout io.Writer) (doctorOptions, error) {
+	var o doctorOptions
+	o.kafka = "localhost:9092"
+	fs := newFlagSet("doctor", "[--kafka ADDR] [--group G] [--topic T] [--roles N | --role NAME...] [--heartbeat-timeout D] [-X k=v...] [--format text|json]", doctorAbout)
+	o.register(fs, "neli", "warn", goneli.DefaultHeartbeatTimeout)
+	fs.StringVar(&o.format, "format", "text", "output format: text (one line per check) or json")
+	fs.IntVar(&o.replicas, "replication-factor", 0, "replication factor 'neli run' would create the leader topic with (default: the broker's)")
+	fs.IntVar(&o.roleCount, "roles", 0, "check for N numbered roles, as 'neli run --roles N' (default: a single leader)")
+	fs.Var(&o.roleNames, "role", "check for the role NAME, as 'neli run --role NAME'; repeat for more roles")
+	fs.Lookup("name").Usage = "the name 'neli run' would use; only its client.id is seen by the broker"
+	fs.Lookup("heartbeat-timeout").Usage = "the lease the contenders will use; the broker must allow a group session of twice this"
+	if err := parse(fs, args, stdout); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, badUsage("unexpected argument %q", fs.Arg(0))
+	}
+	if err := o.validate(); err != nil {
+		return o, err
+	}
+	if o.format != "text" && o.format != "json" {
+		return o, badUsage("--format %q: use text or json", o.format)
+	}
+	if o.replicas < 0 || o.replicas > math.MaxInt16 {
+		return o, badUsage("--replication-factor %d: want 1 to %d, or 0 for the broker's default", o.replicas, math.MaxInt16)
+	}
+	var err error
+	o.roles, err = roleNamesFrom(fs, o.roleCount, o.roleNames)
+	return o, err
+}
+
+func runDoctor(args []string, stdout, stderr io.Writer) (int, error) {
+	o, err := parseDoctor(args, stdout)
+	if err != nil {
+		return 0, err
+	}
+	_, scr := o.logger(stderr)
+	config := o.config(scr)
+	config.LeaderTopicReplicationFactor = o.replicas
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	report, err := goneli.Check(ctx, config, o.roles...)
+	if o.format == "json" {
+		out, jerr := json.MarshalIndent(doctorRecordOf(report, err, time.Since(start)), "", "  ")
+		if jerr != nil {
+			return 0, jerr
+		}
+		fmt.Fprintf(stdout, "%s\n", out)
+	} else {
+		printDoctor(stdout, report)
+		if err != nil {
+			if _, failed := err.(*goneli.CheckFailedError); !failed {
+				fmt.Fprintf(stdout, "FAIL  %s\n", err)
+			}
+		}
+	}
+	if err != nil {
+		return exitFail, nil
+	}
+	return exitOK, nil
+}
+
+// doctorRecord is --format json: stable snake-case names.
+type doctorRecord struct {
+	OK        bool          `json:"ok"`
+	Worst     string        `json:"worst"`
+	Error     string        `json:"error,omitempty"`
+	ElapsedMs int64         `json:"elapsed_ms"`
+	Checks    []checkRecord `json:"checks"`
+}
+
+type checkRecord struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+func doctorRecordOf(r goneli.CheckReport, err error, elapsed time.Duration) doctorRecord {
+	rec := doctorRecord{OK: err == nil, Worst: r.Worst().String(), ElapsedMs: elapsed.Milliseconds(), Checks: []checkRecord{}}
+	if err != nil {
+		rec.Error = err.Error()
+	}
+	for _, c := range r.Checks {
+		rec.Checks = append(rec.Checks, checkRecord{Name: c.Name, Status: c.Status.String(), Detail: c.Detail, Fix: c.Fix})
+	}
+	return rec
+}
+
+// printDoctor writes one line per check: status, name, what was found and, after "->", what to do.
+func printDoctor(w io.Writer, r goneli.CheckReport) {
+	for _, c := range r.Checks {
+		line := fmt.Sprintf("%-4s  %-12s  %s", c.Status, c.Name, c.Detail)
+		if c.Fix != "" {
+			line += " -> " + c.Fix
+		}
+		fmt.Fprintln(w, line)
+	}
+}

@@ -1,0 +1,881 @@
+package goneli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Check (the `neli doctor` command's library side) asks the cluster what New, NewRoles, Watch and
+// Describe will need of it, before anything contends: a team learns of a broker that refuses the
+// lease's session, a missing ACL or a leader topic with one replica at deployment, not at the first
+// outage. It sends only requests that change nothing: ApiVersions, Metadata, DescribeConfigs,
+// FindCoordinator, DescribeGroups and a CreateTopics that only validates. It never joins the group,
+// commits or writes a heartbeat, so it can run beside a live group. It speaks over goneli's own
+// connection (wireconn.go) rather than librdkafka's admin client, whose coordinator-bound requests
+// can abort the process while a broker restarts (confluentinc/librdkafka#4605).
+
+// CheckStatus is the outcome of one check of Check.
+type CheckStatus int
+
+// The outcomes of a check, from best to worst.
+const (
+	// CheckOK: nothing to do.
+	CheckOK CheckStatus = iota
+	// CheckWarn: goneli will work, but something is fragile or could not be checked.
+	CheckWarn
+	// CheckFail: goneli will refuse to start, or start and never lead (or never see a leader).
+	CheckFail
+)
+
+// String returns "ok", "warn" or "FAIL".
+func (s CheckStatus) String() string {
+	switch s {
+	case CheckOK:
+		return "ok"
+	case CheckWarn:
+		return "warn"
+	case CheckFail:
+		return "FAIL"
+	}
+	return "status " + strconv.Itoa(int(s))
+}
+
+// MarshalText renders the status as String does, for encoding/json.
+func (s CheckStatus) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// CheckResult is one finding of Check.
+type CheckResult struct {
+	// Name is a short, stable identifier of the check: "config", "reach", "broker", "session",
+	// "topic", "topic-config", "acl-topic", "acl-group", "acl-observer" or "acl-cluster".
+	Name   string
+	Status CheckStatus
+	// Detail says what was found.
+	Detail string
+	// Fix says what to do; empty when Status is CheckOK.
+	Fix string
+}
+
+// CheckReport is what Check found, one result per check in the order they ran.
+type CheckReport struct {
+	Checks []CheckResult
+}
+
+// Worst is the worst status of the report's checks; CheckOK for an empty report.
+func (r CheckReport) Worst() CheckStatus {
+	w := CheckOK
+	for _, c := range r.Checks {
+		w = max(w, c.Status)
+	}
+	return w
+}
+
+// CheckFailedError is returned by Check when at least one check failed. Its message names every
+// failure and what to do about it.
+type CheckFailedError struct {
+	Failed []CheckResult
+}
+
+func (e *CheckFailedError) Error() string {
+	var b strings.Builder
+	b.WriteString("goneli: the cluster check failed: ")
+	for i, c := range e.Failed {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", c.Name, c.Detail)
+		if c.Fix != "" {
+			fmt.Fprintf(&b, " (%s)", c.Fix)
+		}
+	}
+	return b.String()
+}
+
+// CheckTimeout bounds Check when its context has no earlier deadline.
+const CheckTimeout = 15 * time.Second
+
+// checkDialTimeout bounds the connection to each bootstrap server and its first answer. A port of
+// another service that accepts the connection and stays silent costs this much.
+const checkDialTimeout = 5 * time.Second
+
+// Check examines what config (and, for NewRoles, roles; none for New) needs of the cluster, without
+// joining the group or writing to the leader topic, and reports one result per check: the settings
+// that New would refuse; whether the bootstrap servers answer as Kafka; the broker's version and
+// group protocols; the session timeout the broker allows or applies (KIP-848) against the lease;
+// the leader topic (it exists with a partition per role, or may be created; its replication
+// factor, min.insync.replicas, cleanup and retention); and the ACLs that the contender, an observer
+// and Describe need, as the broker reports them for the configured principal (KIP-430's authorized
+// operations) or as a validating CreateTopics shows them.
+//
+// Check returns within ctx's deadline or CheckTimeout, whichever is sooner. The error is a
+// *CheckFailedError when at least one check failed, ctx's error if it ended first (the report
+// then holds what was found so far), and nil otherwise; warnings do not make it non-nil, so a
+// service can run Check at start-up and refuse to go on when it returns an error.
+//
+// Check connects with the TLS and SASL settings of KafkaConfig as goneli's own connection speaks
+// them (PLAINTEXT, SSL with PEM files, SASL PLAIN and SCRAM); with other settings (GSSAPI,
+// OAUTHBEARER, a keystore) it checks the configuration only, and says so in a warning.
+func Check(ctx context.Context, config Config, roles ...string) (CheckReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
+	d := &doctor{}
+	d.run(ctx, config, roles)
+	if err := ctx.Err(); err != nil && !d.done {
+		return d.report, fmt.Errorf("goneli: the cluster check did not finish: %w", err)
+	}
+	var failed []CheckResult
+	for _, c := range d.report.Checks {
+		if c.Status == CheckFail {
+			failed = append(failed, c)
+		}
+	}
+	if len(failed) > 0 {
+		return d.report, &CheckFailedError{Failed: failed}
+	}
+	return d.report, nil
+}
+
+// doctor is one run of Check.
+type doctor struct {
+	report CheckReport
+	done   bool
+
+	config    Config
+	timing    groupTiming
+	timingOK  bool
+	need      int // partitions: one per role
+	principal string
+	wire      *wireDescriber
+	boot      *wireConn
+	brokers   map[int32]string // id to host:port, from Metadata
+	control   int32
+	// clusterOps are the principal's operations on the cluster, from Metadata; noOps if unknown.
+	clusterOps int32
+}
+
+func (d *doctor) add(name string, s CheckStatus, fix string, format string, args ...any) {
+	d.report.Checks = append(d.report.Checks, CheckResult{Name: name, Status: s, Detail: fmt.Sprintf(format, args...), Fix: fix})
+}
+
+func (d *doctor) run(ctx context.Context, config Config, roles []string) {
+	defer func() {
+		if d.boot != nil {
+			d.boot.close()
+		}
+	}()
+	if !d.checkConfig(config, roles) {
+		d.done = true
+		return
+	}
+	if !d.checkReach(ctx) {
+		d.done = ctx.Err() == nil
+		return
+	}
+	d.checkBroker()
+	topic, ok := d.metadata(ctx)
+	if ok {
+		d.checkSession(ctx)
+		d.checkTopic(ctx, topic)
+		d.checkGroupACLs(ctx)
+	}
+	d.done = ctx.Err() == nil
+}
+
+// checkConfig reports every setting that New would refuse, and whether the rest can go on: they
+// need bootstrap servers to ask.
+func (d *doctor) checkConfig(config Config, roles []string) bool {
+	if config.KafkaConfig != nil {
+		config.KafkaConfig = maps.Clone(config.KafkaConfig)
+	}
+	noGroup := config.LeaderGroupID == ""
+	config.SetDefaults()
+	d.config = config
+	d.need = max(len(roles), 1)
+	bad := 0
+	var ce *ConfigError
+	report := func(err error) {
+		for _, e := range unjoin(err) {
+			bad++
+			fix := "fix the setting (see the README's Configuration section)"
+			if errors.As(e, &ce) {
+				fix = "fix " + ce.Field
+			}
+			d.add("config", CheckFail, fix, "%s", strings.TrimPrefix(e.Error(), "goneli: "))
+		}
+	}
+	err := config.Validate()
+	report(err)
+	if len(roles) > 0 {
+		report(validateRoles(roles))
+	}
+	if err == nil {
+		if t, terr := config.groupTiming(); terr == nil {
+			d.timing, d.timingOK = t, true
+		}
+	}
+	if noGroup {
+		d.add("config", CheckWarn, "set LeaderGroupID (neli: --group)",
+			"no LeaderGroupID given, so the group is %q, the program's file name; every program of that name on the cluster would share it", config.LeaderGroupID)
+	}
+	if bad == 0 {
+		protocol := "classic group protocol"
+		if d.timingOK && !d.timing.classic {
+			protocol = "KIP-848 group protocol"
+		}
+		d.add("config", CheckOK, "", "group %s, topic %s, lease %v, %s", config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, protocol)
+	}
+	if u, ok := config.KafkaConfig["sasl.username"]; ok {
+		d.principal = "User:" + fmt.Sprint(u)
+	}
+	servers, _ := config.KafkaConfig["bootstrap.servers"]
+	return servers != nil && len(strings.TrimSpace(fmt.Sprint(servers))) > 0 && config.LeaderGroupID != "" && topicName.MatchString(config.LeaderTopic)
+}
+
+// unjoin lists the errors that errors.Join combined, or err alone.
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// checkReach connects to a bootstrap server as goneli's own connection does, and reports whether
+// one answered as Kafka and let the client in.
+func (d *doctor) checkReach(ctx context.Context) bool {
+	_, _, adminConf := d.config.clientConfigs(d.timing)
+	adminConf["client.id"] = fmt.Sprint(adminConf["client.id"]) + "-doctor"
+	w, err := newWireDescriber(adminConf, false)
+	if err != nil {
+		d.add("reach", CheckWarn, "run the doctor where the cluster can be reached with PLAINTEXT, SSL (PEM) or SASL PLAIN/SCRAM, "+
+			"or check the cluster by hand against the README's Production notes",
+			"cannot check the cluster: %v; only the configuration was checked", err)
+		return false
+	}
+	d.wire = w
+	var problems []string
+	for _, addr := range w.servers {
+		if ctx.Err() != nil {
+			break
+		}
+		dctx, cancel := context.WithTimeout(ctx, checkDialTimeout)
+		c, err := w.dialer.dial(dctx, addr)
+		cancel()
+		if err == nil {
+			d.boot = c
+			d.add("reach", CheckOK, "", "%s answers as Kafka%s", addr, d.authNote())
+			return true
+		}
+		problems = append(problems, addr+": "+d.whyNot(err))
+	}
+	d.add("reach", CheckFail, "check bootstrap.servers (neli: --kafka), that a broker runs there, and security.protocol and the SASL settings",
+		"no bootstrap server could be used: %s", strings.Join(problems, "; "))
+	return false
+}
+
+func (d *doctor) authNote() string {
+	if d.wire.dialer.sasl != nil {
+		return fmt.Sprintf(" and authenticates %s with SASL %s", d.principal, d.wire.dialer.sasl.mechanism)
+	}
+	return ""
+}
+
+// whyNot says why a connection could not be used, in the terms of the bootstrap-server check.
+func (d *doctor) whyNot(err error) string {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case strings.Contains(err.Error(), "SASL"), strings.Contains(err.Error(), "SCRAM"):
+		return "authentication failed: " + err.Error()
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return "cannot connect: " + err.Error()
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("accepts connections but did not answer an ApiVersions request within %v: not a Kafka listener (or a TLS one, for which set security.protocol)", checkDialTimeout)
+	}
+	return "accepts connections but does not answer as Kafka: " + err.Error()
+}
+
+// checkBroker reports the broker's version, as far as the APIs it offers tell it, and whether it
+// offers the group protocol the configuration asks for.
+func (d *doctor) checkBroker() {
+	v := d.boot.versions
+	has := func(k kmsg.Key, minMax int16) bool { r, ok := v[k.Int16()]; return ok && r[1] >= minMax }
+	version := "before Kafka 2.4"
+	switch {
+	case has(kmsg.ConsumerGroupHeartbeat, 0) && has(kmsg.DescribeTopicPartitions, 0):
+		version = "Kafka 4.0 or later, or 3.8-3.9 with KIP-848 enabled"
+	case has(kmsg.DescribeTopicPartitions, 0):
+		version = "Kafka 3.8 or later"
+	case has(kmsg.JoinGroup, 6):
+		version = "Kafka 2.4 or later"
+	}
+	protocols := []string{}
+	if has(kmsg.JoinGroup, 0) {
+		protocols = append(protocols, "classic")
+	}
+	if has(kmsg.ConsumerGroupHeartbeat, 0) {
+		protocols = append(protocols, "consumer (KIP-848)")
+	}
+	detail := fmt.Sprintf("%s (by the APIs it offers); group protocols: %s", version, strings.Join(protocols, ", "))
+	switch {
+	case d.timingOK && !d.timing.classic && !has(kmsg.ConsumerGroupHeartbeat, 0):
+		d.add("broker", CheckFail, "drop group.protocol=consumer, or use Kafka 4.0 or later", "%s; group.protocol=consumer needs KIP-848", detail)
+	case !has(kmsg.JoinGroup, 6):
+		d.add("broker", CheckFail, "use Kafka 2.4 or later", "%s; goneli needs cooperative rebalancing (Kafka 2.4)", detail)
+	default:
+		d.add("broker", CheckOK, "", "%s", detail)
+	}
+}
+
+// Operation bits of KIP-430's authorized operations.
+func opBit(op kmsg.ACLOperation) int32 { return 1 << int32(op) }
+
+// noOps is what a broker answers for authorized operations it was not asked for, or will not tell.
+const noOps = math.MinInt32
+
+// topicInfo is the leader topic as Metadata shows it.
+type topicInfo struct {
+	code       int16
+	partitions int
+	replicas   int
+	ops        int32
+}
+
+// metadata reads the brokers and the leader topic, with the principal's authorized operations on
+// the topic and the cluster.
+func (d *doctor) metadata(ctx context.Context) (topicInfo, bool) {
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(d.config.LeaderTopic)
+	req.Topics = []kmsg.MetadataRequestTopic{t}
+	req.IncludeTopicAuthorizedOperations = true
+	req.IncludeClusterAuthorizedOperations = true
+	// Version 10 is the last that reports the cluster's operations; later ones leave them to
+	// DescribeCluster, which is not worth a request here.
+	resp, err := d.boot.request(ctx, req, 10)
+	if err != nil {
+		d.add("topic", CheckFail, "check that the broker is healthy", "cannot read the cluster's metadata: %v", err)
+		return topicInfo{}, false
+	}
+	r := resp.(*kmsg.MetadataResponse)
+	d.brokers = map[int32]string{}
+	for _, b := range r.Brokers {
+		d.brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	}
+	d.control = r.ControllerID
+	info := topicInfo{code: 3, ops: noOps} // 3: UNKNOWN_TOPIC_OR_PARTITION
+	d.clusterOps = noOps
+	if r.Version >= 8 {
+		d.clusterOps = r.AuthorizedOperations
+	}
+	for _, mt := range r.Topics {
+		if mt.Topic == nil || *mt.Topic != d.config.LeaderTopic {
+			continue
+		}
+		info.code = mt.ErrorCode
+		if r.Version >= 8 {
+			info.ops = mt.AuthorizedOperations
+		}
+		info.partitions = len(mt.Partitions)
+		for _, p := range mt.Partitions {
+			if p.Partition == 0 {
+				info.replicas = len(p.Replicas)
+			}
+		}
+	}
+	return info, true
+}
+
+// checkSession compares the group session that the lease needs with what the broker allows
+// (classic) or applies (KIP-848).
+func (d *doctor) checkSession(ctx context.Context) {
+	if !d.timingOK {
+		d.add("session", CheckWarn, "fix the configuration first", "not checked: the configuration above is refused")
+		return
+	}
+	ids := make([]int32, 0, len(d.brokers))
+	for id := range d.brokers {
+		ids = append(ids, id)
+	}
+	cd := &wireConfigs{d: d}
+	defer cd.close()
+	ht := *d.config.HeartbeatTimeout
+	if !d.timing.classic {
+		t := readConsumerGroupTiming(cd, d.config.LeaderGroupID, ids, ht)
+		warning, err := t.judge(d.config.LeaderGroupID, ht)
+		switch {
+		case err != nil:
+			d.add("session", CheckFail, "lower the lease (--heartbeat-timeout) or raise the broker's group.consumer.session.timeout.ms",
+				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
+		case warning != "":
+			d.add("session", CheckWarn, "grant DescribeConfigs on the cluster and the group, or check the broker's settings by hand", "%s", warning)
+		default:
+			d.add("session", CheckOK, "", "the broker's KIP-848 session for group %s, %v (%s), covers the lease %v and its heartbeat interval %v",
+				d.config.LeaderGroupID, t.session.value, t.session.from, ht, t.interval.value)
+		}
+		return
+	}
+	// Any broker may coordinate the group, so the session must suit every one.
+	var lo, hi brokerSetting
+	var problems []string
+	slices.Sort(ids)
+	for _, id := range ids {
+		res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}})
+		if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
+			err = res[0].Error
+		}
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("broker %d: %v", id, err))
+			continue
+		}
+		what := fmt.Sprintf("broker %d", id)
+		if s := settingOf(res[0], "group.min.session.timeout.ms", what, &problems); s.from != "" && (lo.from == "" || s.value > lo.value) {
+			lo = s
+		}
+		if s := settingOf(res[0], "group.max.session.timeout.ms", what, &problems); s.from != "" && (hi.from == "" || s.value < hi.value) {
+			hi = s
+		}
+	}
+	session := d.timing.session
+	switch {
+	case lo.from != "" && session < lo.value:
+		fix := fmt.Sprintf("raise the lease (--heartbeat-timeout) to at least %v, or lower group.min.session.timeout.ms to %d or less", lo.value/2, session.Milliseconds())
+		if d.timing.userSession {
+			fix = fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.value.Milliseconds())
+		}
+		d.add("session", CheckFail, fix, "the group session, %v (twice the lease %v, or session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused",
+			session, ht, lo.value, lo.from)
+	case hi.from != "" && session > hi.value:
+		d.add("session", CheckFail, fmt.Sprintf("lower the lease to at most %v, or raise group.max.session.timeout.ms", hi.value/2),
+			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.value, hi.from)
+	case lo.from == "" || hi.from == "":
+		d.add("session", CheckWarn, "grant DescribeConfigs on the cluster to check it, or compare by hand",
+			"could not read the broker's group.min/max.session.timeout.ms (%s); the group session is %v", strings.Join(problems, "; "), session)
+	default:
+		d.add("session", CheckOK, "", "the group session, %v, lies within the broker's %v to %v", session, lo.value, hi.value)
+	}
+}
+
+// checkTopic reports on the leader topic and the principal's operations on it.
+func (d *doctor) checkTopic(ctx context.Context, t topicInfo) {
+	topic := d.config.LeaderTopic
+	switch kafka.ErrorCode(t.code) {
+	case kafka.ErrTopicAuthorizationFailed:
+		d.add("topic", CheckFail, d.grant("Describe, Read and Write", "topic", topic),
+			"the broker does not let %s describe topic %s: TOPIC_AUTHORIZATION_FAILED", d.who(), topic)
+		return
+	case kafka.ErrUnknownTopicOrPart:
+		d.checkCreatable(ctx)
+		return
+	case kafka.ErrNoError:
+	default:
+		d.add("topic", CheckFail, "check the broker's health", "topic %s: %v", topic, kafkaCode(t.code, nil))
+		return
+	}
+	canAlter := t.ops == noOps || t.ops&opBit(kmsg.ACLOperationAlter) != 0
+	switch {
+	case t.partitions < d.need && canAlter:
+		d.add("topic", CheckWarn, fmt.Sprintf("or add them now: kafka-topics.sh --alter --topic %s --partitions %d", topic, d.need),
+			"topic %s has %d partition(s) and %d roles need %d: NewRoles will add them", topic, t.partitions, d.need, d.need)
+	case t.partitions < d.need:
+		d.add("topic", CheckFail, fmt.Sprintf("add them: kafka-topics.sh --alter --topic %s --partitions %d, or %s", topic, d.need, d.grant("Alter", "topic", topic)),
+			"topic %s has %d partition(s) and %d roles need %d, and %s may not add partitions (no Alter)", topic, t.partitions, d.need, d.need, d.who())
+	case t.replicas < 2:
+		d.add("topic", CheckWarn, fmt.Sprintf("recreate it with --replication-factor 3 (or let goneli create it with LeaderTopicReplicationFactor 3)"),
+			"topic %s exists with %d partition(s) and replication factor %d: losing that broker stops every leader of the group until it returns",
+			topic, t.partitions, t.replicas)
+	default:
+		d.add("topic", CheckOK, "", "topic %s exists with %d partition(s), replication factor %d", topic, t.partitions, t.replicas)
+	}
+	d.checkTopicConfig(ctx, t)
+	d.checkTopicOps(t)
+}
+
+// checkCreatable asks the controller whether it would create the leader topic as New would, without
+// creating it.
+func (d *doctor) checkCreatable(ctx context.Context) {
+	topic := d.config.LeaderTopic
+	conn, err := d.connTo(ctx, d.control)
+	if err != nil {
+		d.add("topic", CheckWarn, "", "topic %s does not exist; could not ask the controller whether it may be created: %v", topic, err)
+		return
+	}
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic = topic
+	rt.NumPartitions = int32(d.need)
+	rt.ReplicationFactor = -1
+	if rf := d.config.LeaderTopicReplicationFactor; rf > 0 {
+		rt.ReplicationFactor = int16(rf)
+	}
+	for k, v := range leaderTopicConfig {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = k, kmsg.StringPtr(v)
+		rt.Configs = append(rt.Configs, c)
+	}
+	req.Topics = []kmsg.CreateTopicsRequestTopic{rt}
+	req.ValidateOnly = true
+	req.TimeoutMillis = 5000
+	resp, err := conn.request(ctx, req, 7)
+	if err != nil {
+		d.add("topic", CheckWarn, "", "topic %s does not exist; could not ask whether it may be created: %v", topic, err)
+		return
+	}
+	r := resp.(*kmsg.CreateTopicsResponse)
+	if len(r.Topics) != 1 {
+		d.add("topic", CheckWarn, "", "topic %s does not exist; the broker answered a validating CreateTopics with %d topics", topic, len(r.Topics))
+		return
+	}
+	rt2 := r.Topics[0]
+	switch code := kafka.ErrorCode(rt2.ErrorCode); code {
+	case kafka.ErrNoError:
+		status, fix, note := CheckOK, "", ""
+		if rt2.ReplicationFactor > 0 && rt2.ReplicationFactor < 2 {
+			status, fix = CheckWarn, "set LeaderTopicReplicationFactor 3 (neli run --replication-factor 3), or create the topic yourself"
+			note = ": with one replica, losing that broker stops every leader of the group until it returns"
+		}
+		d.add("topic", status, fix, "topic %s does not exist; the broker would let %s create it with %d partition(s), replication factor %d%s",
+			topic, d.who(), d.need, rt2.ReplicationFactor, note)
+	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed:
+		d.add("topic", CheckFail, fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions %d --replication-factor 3), or %s",
+			topic, d.need, d.grant("Create", "topic", topic)),
+			"topic %s does not exist and %s may not create it: %v", topic, d.who(), kafkaCode(rt2.ErrorCode, rt2.ErrorMessage))
+	default:
+		d.add("topic", CheckFail, fmt.Sprintf("create it yourself: kafka-topics.sh --create --topic %s --partitions %d", topic, d.need),
+			"topic %s does not exist and the broker would refuse to create it as goneli does: %v", topic, kafkaCode(rt2.ErrorCode, rt2.ErrorMessage))
+	}
+	// The topic's own operations cannot be learnt before it exists, except Create, which this was.
+}
+
+// checkTopicConfig reads the leader topic's settings.
+func (d *doctor) checkTopicConfig(ctx context.Context, t topicInfo) {
+	topic := d.config.LeaderTopic
+	cd := &wireConfigs{d: d}
+	defer cd.close()
+	res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
+		err = res[0].Error
+	}
+	if err != nil {
+		d.add("topic-config", CheckWarn, d.grant("DescribeConfigs", "topic", topic)+" to check them",
+			"could not read topic %s's settings (min.insync.replicas, cleanup, retention): %v", topic, err)
+		return
+	}
+	get := func(k string) string { return strings.TrimSpace(res[0].Config[k].Value) }
+	num := func(k string) (int64, bool) {
+		n, err := strconv.ParseInt(get(k), 10, 64)
+		return n, err == nil
+	}
+	var warns, fails, fixes []string
+	isr, hasISR := num("min.insync.replicas")
+	switch {
+	case hasISR && t.replicas > 0 && isr > int64(t.replicas):
+		fails = append(fails, fmt.Sprintf("min.insync.replicas %d exceeds the replication factor %d, so every heartbeat (acks=all) is refused", isr, t.replicas))
+		fixes = append(fixes, fmt.Sprintf("set min.insync.replicas to at most %d", t.replicas))
+	case hasISR && t.replicas >= 3 && isr < 2:
+		warns = append(warns, fmt.Sprintf("min.insync.replicas %d lets a heartbeat count with one copy", isr))
+		fixes = append(fixes, "set min.insync.replicas=2")
+	}
+	if cp := get("cleanup.policy"); cp != "" && !strings.Contains(cp, "delete") {
+		warns = append(warns, fmt.Sprintf("cleanup.policy %s keeps every instance's last record for ever", cp))
+		fixes = append(fixes, "set cleanup.policy=delete")
+	}
+	lease := *d.config.HeartbeatTimeout
+	ms, hasMs := num("retention.ms")
+	bytes, hasBytes := num("retention.bytes")
+	switch {
+	case hasMs && ms >= 0 && time.Duration(ms)*time.Millisecond < 10*lease:
+		warns = append(warns, fmt.Sprintf("retention.ms %d is under ten leases: a release marker may go before a successor reads it", ms))
+		fixes = append(fixes, "set retention.ms=600000")
+	case hasMs && ms < 0 && (!hasBytes || bytes < 0):
+		warns = append(warns, "retention is unlimited: the topic grows by some 1 KB per second per leader for ever")
+		fixes = append(fixes, "set retention.ms=600000")
+	}
+	detail := fmt.Sprintf("topic %s: min.insync.replicas %s, cleanup.policy %s, retention.ms %s", topic, orNone(get("min.insync.replicas")),
+		orNone(get("cleanup.policy")), orNone(get("retention.ms")))
+	fix := ""
+	if len(fixes) > 0 {
+		fix = fmt.Sprintf("kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config %s", topic, strings.Join(fixes, ","))
+	}
+	switch {
+	case len(fails) > 0:
+		d.add("topic-config", CheckFail, fix, "%s; %s", detail, strings.Join(append(fails, warns...), "; "))
+	case len(warns) > 0:
+		d.add("topic-config", CheckWarn, fix, "%s; %s", detail, strings.Join(warns, "; "))
+	default:
+		d.add("topic-config", CheckOK, "", "%s", detail)
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(not given)"
+	}
+	return s
+}
+
+// checkTopicOps compares the principal's operations on the leader topic with what a contender,
+// an observer and Describe need.
+func (d *doctor) checkTopicOps(t topicInfo) {
+	topic := d.config.LeaderTopic
+	if t.ops == noOps {
+		d.add("acl-topic", CheckWarn, "", "the broker did not say which operations %s may do on topic %s (it needs Metadata v8, Kafka 2.3)", d.who(), topic)
+		return
+	}
+	var missing []string
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationDescribe, kmsg.ACLOperationRead, kmsg.ACLOperationWrite} {
+		if t.ops&opBit(op) == 0 {
+			missing = append(missing, aclName(op))
+		}
+	}
+	if len(missing) > 0 {
+		d.add("acl-topic", CheckFail, d.grant(strings.Join(missing, ", "), "topic", topic),
+			"%s lacks %s on topic %s: a contender needs Describe, Read and Write (to renew its lease), an observer and Describe need Describe and Read",
+			d.who(), strings.Join(missing, ", "), topic)
+		return
+	}
+	d.add("acl-topic", CheckOK, "", "%s may describe, read and write topic %s", d.who(), topic)
+}
+
+// checkGroupACLs finds the group's coordinator and asks it for the principal's operations on the
+// group, and whether the observer's group (which librdkafka looks up for any consumer that has a
+// group.id) may be described.
+func (d *doctor) checkGroupACLs(ctx context.Context) {
+	group := d.config.LeaderGroupID
+	node, addr, err := findCoordinator(ctx, d.boot, group)
+	if err != nil {
+		var ke kafka.Error
+		if errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
+			d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
+				"%s may not describe group %s (FindCoordinator: GROUP_AUTHORIZATION_FAILED): a contender needs Read and Describe on it, and Describe needs Describe", d.who(), group)
+		} else {
+			d.add("acl-group", CheckWarn, "check the broker's health", "could not find group %s's coordinator: %v", group, err)
+		}
+	} else {
+		d.groupOps(ctx, node, addr)
+	}
+	observer := group + ".observer"
+	if _, _, err := findCoordinator(ctx, d.boot, observer); err != nil {
+		var ke kafka.Error
+		if errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
+			d.add("acl-observer", CheckFail, d.grant("Describe", "group", observer)+" (or on the groups prefixed "+observer+")",
+				"%s may not describe group %s, which every observer (Watch, neli watch, ObserveLeader) and Describe (neli status) looks up", d.who(), observer)
+			return
+		}
+		d.add("acl-observer", CheckWarn, "check the broker's health", "could not find group %s's coordinator: %v", observer, err)
+		return
+	}
+	d.add("acl-observer", CheckOK, "", "%s may describe group %s, for observers and Describe", d.who(), observer)
+	if !d.timing.classic && d.timingOK && d.clusterOps != noOps && d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) == 0 {
+		{
+			d.add("acl-cluster", CheckWarn, d.grant("DescribeConfigs", "cluster", "kafka-cluster"),
+				"%s may not describe the cluster's configs, so New cannot check the broker's KIP-848 session timeout against the lease (it warns and goes on)", d.who())
+		}
+	}
+}
+
+// groupOps asks the coordinator for the principal's operations on the group.
+func (d *doctor) groupOps(ctx context.Context, node int32, addr string) {
+	group := d.config.LeaderGroupID
+	conn := d.boot
+	if addr != d.boot.addr {
+		c, err := d.wire.dialer.dial(ctx, addr)
+		if err != nil {
+			d.add("acl-group", CheckWarn, "check the broker's health", "could not reach group %s's coordinator, broker %d at %s: %v", group, node, addr, err)
+			return
+		}
+		defer c.close()
+		conn = c
+	}
+	var ops int32 = noOps
+	var code int16
+	if !d.timing.classic && d.timingOK && conn.supports(kmsg.NewPtrConsumerGroupDescribeRequest(), 1) {
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Groups = []string{group}
+		req.IncludeAuthorizedOperations = true
+		resp, err := conn.request(ctx, req, 1)
+		if err == nil && len(resp.(*kmsg.ConsumerGroupDescribeResponse).Groups) == 1 {
+			g := resp.(*kmsg.ConsumerGroupDescribeResponse).Groups[0]
+			ops, code = g.AuthorizedOperations, g.ErrorCode
+		}
+	}
+	if ops == noOps {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{group}
+		req.IncludeAuthorizedOperations = true
+		resp, err := conn.request(ctx, req, 5)
+		if err != nil {
+			d.add("acl-group", CheckWarn, "check the broker's health", "could not describe group %s: %v", group, err)
+			return
+		}
+		if r := resp.(*kmsg.DescribeGroupsResponse); len(r.Groups) == 1 {
+			ops, code = r.Groups[0].AuthorizedOperations, r.Groups[0].ErrorCode
+		}
+	}
+	if kafka.ErrorCode(code) == kafka.ErrGroupAuthorizationFailed {
+		d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
+			"%s may not describe group %s: a contender needs Read and Describe on it, and Describe (neli status) needs Describe", d.who(), group)
+		return
+	}
+	if ops == noOps {
+		d.add("acl-group", CheckWarn, "", "the broker did not say which operations %s may do on group %s (it needs DescribeGroups v3, Kafka 2.3)", d.who(), group)
+		return
+	}
+	if ops&opBit(kmsg.ACLOperationRead) == 0 {
+		d.add("acl-group", CheckFail, d.grant("Read", "group", group),
+			"%s may describe group %s but not read it: a contender cannot join the group or commit its heartbeats' offsets", d.who(), group)
+		return
+	}
+	d.add("acl-group", CheckOK, "", "%s may read and describe group %s", d.who(), group)
+}
+
+func (d *doctor) who() string {
+	if d.principal != "" {
+		return d.principal
+	}
+	return "this client"
+}
+
+// grant says how to grant ops on a resource to the principal.
+func (d *doctor) grant(ops, kind, name string) string {
+	who := d.principal
+	if who == "" {
+		who = "User:<the client's principal>"
+	}
+	var flags []string
+	for _, op := range strings.FieldsFunc(ops, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if op != "and" {
+			flags = append(flags, "--operation "+op)
+		}
+	}
+	target := "--" + kind + " " + name
+	if kind == "cluster" {
+		target = "--cluster"
+	}
+	return fmt.Sprintf("grant %s on %s %s: kafka-acls.sh --add --allow-principal %s %s %s", ops, kind, name, who, strings.Join(flags, " "), target)
+}
+
+func aclName(op kmsg.ACLOperation) string {
+	switch op {
+	case kmsg.ACLOperationDescribe:
+		return "Describe"
+	case kmsg.ACLOperationRead:
+		return "Read"
+	case kmsg.ACLOperationWrite:
+		return "Write"
+	case kmsg.ACLOperationAlter:
+		return "Alter"
+	case kmsg.ACLOperationCreate:
+		return "Create"
+	}
+	return op.String()
+}
+
+// connTo opens a connection to broker id, or returns the bootstrap one if it is that broker.
+// The caller closes what it gets unless it is d.boot.
+func (d *doctor) connTo(ctx context.Context, id int32) (*wireConn, error) {
+	addr, ok := d.brokers[id]
+	if !ok {
+		return nil, fmt.Errorf("broker %d is not in the cluster's metadata", id)
+	}
+	if addr == d.boot.addr {
+		return d.boot, nil
+	}
+	return d.wire.dialer.dial(ctx, addr)
+}
+
+// wireConfigs describes configs over goneli's own connections, sending a broker's resource to that
+// broker and every other resource to the bootstrap broker. It satisfies configDescriber, so that
+// the KIP-848 session check of New reads the same settings here.
+type wireConfigs struct {
+	d     *doctor
+	conns map[int32]*wireConn
+}
+
+func (w *wireConfigs) close() {
+	for _, c := range w.conns {
+		if c != w.d.boot {
+			c.close()
+		}
+	}
+}
+
+// DescribeConfigs sends one DescribeConfigs request for resources, which must all go to the same
+// broker; options are ignored (ctx bounds it).
+func (w *wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
+	conn := w.d.boot
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	for _, r := range resources {
+		rr := kmsg.NewDescribeConfigsRequestResource()
+		rr.ResourceName = r.Name
+		switch r.Type {
+		case kafka.ResourceBroker:
+			rr.ResourceType = kmsg.ConfigResourceTypeBroker
+			id, err := strconv.Atoi(r.Name)
+			if err != nil {
+				return nil, fmt.Errorf("broker %q: not a broker id", r.Name)
+			}
+			if conn, err = w.conn(ctx, int32(id)); err != nil {
+				return nil, err
+			}
+		case kafka.ResourceTopic:
+			rr.ResourceType = kmsg.ConfigResourceTypeTopic
+		case kafka.ResourceGroup:
+			rr.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+		default:
+			return nil, fmt.Errorf("resource type %v is not one the check describes", r.Type)
+		}
+		req.Resources = append(req.Resources, rr)
+	}
+	resp, err := conn.request(ctx, req, 4)
+	if err != nil {
+		return nil, err
+	}
+	var out []kafka.ConfigResourceResult
+	for i, rr := range resp.(*kmsg.DescribeConfigsResponse).Resources {
+		res := kafka.ConfigResourceResult{Config: map[string]kafka.ConfigEntryResult{}, Error: kafka.NewError(kafka.ErrNoError, "", false)}
+		if i < len(resources) {
+			res.Type, res.Name = resources[i].Type, resources[i].Name
+		}
+		if rr.ErrorCode != 0 {
+			res.Error = kafkaCode(rr.ErrorCode, rr.ErrorMessage)
+		}
+		for _, c := range rr.Configs {
+			v := ""
+			if c.Value != nil {
+				v = *c.Value
+			}
+			res.Config[c.Name] = kafka.ConfigEntryResult{Name: c.Name, Value: v}
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// conn is a connection to broker id, kept for the wireConfigs' life.
+func (w *wireConfigs) conn(ctx context.Context, id int32) (*wireConn, error) {
+	if c, ok := w.conns[id]; ok {
+		return c, nil
+	}
+	c, err := w.d.connTo(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if w.conns == nil {
+		w.conns = map[int32]*wireConn{}
+	}
+	w.conns[id] = c
+	return c, nil
+}

@@ -1,0 +1,195 @@
+package coretest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	. "github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The README's ACL list (Production notes, ACLs), tested on the embedded broker with ACLs
+// enforced: a SASL user granted exactly that list runs a contender, Watch, Describe and Check; with
+// each grant removed in turn, whatever needs it fails with an error that names it.
+
+// aclGrant is one entry of the README's list.
+type aclGrant struct {
+	name string // for the subtest
+	acl  kfake.ACL
+}
+
+func readmeGrants(group, topic string) []aclGrant {
+	lit, pre := kmsg.ACLResourcePatternTypeLiteral, kmsg.ACLResourcePatternTypePrefixed
+	g := func(name string, rt kmsg.ACLResourceType, res string, pattern kmsg.ACLResourcePatternType, op kmsg.ACLOperation) aclGrant {
+		return aclGrant{name, kfake.ACL{Resource: rt, Name: res, Pattern: pattern, Operation: op, Allow: true}}
+	}
+	topicT, groupT := kmsg.ACLResourceTypeTopic, kmsg.ACLResourceTypeGroup
+	return []aclGrant{
+		g("topic-describe", topicT, topic, lit, kmsg.ACLOperationDescribe),
+		g("topic-read", topicT, topic, lit, kmsg.ACLOperationRead),
+		g("topic-write", topicT, topic, lit, kmsg.ACLOperationWrite),
+		g("topic-create", topicT, topic, lit, kmsg.ACLOperationCreate),
+		g("group-read", groupT, group, lit, kmsg.ACLOperationRead),
+		g("group-describe", groupT, group, lit, kmsg.ACLOperationDescribe),
+		g("observer-describe", groupT, group+".observer", pre, kmsg.ACLOperationDescribe),
+	}
+}
+
+// aclBroker starts a broker that enforces ACLs, with the superuser "admin" and the user "alice"
+// holding grants.
+func aclBroker(t *testing.T, grants []aclGrant) *kafkatest.Broker {
+	var acls []kfake.ACL
+	for _, g := range grants {
+		acls = append(acls, g.acl)
+	}
+	return startBroker(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-secret"),
+		kfake.User("PLAIN", "alice", "alice-secret", acls...))
+}
+
+func saslConfig(b *kafkatest.Broker, group, name, user, password string, log *testLog) Config {
+	c := testConfig(b, group, name, log)
+	c.KafkaConfig["security.protocol"] = "SASL_PLAINTEXT"
+	c.KafkaConfig["sasl.mechanism"] = "PLAIN"
+	c.KafkaConfig["sasl.username"] = user
+	c.KafkaConfig["sasl.password"] = password
+	return c
+}
+
+// contendOrFail runs an instance until it leads or Pulse returns an error; New's error counts too.
+func contendOrFail(t *testing.T, config Config) error {
+	t.Helper()
+	n, err := New(config)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = n.Close()
+		awaitClientsClosed(t, n)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	for {
+		leader, err := n.PulseCtx(ctx)
+		switch {
+		case ctx.Err() != nil:
+			t.Fatalf("%s neither led nor failed within %v: a silent retry", config.Name, awaitLimit)
+		case err != nil:
+			return err
+		case leader:
+			return nil
+		}
+	}
+}
+
+// watchOrFail runs Watch until it reports leader, or returns its error.
+func watchOrFail(t *testing.T, config Config, leader string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+	defer cancel()
+	seen := false
+	err := Watch(ctx, config, func(info LeaderInfo) {
+		if info.Name == leader {
+			seen = true
+			cancel()
+		}
+	})
+	if seen {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Watch saw no leader %s and no error within %v: a silent retry", leader, awaitLimit)
+	}
+	return err
+}
+
+// describeOrFail asks Describe until it names leader, or returns its error.
+func describeOrFail(t *testing.T, config Config, leader string) error {
+	t.Helper()
+	st, err := Describe(context.Background(), config)
+	if err != nil {
+		return err
+	}
+	if len(st.Roles) != 1 || st.Roles[0].Leader.Name != leader {
+		t.Fatalf("Describe as %s: want leader %s, got %+v", config.KafkaConfig["sasl.username"], leader, st)
+	}
+	return nil
+}
+
+// wantDenied checks that err is nil when want is empty, and otherwise an error whose message
+// contains want (the missing operation and resource).
+func wantDenied(t *testing.T, what string, err error, want string) {
+	t.Helper()
+	if err != nil {
+		t.Logf("%s: %v", what, err)
+	}
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s: %v; want it to work", what, err)
+	case want != "" && err == nil:
+		t.Errorf("%s worked; want an error naming %q", what, want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Errorf("%s: %v; want an error naming %q", what, err, want)
+	}
+}
+
+// TestACLsOfTheREADME runs every part as alice, granted exactly the README's list and then that
+// list less one grant. Describe on a topic is implied by Read and Write, and Describe on a group
+// by Read (KIP-253, in Kafka as in kfake), so removing those grants alone takes nothing away.
+func TestACLsOfTheREADME(t *testing.T) {
+	const group, topic = "acl", "acl.neli"
+	type want struct{ contender, watch, describe, check string }
+	cases := []struct {
+		removed string
+		want    want
+	}{
+		{"", want{}},
+		{"topic-describe", want{}},
+		{"topic-read", want{"Read on topic acl.neli", "Read on topic acl.neli", "Read on topic acl.neli", "lacks Read on topic acl.neli"}},
+		{"topic-write", want{"Write on topic acl.neli", "", "", "lacks Write on topic acl.neli"}},
+		{"topic-create", want{contender: "Create on topic acl.neli"}},
+		{"group-read", want{contender: "Read on group acl", check: "not read it"}},
+		{"group-describe", want{}},
+		{"observer-describe", want{watch: "Describe on group acl.observer", describe: "Describe on group acl.observer", check: "may not describe group acl.observer"}},
+	}
+	for _, tc := range cases {
+		name := "all"
+		if tc.removed != "" {
+			name = "without-" + tc.removed
+		}
+		t.Run(name, func(t *testing.T) {
+			var grants []aclGrant
+			found := tc.removed == ""
+			for _, g := range readmeGrants(group, topic) {
+				if g.name == tc.removed {
+					found = true
+					continue
+				}
+				grants = append(grants, g)
+			}
+			if !found {
+				t.Fatalf("no grant %q", tc.removed)
+			}
+			b := aclBroker(t, grants)
+			log := newTestLog(t)
+			alice := func(name string) Config { return saslConfig(b, group, name, "alice", "alice-secret", log) }
+
+			wantDenied(t, "contender", contendOrFail(t, alice("alice")), tc.want.contender)
+
+			// The observing parts follow a leader that the superuser runs, whatever alice may do.
+			r := newRecorder()
+			contender(t, saslConfig(b, group, "boss", "admin", "admin-secret", log), r)
+			r.await(t, "boss to lead", has[LeaderAcquired]("boss"))
+			wantDenied(t, "Watch", watchOrFail(t, alice("alice-watch"), "boss"), tc.want.watch)
+			wantDenied(t, "Describe", describeOrFail(t, alice("alice-status"), "boss"), tc.want.describe)
+
+			report, err := Check(context.Background(), alice("alice-doctor"))
+			if tc.want.check == "" && err != nil || tc.want.check != "" && (err == nil || !strings.Contains(err.Error(), tc.want.check)) {
+				t.Errorf("Check: %v; want a failure naming %q (empty: none); report: %+v", err, tc.want.check, report)
+			}
+		})
+	}
+}

@@ -1,0 +1,213 @@
+package coretest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/goneli/goneli"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// resultOf returns the first result of the named check, failing the test if there is none.
+func resultOf(t *testing.T, r CheckReport, name string) CheckResult {
+	t.Helper()
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no %s check in %+v", name, r)
+	return CheckResult{}
+}
+
+func wantCheck(t *testing.T, r CheckReport, name string, status CheckStatus, detail string) {
+	t.Helper()
+	c := resultOf(t, r, name)
+	if c.Status != status || !strings.Contains(c.Detail, detail) || (status != CheckOK) != (c.Fix != "") {
+		t.Errorf("%s: %v %q (fix %q); want %v with %q and a fix unless ok", name, c.Status, c.Detail, c.Fix, status, detail)
+	}
+}
+
+// truthfulMinSession sets the broker's minimum group session so that DescribeConfigs reports it:
+// kfake enforces kfake.GroupMinSessionTimeout but describes group.min.session.timeout.ms as 6000
+// whatever it is, unless it is set as a broker config.
+func truthfulMinSession(d time.Duration) []kfake.Opt {
+	return []kfake.Opt{kfake.GroupMinSessionTimeout(d),
+		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": strconv.Itoa(int(d.Milliseconds()))})}
+}
+
+// TestCheckHealthy checks a broker that a group with a 1 s lease works on: nothing fails, and the
+// check changes nothing (the group does not exist afterwards, nor the topic).
+func TestCheckHealthy(t *testing.T) {
+	b := startBroker(t, truthfulMinSession(500*time.Millisecond)...)
+	group := groupName(t)
+	config := testConfig(b, group, "doctor", newTestLog(t))
+	r, err := Check(context.Background(), config)
+	if err != nil {
+		t.Fatalf("Check: %v; report %+v", err, r)
+	}
+	wantCheck(t, r, "config", CheckOK, "lease 1s, classic")
+	wantCheck(t, r, "reach", CheckOK, "answers as Kafka")
+	wantCheck(t, r, "broker", CheckOK, "group protocols: classic, consumer (KIP-848)")
+	wantCheck(t, r, "session", CheckOK, "the group session, 2s, lies within the broker's 500ms to")
+	// One broker: the topic could only have one replica.
+	wantCheck(t, r, "topic", CheckWarn, "does not exist; the broker would let this client create it with 1 partition(s), replication factor 1")
+	wantCheck(t, r, "acl-group", CheckOK, "may read and describe group "+group)
+	if r.Worst() != CheckWarn {
+		t.Errorf("Worst = %v; want warn", r.Worst())
+	}
+	if b.GroupInfo(group) != nil {
+		t.Errorf("the check made group %s exist", group)
+	}
+	// A contender then finds the topic missing and creates it, which shows the check did not.
+	r2 := newRecorder()
+	contender(t, config, r2)
+	r2.await(t, "doctor to lead", has[LeaderAcquired]("doctor"))
+	r, err = Check(context.Background(), config)
+	if err != nil {
+		t.Fatalf("Check beside a leader: %v", err)
+	}
+	wantCheck(t, r, "topic", CheckWarn, "exists with 1 partition(s) and replication factor 1")
+	wantCheck(t, r, "topic-config", CheckOK, "cleanup.policy delete, retention.ms 600000")
+	wantCheck(t, r, "acl-topic", CheckOK, "may describe, read and write")
+}
+
+// TestCheckSessionBelowBrokerMinimum: a 1 s lease needs a 2 s session, which a broker with Kafka's
+// default 6 s minimum refuses.
+func TestCheckSessionBelowBrokerMinimum(t *testing.T) {
+	b := startBroker(t, truthfulMinSession(6*time.Second)...)
+	config := testConfig(b, groupName(t), "doctor", newTestLog(t))
+	r, err := Check(context.Background(), config)
+	var failed *CheckFailedError
+	if !errors.As(err, &failed) || len(failed.Failed) != 1 || failed.Failed[0].Name != "session" {
+		t.Fatalf("Check: %v; want a *CheckFailedError of the session check alone; report %+v", err, r)
+	}
+	wantCheck(t, r, "session", CheckFail, "the group session, 2s (twice the lease 1s, or session.timeout.ms), is below the broker's minimum, 6s")
+	if c := resultOf(t, r, "session"); !strings.Contains(c.Fix, "to at least 3s") {
+		t.Errorf("session fix %q; want it to name the shortest lease the broker allows, 3s", c.Fix)
+	}
+}
+
+// TestCheckTooFewPartitions: three roles on a topic of one partition.
+func TestCheckTooFewPartitions(t *testing.T) {
+	group := "roles3"
+	b := startBroker(t, append(truthfulMinSession(500*time.Millisecond), kfake.SeedTopics(1, group+".neli"))...)
+	config := testConfig(b, group, "doctor", newTestLog(t))
+	r, err := Check(context.Background(), config, Shards(3)...)
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	// Nothing forbids adding partitions here, so NewRoles will; with ACLs it needs Alter, which
+	// TestCheckTooFewPartitionsWithoutAlter takes away.
+	wantCheck(t, r, "topic", CheckWarn, "has 1 partition(s) and 3 roles need 3: NewRoles will add them")
+}
+
+func TestCheckTooFewPartitionsWithoutAlter(t *testing.T) {
+	const group, topic = "roles3", "roles3.neli"
+	var grants []aclGrant
+	for _, g := range readmeGrants(group, topic) {
+		grants = append(grants, g)
+	}
+	b := aclBroker(t, grants)
+	log := newTestLog(t)
+	// The superuser makes the topic, with one partition.
+	contendOrFail(t, saslConfig(b, group, "admin", "admin", "admin-secret", log))
+	r, err := Check(context.Background(), saslConfig(b, group, "doctor", "alice", "alice-secret", log), Shards(3)...)
+	if err == nil || !strings.Contains(err.Error(), "may not add partitions (no Alter)") {
+		t.Fatalf("Check: %v; want a failure for the missing Alter", err)
+	}
+	wantCheck(t, r, "topic", CheckFail, "has 1 partition(s) and 3 roles need 3, and User:alice may not add partitions")
+}
+
+// TestCheckMissingGrant: alice lacks Write on the topic; the check says so, and how to grant it.
+func TestCheckMissingGrant(t *testing.T) {
+	const group, topic = "grant", "grant.neli"
+	var grants []aclGrant
+	for _, g := range readmeGrants(group, topic) {
+		if g.name != "topic-write" {
+			grants = append(grants, g)
+		}
+	}
+	b := aclBroker(t, grants)
+	log := newTestLog(t)
+	contendOrFail(t, saslConfig(b, group, "admin", "admin", "admin-secret", log))
+	r, _ := Check(context.Background(), saslConfig(b, group, "doctor", "alice", "alice-secret", log))
+	wantCheck(t, r, "reach", CheckOK, "authenticates User:alice with SASL PLAIN")
+	wantCheck(t, r, "acl-topic", CheckFail, "User:alice lacks Write on topic grant.neli")
+	if c := resultOf(t, r, "acl-topic"); !strings.Contains(c.Fix, "kafka-acls.sh --add --allow-principal User:alice --operation Write --topic grant.neli") {
+		t.Errorf("fix %q; want the kafka-acls command that grants Write", c.Fix)
+	}
+	// Reading the broker's session bounds takes DescribeConfigs on the cluster, which the README
+	// does not ask of a classic group: a warning, not a failure.
+	wantCheck(t, r, "session", CheckWarn, "could not read the broker's group.min/max.session.timeout.ms")
+}
+
+// TestCheckWrongPassword: the bootstrap server is Kafka, but it does not let the user in.
+func TestCheckWrongPassword(t *testing.T) {
+	b := aclBroker(t, nil)
+	r, err := Check(context.Background(), saslConfig(b, "g", "doctor", "alice", "wrong", newTestLog(t)))
+	if err == nil {
+		t.Fatal("Check passed with a wrong password")
+	}
+	wantCheck(t, r, "reach", CheckFail, "authentication failed")
+}
+
+// TestCheckNotKafka: a port that accepts connections and never answers fails the reach check,
+// within CheckTimeout (the check reports it rather than running out of time).
+func TestCheckNotKafka(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		for len(accepted) > 0 {
+			(<-accepted).Close()
+		}
+	}()
+	config := Config{KafkaConfig: KafkaConfigMap{"bootstrap.servers": ln.Addr().String()}, LeaderGroupID: "g", Scribe: newTestLog(t).Scribe()}
+	r, err := Check(context.Background(), config)
+	var failed *CheckFailedError
+	if !errors.As(err, &failed) {
+		t.Fatalf("Check: %v; want a *CheckFailedError, not a check that ran out of time", err)
+	}
+	wantCheck(t, r, "reach", CheckFail, "accepts connections but did not answer an ApiVersions request")
+	if len(r.Checks) != 2 {
+		t.Errorf("checks after a failed reach: %+v; want only config and reach", r.Checks)
+	}
+}
+
+// TestCheckRefusedSettings: every setting New would refuse is a failure of its own, and the
+// cluster is still checked.
+func TestCheckRefusedSettings(t *testing.T) {
+	b := startBroker(t, truthfulMinSession(500*time.Millisecond)...)
+	config := testConfig(b, groupName(t), "doctor", newTestLog(t))
+	config.KafkaConfig["group.id"] = "mine"
+	config.KafkaConfig["fetch.min.bytes"] = 1000
+	r, err := Check(context.Background(), config)
+	var failed *CheckFailedError
+	if !errors.As(err, &failed) || len(failed.Failed) != 2 {
+		t.Fatalf("Check: %v; want the two refused settings", err)
+	}
+	for _, f := range failed.Failed {
+		if f.Name != "config" || !strings.Contains(f.Detail, `KafkaConfig["group.id"]`) && !strings.Contains(f.Detail, `KafkaConfig["fetch.min.bytes"]`) {
+			t.Errorf("failure %+v; want one naming each refused setting", f)
+		}
+	}
+	wantCheck(t, r, "reach", CheckOK, "answers as Kafka")
+}
