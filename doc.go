@@ -59,13 +59,17 @@
 //     rebalance began that the member did not rejoin. Kafka and kfake both behave so. A broker
 //     that restarts and forgets its groups expels everyone at once, and is covered only if it
 //     stays down for longer than a lease.
-//   - librdkafka learns of a rebalance at its next group heartbeat, rejoins at once, and sends no
-//     offset commit until the rebalance is over: it auto-commits only in a steady group, and the
-//     coordinator holds its JoinGroup until the rebalance completes, which holds back every later
-//     request on that connection. So a member's last renewal comes at most about a heartbeat
-//     interval after a rebalance began, and its lease runs out long before the rebalance timeout.
-//     (The coordinator itself would accept a commit with the current generation while the
-//     rebalance is being prepared.) One qualification: while the coordinator is unreachable
+//   - librdkafka learns of a rebalance at its next group heartbeat and auto-commits nothing until
+//     the rebalance is over; it rejoins at once, or up to a second later if it joined within the
+//     last second, and the coordinator holds its JoinGroup until the rebalance completes, which
+//     holds back every later request on that connection. The coordinator accepts a commit with
+//     the current generation until then, and while librdkafka waits to rejoin goneli sends the
+//     stalled offsets' commits itself, but only within 0.8 x HeartbeatTimeout of the last
+//     automatic commit at the default timing (commitWindow: the rebalance timeout minus
+//     HeartbeatTimeout minus two group heartbeat intervals; nothing if the settings leave no
+//     room). So a member's last renewal comes at most that window plus a heartbeat interval after
+//     a rebalance began, and its lease runs out a heartbeat interval before the rebalance timeout
+//     could expel it. One qualification: while the coordinator is unreachable
 //     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
 //     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
 //     a late commit from renewing a lease the group has moved on from is librdkafka's own session

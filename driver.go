@@ -121,7 +121,7 @@ func (n *neli) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			n.reachable("consumer", "a commit accepted")
 		}
-		n.onCommit(e)
+		n.onCommit(e, false)
 	case kafka.Error:
 		if e.IsFatal() {
 			for _, p := range n.parts {
@@ -187,7 +187,7 @@ func (n *neli) store(p *part, offset int64) {
 	p.stored = true
 }
 
-func (n *neli) onCommit(e kafka.OffsetsCommitted) {
+func (n *neli) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	if e.Error != nil {
 		// The whole commit failed: it carried every partition's offset.
 		for _, p := range n.parts {
@@ -204,7 +204,7 @@ func (n *neli) onCommit(e kafka.OffsetsCommitted) {
 			n.onCommitError(p, tp.Error)
 			continue
 		}
-		n.apply(p, p.lease.committed(int64(tp.Offset)))
+		n.apply(p, p.lease.committed(int64(tp.Offset), explicit))
 	}
 }
 
@@ -234,7 +234,7 @@ func (n *neli) collectCommits() {
 	if e.Error == nil {
 		n.reachable("consumer", "a commit accepted")
 	}
-	n.onCommit(e)
+	n.onCommit(e, true)
 }
 
 func (n *neli) onCommitError(p *part, err error) {

@@ -35,8 +35,9 @@ type lease struct {
 	// partition: the rebalance timeout, which bounds a revocation's wait for the barrier.
 	releaseWait time.Duration
 	// stall is how long a stored offset may wait for librdkafka's auto-commit before the lease
-	// asks for an explicit commit of it (see due).
-	stall  time.Duration
+	// asks for an explicit commit of it, and window how long after the last automatic commit
+	// accepted it may still ask (see stalled).
+	stall, window time.Duration
 	clock  clock
 	base   time.Time // origin of the monotonic durations below
 	random func() uint64
@@ -44,6 +45,10 @@ type lease struct {
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
 	lastCommitted int64
+	// autoAt is when the coordinator last accepted one of librdkafka's automatic commits of the
+	// partition; hasAuto says whether it ever did.
+	autoAt  time.Duration
+	hasAuto bool
 
 	t   tenure
 	c   leaseCounts
@@ -159,6 +164,8 @@ func randomTenure() uint64 {
 type leaseConfig struct {
 	role                                 string
 	timeout, interval, poll, releaseWait time.Duration
+	// window bounds the explicit commits of stalled offsets: see lease.stalled and commitWindow.
+	window time.Duration
 	clock                                clock
 	base                                 time.Time
 }
@@ -169,7 +176,7 @@ func newLease(c leaseConfig) *lease {
 		c.poll = c.interval
 	}
 	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
-		stall: commitStall(c.poll), clock: c.clock, base: c.base, random: randomTenure}
+		stall: commitStall(c.poll), window: c.window, clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -246,9 +253,27 @@ func commitStall(poll time.Duration) time.Duration {
 	return 2 * poll
 }
 
+// commitWindow is how long after librdkafka's last automatic commit a lease may still renew on
+// explicit ones, for a rebalance timeout (max.poll.interval.ms) rebalance and a group heartbeat
+// interval hb; zero where the settings leave no room.
+//
+// librdkafka stops auto-committing within a group heartbeat interval of a rebalance's start, and
+// the coordinator, which accepts commits until the member rejoins, expels a member that has not
+// rejoined once the rebalance timeout has passed. A renewal made within the window after the last
+// automatic commit rests on a heartbeat sent at most hb + window after the rebalance began, so
+// its lease ends by hb + window + HeartbeatTimeout = rebalance - hb: before a member that never
+// rejoined could be expelled and its partition handed on. goneli's defaults (rebalance timeout
+// 2 x HeartbeatTimeout, heartbeat interval a tenth of it) give 0.8 x HeartbeatTimeout, which
+// covers librdkafka's wait of up to a second to rejoin at leases from about 1.2 s up, and most
+// of it below.
+func commitWindow(rebalance, lease, hb time.Duration) time.Duration {
+	return max(0, rebalance-lease-2*hb)
+}
+
 // stalled returns the newest stored offset if any stored offset has waited for its commit for the
-// stall, and no explicit commit was asked for within the last stall. (Measured from the oldest:
-// heartbeats may be stored more often than once a stall.)
+// stall, no explicit commit was asked for within the last stall, and the last automatic commit
+// was accepted less than the window ago. (The stall is measured from the oldest offset: heartbeats
+// may be stored more often than once a stall.)
 //
 // librdkafka's auto-commit sends nothing while the consumer rejoins the group, and a consumer
 // rejoins at most once a second: a member that joined in one rebalance and sees the group start
@@ -260,7 +285,7 @@ func commitStall(poll time.Duration) time.Duration {
 // handed out. An explicit commit goes out whatever librdkafka's join state, and proves exactly
 // what an automatic one proves (committed).
 func (l *lease) stalled(now time.Duration) (int64, bool) {
-	if now-l.t.nudged < l.stall {
+	if now-l.t.nudged < l.stall || !l.hasAuto || now-l.autoAt >= l.window {
 		return 0, false
 	}
 	var newest int64
@@ -379,7 +404,7 @@ func (l *lease) release(out *leaseOut) {
 // interval before that send time; goneli derives the session timeout (config.go, groupTiming) to
 // exceed HeartbeatTimeout plus two such intervals. So a lease that ends HeartbeatTimeout after the
 // send time ends before any successor can be assigned the partition.
-func (l *lease) committed(offset int64) leaseOut {
+func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	var out leaseOut
 	if offset < 0 {
 		// A commit's result lists every partition the consumer holds; those it did not commit,
@@ -387,6 +412,9 @@ func (l *lease) committed(offset int64) leaseOut {
 		return out
 	}
 	l.lastCommitted = offset
+	if !explicit {
+		l.autoAt, l.hasAuto = l.now(), true
+	}
 	if !l.t.active {
 		return out
 	}

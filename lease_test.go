@@ -88,7 +88,7 @@ func (r *rig) heartbeat() (heartbeat, int64) {
 }
 
 func (r *rig) back(h heartbeat, off int64) { r.take(r.l.readBack(h, off)) }
-func (r *rig) commit(off int64)            { r.take(r.l.committed(off)) }
+func (r *rig) commit(off int64)            { r.take(r.l.committed(off, false)) }
 func (r *rig) verify()                     { r.check(groupCheck{verdict: groupVerdict{sawSelf: true}}) }
 func (r *rig) check(c groupCheck)          { r.take(r.l.checked(r.l.t.id, c)) }
 
@@ -331,10 +331,15 @@ func TestLeaseLogRestartedBelowCommittedOffset(t *testing.T) {
 // librdkafka auto-commits nothing while its consumer waits to rejoin the group, for up to a second.
 // An offset stored and left uncommitted for the stall (two polls) is asked for as an explicit
 // commit, the newest one, once per stall; its acceptance renews the lease as an automatic commit's
-// would. Offsets whose commits come back in time are never asked for.
+// would. Offsets whose commits come back in time are never asked for, and none is asked for once
+// the window has passed since the last automatic commit.
 func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	stall := commitStall(rigInterval) // the rig's poll is its interval
 	r := newRig(t)
+	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
+	if r.l.window != 800*time.Millisecond {
+		t.Fatalf("window %v at the default timing, want 0.8 x HeartbeatTimeout", r.l.window)
+	}
 	r.acquire()
 	r.renewal(10*time.Millisecond, 10*time.Millisecond)
 	r.due()
@@ -361,7 +366,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 1 {
 		t.Fatalf("explicit commits %v: asked again within the stall", r.commits)
 	}
-	r.commit(last)
+	r.take(r.l.committed(last, true))
 	if end := r.l.load().end; end <= firstEnd {
 		t.Fatalf("the accepted explicit commit left the lease end at %v (was %v)", end, firstEnd)
 	}
@@ -379,8 +384,32 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 2 || r.commits[1] != off+1 {
 		t.Fatalf("explicit commits %v, want a second one of %d", r.commits, off+1)
 	}
-	if r.kinds() != "A" {
-		t.Fatalf("events %s, want A", r.kinds())
+	r.take(r.l.committed(off+1, true))
+
+	// Explicit commits renew only within the window after the last automatic one: past it the
+	// member may be one that never rejoined the rebalance, and the lease must run out before the
+	// coordinator can expel it.
+	for r.l.now()-r.l.autoAt < r.l.window {
+		h, off := r.heartbeat()
+		r.back(h, off)
+		r.wait(stall)
+		r.due()
+		if n := len(r.commits); r.l.now()-r.l.autoAt >= r.l.window && n > 0 && r.commits[n-1] == off+1 {
+			t.Fatalf("explicit commit of %d asked for %v after the last automatic one (window %v)", off+1, r.l.now()-r.l.autoAt, r.l.window)
+		}
+		r.take(r.l.committed(off+1, true))
+	}
+	h, off = r.heartbeat()
+	r.back(h, off)
+	before := len(r.commits)
+	r.wait(stall)
+	r.due()
+	if len(r.commits) != before {
+		t.Fatalf("explicit commits %v past the window", r.commits[before:])
+	}
+	r.expire()
+	if r.kinds() != "A" && r.kinds() != "AF" {
+		t.Fatalf("events %s, want A (and a fence once explicit renewals stop)", r.kinds())
 	}
 }
 

@@ -260,7 +260,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	for i, role := range roles {
 		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
 			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			clock: n.clock, base: n.base,
+			window: commitWindow(timing.maxPoll, *config.HeartbeatTimeout, timing.interval), clock: n.clock, base: n.base,
 		})})
 	}
 	n.throttle.every = 10 * time.Second

@@ -371,38 +371,37 @@ func TestLeaderTopicRecreated(t *testing.T) {
 // (issue 30, the demo's unexplained fence: a leader that joined one rebalance and saw the next one
 // start 111 ms later waited 894 ms for its JoinGroup, without a commit, and its 1 s lease ran
 // out). The group accepts commits of the current generation all that time, and the lease asks for
-// them explicitly once its offsets wait two polls (lease.stalled). Here a's auto-commit is silenced
-// for good, which librdkafka's wait does only for a while and only when rebalances come in a
-// particular order: a must acquire, renew, and come through rebalances on explicit commits alone.
-func TestLeaderRenewsWithoutAutoCommit(t *testing.T) {
+// them explicitly once its offsets have waited two polls, within 0.8 leases of the last automatic
+// commit (lease.stalled). Here a's automatic commits come only every 1.5 leases, a gap that
+// librdkafka's wait opens only when rebalances come in a particular order: a must come through
+// that, and through rebalances, on explicit commits without a fence.
+func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
 	b := startBroker(t)
 	group, log, r := groupName(t), newTestLog(t), newRecorder()
-	const lease = 500 * time.Millisecond
+	const lease = testLease
 	config := func(name string) Config {
-		c := testConfig(b, group, name, log)
-		c.HeartbeatTimeout = Duration(lease)
-		return c
+		return testConfig(b, group, name, log)
 	}
 	ca := config("a")
 	ca.KafkaConsumerProvider = func(conf *KafkaConfigMap) (KafkaConsumer, error) {
-		silent := KafkaConfigMap{}
+		sparse := KafkaConfigMap{}
 		for k, v := range *conf {
-			silent[k] = v
+			sparse[k] = v
 		}
-		silent["auto.commit.interval.ms"] = int(time.Hour.Milliseconds())
-		return StandardKafkaConsumerProvider()(&silent)
+		sparse["auto.commit.interval.ms"] = int((lease * 3 / 2).Milliseconds())
+		return StandardKafkaConsumerProvider()(&sparse)
 	}
 	a := contender(t, ca, r).(Curator)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
-	renewed := func(what string) {
+	// renewed waits until a's lease rests on a heartbeat sent after from.
+	renewed := func(what string, from time.Time) {
 		t.Helper()
-		from := time.Now()
 		awaitCondition(t, what, func() bool {
 			s := a.Stats()
 			return s.Leader && time.Now().Add(s.LeaseRemaining).After(from.Add(lease))
 		})
 	}
-	renewed("a to renew its lease")
+	renewed("a to renew across two gaps between automatic commits", time.Now().Add(3*lease))
 	for round := range 2 {
 		c := contender(t, config(fmt.Sprintf("c%d", round)), r)
 		awaitStable(t, b, group, 2)
@@ -410,7 +409,7 @@ func TestLeaderRenewsWithoutAutoCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		awaitStable(t, b, group, 1)
-		renewed("a to renew after the rebalances")
+		renewed("a to renew after the rebalances", time.Now())
 	}
 	events := r.snapshot()
 	if i, e := first[LeaderFenced](events, "a", 0); i >= 0 {
