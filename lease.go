@@ -38,9 +38,9 @@ type lease struct {
 	// asks for an explicit commit of it, and window how long after the last automatic commit
 	// accepted it may still ask (see stalled).
 	stall, window time.Duration
-	clock  clock
-	base   time.Time // origin of the monotonic durations below
-	random func() uint64
+	clock         clock
+	base          time.Time // origin of the monotonic durations below
+	random        func() uint64
 
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
@@ -166,8 +166,8 @@ type leaseConfig struct {
 	timeout, interval, poll, releaseWait time.Duration
 	// window bounds the explicit commits of stalled offsets: see lease.stalled and commitWindow.
 	window time.Duration
-	clock                                clock
-	base                                 time.Time
+	clock  clock
+	base   time.Time
 }
 
 // newLease makes the lease of one partition.
