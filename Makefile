@@ -1,4 +1,4 @@
-.PHONY: test demo vet tidy chaos soak
+.PHONY: test demo vet tidy chaos soak release release-check
 
 # Every package of every module (go.work), race detector on. Tests that need Docker skip themselves
 # where there is none.
@@ -15,6 +15,16 @@ vet:
 # requirements between them).
 tidy:
 	./.ci/tidy
+
+# A release of every module at VERSION (docs/releasing.md): a dry run that builds the release in a
+# scratch clone and checks it; TAG=1 then commits and tags it here, for you to push.
+release:
+	./.ci/release $(if $(TAG),-tag) $(VERSION)
+
+# What CI checks of the module graph: every module built with GOWORK=off against the versions it
+# requires, as `go install ...@version` would fetch them.
+release-check:
+	./.ci/release -check
 
 # The long chaos run: CHAOS_TRIALS trials of CHAOS_FAULTS random faults each (200 in all by
 # default, some 15 minutes), race detector on. Prints every fault and, at the end, the summary:
