@@ -189,6 +189,15 @@ func (n *neli) store(p *part, offset int64) {
 
 func (n *neli) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	if e.Error != nil {
+		var ke kafka.Error
+		if explicit && errors.As(e.Error, &ke) && ke.Code() == kafka.ErrIllegalGeneration {
+			// An explicit commit can go out behind the JoinGroup that ends the rebalance, still
+			// carrying the generation it was made with, and reach the coordinator after the new
+			// one began: the member is in the group all the same. It renews nothing, and the lease
+			// runs out on its own if nothing else renews it.
+			n.throttle.log(n.log.D(), "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", n.config.Name, ke)
+			return
+		}
 		// The whole commit failed: it carried every partition's offset.
 		for _, p := range n.parts {
 			n.onCommitError(p, e.Error)
