@@ -70,9 +70,8 @@ func (n *neli) cycle(poll time.Duration) error {
 		}
 		ev = n.consumer.Poll(0)
 	}
-	n.drainProducer()
-	if fatal == nil {
-		fatal, n.denied = n.denied, nil
+	if denied := n.drainProducer(); fatal == nil {
+		fatal = denied
 	}
 	n.collectCommits()
 	n.checkReadBack()
@@ -189,15 +188,6 @@ func (n *neli) store(p *part, offset int64) {
 
 func (n *neli) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	if e.Error != nil {
-		var ke kafka.Error
-		if explicit && errors.As(e.Error, &ke) && ke.Code() == kafka.ErrIllegalGeneration {
-			// An explicit commit can go out behind the JoinGroup that ends the rebalance, still
-			// carrying the generation it was made with, and reach the coordinator after the new
-			// one began: the member is in the group all the same. It renews nothing, and the lease
-			// runs out on its own if nothing else renews it.
-			n.throttle.log(n.log.D(), "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", n.config.Name, ke)
-			return
-		}
 		// The whole commit failed: it carried every partition's offset.
 		for _, p := range n.parts {
 			n.onCommitError(p, e.Error)
@@ -229,8 +219,7 @@ func (n *neli) startCommits() {
 	}
 	clear(n.commitAsks)
 	if n.commits.start(offsets) {
-		n.throttle.log(n.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly: librdkafka has committed none for %v",
-			n.config.Name, offsets, commitStall(*n.config.MinPollInterval))
+		n.throttle.log(n.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", n.config.Name, offsets)
 	}
 }
 
@@ -238,6 +227,15 @@ func (n *neli) startCommits() {
 func (n *neli) collectCommits() {
 	e, ok := n.commits.collect()
 	if !ok {
+		return
+	}
+	var ke kafka.Error
+	if errors.As(e.Error, &ke) && ke.Code() == kafka.ErrIllegalGeneration {
+		// An explicit commit can go out behind the JoinGroup that ends the rebalance, still
+		// carrying the generation it was made with, and reach the coordinator after the new one
+		// began: the member is in the group all the same, unlike when librdkafka's own commit is
+		// refused so. It renews nothing, and the lease runs out on its own if nothing else renews it.
+		n.throttle.log(n.log.D(), "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", n.config.Name, ke)
 		return
 	}
 	if e.Error == nil {
@@ -631,9 +629,11 @@ func (n *neli) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) 
 	}, reports)
 }
 
-func (n *neli) drainProducer() {
+// drainProducer takes the producer's delivery reports and errors, and returns the first
+// authorization failure among the reports, which no retry can mend (authz.go).
+func (n *neli) drainProducer() (denied error) {
 	if n.producer == nil {
-		return
+		return nil
 	}
 	for i := 0; i < maxEventsPerCycle; i++ {
 		select {
@@ -641,8 +641,8 @@ func (n *neli) drainProducer() {
 			switch e := ev.(type) {
 			case *kafka.Message:
 				if e.TopicPartition.Error != nil {
-					if n.denied == nil {
-						n.denied = authorizationError(n.config, "producer", e.TopicPartition.Error)
+					if denied == nil {
+						denied = authorizationError(n.config, "producer", e.TopicPartition.Error)
 					}
 					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
 				} else {
@@ -650,7 +650,7 @@ func (n *neli) drainProducer() {
 				}
 				n.noteDelivery(e.TopicPartition.Error)
 				if n.producer == nil {
-					return
+					return denied
 				}
 			case kafka.Error:
 				if e.Code() == kafka.ErrAllBrokersDown {
@@ -660,9 +660,10 @@ func (n *neli) drainProducer() {
 				n.logKafkaError("producer", e)
 			}
 		default:
-			return
+			return denied
 		}
 	}
+	return denied
 }
 
 // startGroupCheck describes the group, off the pulsing goroutine, for every part whose lease has

@@ -395,7 +395,8 @@ func (l *lease) release(out *leaseOut) {
 // # 4. Renewal
 
 // committed takes a commit of offset that the coordinator accepted, which renews the lease from
-// the heartbeat stored at that offset.
+// the heartbeat stored at that offset. explicit says that goneli sent it (stalled, readBack) rather
+// than librdkafka's auto-commit, whose last acceptance opens the window for explicit ones.
 //
 // Why an accepted commit is proof: the commit reached the coordinator after the heartbeat was
 // sent, and the coordinator checked the member id and generation, so it still counted this

@@ -158,13 +158,11 @@ type neli struct {
 	member      membership
 	groupChecks atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
 	troubled    bool
-	// denied is an authorization failure that a delivery report showed, for the cycle to return.
-	denied     error
-	troubleAt  time.Duration
-	deferSince time.Duration
-	deferring  bool
-	reach      reachability // whether Kafka answers, for Stats (reach.go)
-	watchdog   *watchdog
+	troubleAt   time.Duration
+	deferSince  time.Duration
+	deferring   bool
+	reach       reachability // whether Kafka answers, for Stats (reach.go)
+	watchdog    *watchdog
 
 	// mu guards the lease and the fields below. It is held while the consumer is polled, and so
 	// in the rebalance callback, but never while the application is called. An instance that
