@@ -38,7 +38,8 @@ type Summary struct {
 	Trials  int
 	Reports []verdict.Report
 	// LibrdkafkaAborts counts members that librdkafka's admin use-after-free aborted (see
-	// knownAbort in chaos_test.go); the harness restarts them as after a crash.
+	// knownAbort in chaos_test.go). The harness restarts such a member as after a crash, and the
+	// trial fails: goneli must keep librdkafka from aborting.
 	LibrdkafkaAborts int
 }
 
