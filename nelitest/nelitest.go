@@ -329,21 +329,14 @@ func (b *Broker) restart() error {
 	// Nothing happens at the end of the old leases that could be awaited: they lapse on each
 	// contender's own clock, which is why this waits for time itself.
 	time.Sleep(time.Until(stopped.Add(Lease)))
-	deadline := time.Now().Add(portWait)
-	for {
-		kb, err := kafkatest.StartNet(b.net, kfake.Ports(b.port), kfake.DataDir(b.dataDir))
-		if err == nil {
-			b.mu.Lock()
-			b.kb = kb
-			b.mu.Unlock()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		// The old listener's port is not free yet, and nothing tells when it will be.
-		time.Sleep(20 * time.Millisecond)
+	kb, err := kafkatest.StartNetOnPort(b.net, b.port, portWait, kfake.DataDir(b.dataDir))
+	if err != nil {
+		return err
 	}
+	b.mu.Lock()
+	b.kb = kb
+	b.mu.Unlock()
+	return nil
 }
 
 // Close stops the broker for good. A broker made by Start closes itself when its test ends; one

@@ -38,6 +38,16 @@ func contender(t *testing.T, b *Broker, name string) goneli.Neli {
 	return n
 }
 
+// contenders starts a contender on b for each of names, in that order.
+func contenders(t *testing.T, b *Broker, names ...string) []Instance {
+	t.Helper()
+	ns := make([]Instance, len(names))
+	for i, name := range names {
+		ns[i] = contender(t, b, name)
+	}
+	return ns
+}
+
 // Config's configurations are valid as they are, of one group, and told apart by their names.
 func TestConfig(t *testing.T) {
 	b := Start(t)
@@ -152,8 +162,9 @@ type fatalTB struct {
 	failure string
 }
 
-func (f *fatalTB) Helper()           {}
-func (f *fatalTB) Fatal(args ...any) { f.failure = fmt.Sprint(args...) }
+func (f *fatalTB) Helper()                           {}
+func (f *fatalTB) Fatal(args ...any)                 { f.failure = fmt.Sprint(args...) }
+func (f *fatalTB) Fatalf(format string, args ...any) { f.failure = fmt.Sprintf(format, args...) }
 
 func TestAwaitLeaderFailsTheTest(t *testing.T) {
 	tb := &fatalTB{TB: t}
@@ -175,10 +186,7 @@ func TestCutAndHeal(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			b := Start(t)
 			names := []string{"a", "b"}
-			var ns []Instance
-			for _, name := range names {
-				ns = append(ns, contender(t, b, name))
-			}
+			ns := contenders(t, b, names...)
 			first := AwaitLeader(t, DefaultTimeout, ns...)
 			if kind == "Cut" {
 				b.Cut(names[first])
@@ -221,10 +229,7 @@ func TestStopAndRestart(t *testing.T) {
 func TestCutOutlastsRestart(t *testing.T) {
 	b := Start(t)
 	names := []string{"a", "b"}
-	var ns []Instance
-	for _, name := range names {
-		ns = append(ns, contender(t, b, name))
-	}
+	ns := contenders(t, b, names...)
 	first := AwaitLeader(t, DefaultTimeout, ns...)
 	b.Cut(names[first])
 	b.Restart()
@@ -237,18 +242,10 @@ func TestCutOutlastsRestart(t *testing.T) {
 
 // Config without a name fails the test: Cut could not find the contender.
 func TestConfigNeedsAName(t *testing.T) {
-	tb := &fatalfTB{TB: t}
+	tb := &fatalTB{TB: t}
 	b := &Broker{tb: tb, bases: map[string]bool{}}
 	b.Config("")
 	if !strings.Contains(tb.failure, "needs a name") {
 		t.Errorf("failure %q", tb.failure)
 	}
 }
-
-type fatalfTB struct {
-	testing.TB
-	failure string
-}
-
-func (f *fatalfTB) Helper()                           {}
-func (f *fatalfTB) Fatalf(format string, args ...any) { f.failure = fmt.Sprintf(format, args...) }

@@ -54,6 +54,21 @@ func StartNet(nm *Netem, opts ...kfake.Opt) (*Broker, error) {
 	return &Broker{Cluster: c, Net: nm, Addr: addrs[0], Addrs: addrs}, nil
 }
 
+// StartNetOnPort is StartNet on port, for a broker that replaces one just closed there: the old
+// listener can take a moment to release the port, and nothing tells when it has, so it tries
+// again every 20 ms for up to wait.
+func StartNetOnPort(nm *Netem, port int, wait time.Duration, opts ...kfake.Opt) (*Broker, error) {
+	opts = append([]kfake.Opt{kfake.Ports(port)}, opts...)
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := StartNet(nm, opts...)
+		if err == nil || time.Now().After(deadline) {
+			return b, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Close stops the broker and drops every connection.
 func (b *Broker) Close() {
 	b.Cluster.Close()

@@ -169,13 +169,7 @@ func TestNetemClientKeyAndRestart(t *testing.T) {
 	_, port, _ := net.SplitHostPort(b.Addr)
 	p, _ := strconv.Atoi(port)
 	b.Close()
-	for range 100 {
-		if b, err = StartNet(nm, kfake.Ports(p)); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond) // the old listener's port is not free yet
-	}
-	if err != nil {
+	if b, err = StartNetOnPort(nm, p, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := ping(observer, 500*time.Millisecond); err == nil {
