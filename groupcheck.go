@@ -45,9 +45,10 @@ type groupVerdict struct {
 // for this instance).
 //
 // A partition the description gives no topic name for cannot be judged. Apache Kafka names every
-// topic it describes, but kfake, under KIP-848, gives topic IDs only, and confluent-kafka-go passes
-// on no topic IDs, so nothing here can map them to names. Such a partition counts as the
-// instance's own topic only when it belongs to this instance's own member, whose consumer
+// topic it describes, but kfake, under KIP-848, gives topic IDs only: goneli's own connection maps
+// them to names from the cluster's metadata where it can (groupwire.go), and confluent-kafka-go
+// passes on no topic IDs at all, so a partition may still come without one. Such a partition counts
+// as the instance's own topic only when it belongs to this instance's own member, whose consumer
 // subscribes to that one topic, and that member is known for certain: by its member id, or as the
 // only one with this client.id. Any other member's nameless partition makes the verdict a conflict
 // (Unnamed), so that the tenure does not lead: counting it as the own topic is what let a member on

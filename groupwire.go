@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,11 @@ type wireDescriber struct {
 // errWireUnsupported marks a client configuration that the wire describer cannot speak.
 var errWireUnsupported = errors.New("not supported by goneli's own connection")
 
+// wireUnsupported is an error wrapping errWireUnsupported that names what cannot be followed.
+func wireUnsupported(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errWireUnsupported)
+}
+
 // newWireDescriber reads the connection settings of a librdkafka configuration, or returns an
 // error wrapping errWireUnsupported that names the setting it cannot follow.
 func newWireDescriber(conf kafka.ConfigMap, consumerProtocol bool) (*wireDescriber, error) {
@@ -58,14 +64,11 @@ func newWireDescriber(conf kafka.ConfigMap, consumerProtocol bool) (*wireDescrib
 		}
 		return fmt.Sprint(v), true
 	}
-	unsupported := func(format string, args ...any) error {
-		return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errWireUnsupported)
-	}
 	w := &wireDescriber{consumerFirst: consumerProtocol, dialer: wireDialer{network: "tcp"}}
 	servers, _ := get("bootstrap.servers")
 	w.servers = kprobe.Servers(servers)
 	if len(w.servers) == 0 {
-		return nil, unsupported("no bootstrap.servers")
+		return nil, wireUnsupported("no bootstrap.servers")
 	}
 	w.dialer.clientID, _ = get("client.id")
 	switch fam, _ := get("broker.address.family"); fam {
@@ -86,7 +89,7 @@ func newWireDescriber(conf kafka.ConfigMap, consumerProtocol bool) (*wireDescrib
 		}
 		w.dialer.tls = cfg
 	default:
-		return nil, unsupported("security.protocol=%s", protocol)
+		return nil, wireUnsupported("security.protocol=%s", protocol)
 	}
 	if strings.HasPrefix(protocol, "sasl_") {
 		mech, ok := get("sasl.mechanisms")
@@ -100,7 +103,7 @@ func newWireDescriber(conf kafka.ConfigMap, consumerProtocol bool) (*wireDescrib
 		switch mech {
 		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 		default:
-			return nil, unsupported("sasl.mechanism=%s", mech)
+			return nil, wireUnsupported("sasl.mechanism=%s", mech)
 		}
 		user, _ := get("sasl.username")
 		password, _ := get("sasl.password")
@@ -111,24 +114,23 @@ func newWireDescriber(conf kafka.ConfigMap, consumerProtocol bool) (*wireDescrib
 
 // wireTLS builds a TLS configuration from librdkafka's ssl.* settings.
 func wireTLS(get func(string) (string, bool)) (*tls.Config, error) {
-	unsupported := func(key string) error {
-		return fmt.Errorf("%s: %w", key, errWireUnsupported)
-	}
 	for _, key := range []string{"ssl.keystore.location", "ssl.key.password", "ssl.engine.location", "ssl.engine.id",
 		"ssl.providers", "ssl.crl.location", "ssl_engine_callback_data", "ssl.certificate.verify_cb"} {
 		if v, ok := get(key); ok && v != "" {
-			return nil, unsupported(key)
+			return nil, wireUnsupported("%s", key)
 		}
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	ca, hasCA := get("ssl.ca.location")
+	// "probe" asks librdkafka to find the system's CAs, which Go's default roots are.
+	ca, _ := get("ssl.ca.location")
+	hasCA := ca != "" && ca != "probe"
 	caPEM, hasCAPEM := get("ssl.ca.pem")
-	if (hasCA && ca != "probe" && ca != "") || hasCAPEM {
+	if hasCA || hasCAPEM {
 		pool := x509.NewCertPool()
 		if hasCAPEM && !pool.AppendCertsFromPEM([]byte(caPEM)) {
-			return nil, fmt.Errorf("ssl.ca.pem: no certificate found: %w", errWireUnsupported)
+			return nil, wireUnsupported("ssl.ca.pem: no certificate found")
 		}
-		if hasCA && ca != "probe" && ca != "" {
+		if hasCA {
 			if err := appendCAs(pool, ca); err != nil {
 				return nil, err
 			}
@@ -143,17 +145,17 @@ func wireTLS(get func(string) (string, bool)) (*tls.Config, error) {
 	case hasCertFile && hasKeyFile:
 		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
-			return nil, fmt.Errorf("ssl.certificate.location, ssl.key.location: %v: %w", err, errWireUnsupported)
+			return nil, wireUnsupported("ssl.certificate.location, ssl.key.location: %v", err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	case hasCertPEM && hasKeyPEM:
 		pair, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
 		if err != nil {
-			return nil, fmt.Errorf("ssl.certificate.pem, ssl.key.pem: %v: %w", err, errWireUnsupported)
+			return nil, wireUnsupported("ssl.certificate.pem, ssl.key.pem: %v", err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	case hasCertFile || hasKeyFile || hasCertPEM || hasKeyPEM:
-		return nil, unsupported("a client certificate without its key")
+		return nil, wireUnsupported("a client certificate without its key")
 	}
 	verify, _ := get("enable.ssl.certificate.verification")
 	identify, hasIdentify := get("ssl.endpoint.identification.algorithm")
@@ -177,7 +179,7 @@ func appendCAs(pool *x509.CertPool, location string) error {
 	if st, err := os.Stat(location); err == nil && st.IsDir() {
 		entries, err := os.ReadDir(location)
 		if err != nil {
-			return fmt.Errorf("ssl.ca.location: %v: %w", err, errWireUnsupported)
+			return wireUnsupported("ssl.ca.location: %v", err)
 		}
 		files = files[:0]
 		for _, e := range entries {
@@ -190,12 +192,12 @@ func appendCAs(pool *x509.CertPool, location string) error {
 	for _, f := range files {
 		pem, err := os.ReadFile(f)
 		if err != nil {
-			return fmt.Errorf("ssl.ca.location: %v: %w", err, errWireUnsupported)
+			return wireUnsupported("ssl.ca.location: %v", err)
 		}
 		found = pool.AppendCertsFromPEM(pem) || found
 	}
 	if !found {
-		return fmt.Errorf("ssl.ca.location: no PEM certificate in %s: %w", location, errWireUnsupported)
+		return wireUnsupported("ssl.ca.location: no PEM certificate in %s", location)
 	}
 	return nil
 }
@@ -224,8 +226,8 @@ func verifyChain(raw [][]byte, roots *x509.CertPool) error {
 const wireRetry = 200 * time.Millisecond
 
 // DescribeConsumerGroups describes the one group asked for, retrying within ctx while the broker
-// says the coordinator is not ready and while connections fail; options are ignored (ctx bounds
-// it). A group-level error of the description is returned in its Error, as librdkafka does.
+// says the coordinator is not ready and after any failure that is not the broker's answer (a
+// connection that fails, a response that cannot be read); options are ignored (ctx bounds it). A group-level error of the description is returned in its Error, as librdkafka does.
 func (w *wireDescriber) DescribeConsumerGroups(ctx context.Context, groups []string, _ ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
 	if len(groups) != 1 {
 		return kafka.DescribeConsumerGroupsResult{}, fmt.Errorf("goneli describes one group at a time, not %d", len(groups))
@@ -319,91 +321,105 @@ func findCoordinator(ctx context.Context, c *wireConn, group string) (int32, str
 	return node, net.JoinHostPort(host, strconv.Itoa(int(port))), nil
 }
 
-// groupIDNotFound is Kafka's GROUP_ID_NOT_FOUND.
-const groupIDNotFound = 69
-
 // describeAt describes group at its coordinator, with ConsumerGroupDescribe for a KIP-848 group
 // and DescribeGroups for a classic one, trying the other when the first does not know the group.
 func (w *wireDescriber) describeAt(ctx context.Context, c *wireConn, group string) (kafka.ConsumerGroupDescription, error) {
 	canConsumer := c.supports(kmsg.NewPtrConsumerGroupDescribeRequest(), 1)
-	first := w.consumerFirst && canConsumer
-	desc, code, err := describeWith(ctx, c, group, first)
-	if err != nil || code != groupIDNotFound || (!first && !canConsumer) {
+	describe, other := describeClassic, describeConsumer
+	if w.consumerFirst && canConsumer {
+		describe, other = describeConsumer, describeClassic
+	} else if !canConsumer {
+		other = nil
+	}
+	desc, err := describe(ctx, c, group)
+	if err != nil || desc.Error.Code() != kafka.ErrGroupIDNotFound || other == nil {
 		return desc, err
 	}
 	// The group may be of the other kind: Apache Kafka answers GROUP_ID_NOT_FOUND when asked for
 	// a group by the other kind's request, and for a group that does not exist.
-	if other, code, err := describeWith(ctx, c, group, !first); err == nil && code != groupIDNotFound {
-		return other, nil
+	if o, err := other(ctx, c, group); err == nil && o.Error.Code() != kafka.ErrGroupIDNotFound {
+		return o, nil
 	}
 	return desc, nil
 }
 
-// describeWith sends one description request and converts the answer to librdkafka's form,
-// returning the group's error code besides.
-func describeWith(ctx context.Context, c *wireConn, group string, consumer bool) (kafka.ConsumerGroupDescription, int16, error) {
-	desc := kafka.ConsumerGroupDescription{GroupID: group, Error: kafka.NewError(kafka.ErrNoError, "", false)}
-	if consumer {
-		req := kmsg.NewPtrConsumerGroupDescribeRequest()
-		req.Groups = []string{group}
-		resp, err := c.request(ctx, req, 1)
-		if err != nil {
-			return desc, 0, err
-		}
-		r := resp.(*kmsg.ConsumerGroupDescribeResponse)
-		if len(r.Groups) != 1 {
-			return desc, 0, fmt.Errorf("ConsumerGroupDescribe for one group answered with %d", len(r.Groups))
-		}
-		g := r.Groups[0]
-		if g.ErrorCode != 0 {
-			desc.Error = kafkaCode(g.ErrorCode, g.ErrorMessage)
-			return desc, g.ErrorCode, nil
-		}
-		desc.Type = kafka.ConsumerGroupTypeConsumer
-		desc.State = groupState(g.State)
-		desc.PartitionAssignor = g.AssignorName
-		names := topicNames(ctx, c, g.Members)
-		for _, m := range g.Members {
-			md := kafka.MemberDescription{ClientID: m.ClientID, ConsumerID: m.MemberID, Host: m.ClientHost}
-			if m.InstanceID != nil {
-				md.GroupInstanceID = *m.InstanceID
-			}
-			md.Assignment = kafka.MemberAssignment{TopicPartitions: assigned(m.Assignment, names)}
-			md.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: assigned(m.TargetAssignment, names)}
-			desc.Members = append(desc.Members, md)
-		}
-		return desc, 0, nil
+// newDescription is a description of group without an error, which describeConsumer and
+// describeClassic fill in.
+func newDescription(group string) kafka.ConsumerGroupDescription {
+	return kafka.ConsumerGroupDescription{GroupID: group, Error: kafka.NewError(kafka.ErrNoError, "", false)}
+}
+
+// newMember describes a member as both protocols' descriptions name it.
+func newMember(clientID, memberID, host string, instanceID *string) kafka.MemberDescription {
+	md := kafka.MemberDescription{ClientID: clientID, ConsumerID: memberID, Host: host}
+	if instanceID != nil {
+		md.GroupInstanceID = *instanceID
 	}
+	return md
+}
+
+// describeConsumer describes a KIP-848 group, in librdkafka's form.
+func describeConsumer(ctx context.Context, c *wireConn, group string) (kafka.ConsumerGroupDescription, error) {
+	desc := newDescription(group)
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{group}
+	resp, err := c.request(ctx, req, 1)
+	if err != nil {
+		return desc, err
+	}
+	r := resp.(*kmsg.ConsumerGroupDescribeResponse)
+	if len(r.Groups) != 1 {
+		return desc, fmt.Errorf("ConsumerGroupDescribe for one group answered with %d", len(r.Groups))
+	}
+	g := r.Groups[0]
+	if g.ErrorCode != 0 {
+		desc.Error = kafkaCode(g.ErrorCode, g.ErrorMessage)
+		return desc, nil
+	}
+	desc.Type = kafka.ConsumerGroupTypeConsumer
+	// librdkafka maps a state it does not know to Unknown, and returns no error.
+	desc.State, _ = kafka.ConsumerGroupStateFromString(g.State)
+	desc.PartitionAssignor = g.AssignorName
+	names := topicNames(ctx, c, g.Members)
+	for _, m := range g.Members {
+		md := newMember(m.ClientID, m.MemberID, m.ClientHost, m.InstanceID)
+		md.Assignment = kafka.MemberAssignment{TopicPartitions: assigned(m.Assignment, names)}
+		md.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: assigned(m.TargetAssignment, names)}
+		desc.Members = append(desc.Members, md)
+	}
+	return desc, nil
+}
+
+// describeClassic describes a classic group, in librdkafka's form.
+func describeClassic(ctx context.Context, c *wireConn, group string) (kafka.ConsumerGroupDescription, error) {
+	desc := newDescription(group)
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{group}
 	// Version 6 reports a missing group as GROUP_ID_NOT_FOUND; up to 5 it is a Dead group without
 	// an error, as librdkafka's own description has it.
 	resp, err := c.request(ctx, req, 5)
 	if err != nil {
-		return desc, 0, err
+		return desc, err
 	}
 	r := resp.(*kmsg.DescribeGroupsResponse)
 	if len(r.Groups) != 1 {
-		return desc, 0, fmt.Errorf("DescribeGroups for one group answered with %d", len(r.Groups))
+		return desc, fmt.Errorf("DescribeGroups for one group answered with %d", len(r.Groups))
 	}
 	g := r.Groups[0]
 	if g.ErrorCode != 0 {
 		desc.Error = kafkaCode(g.ErrorCode, g.ErrorMessage)
-		return desc, g.ErrorCode, nil
+		return desc, nil
 	}
 	desc.Type = kafka.ConsumerGroupTypeClassic
-	desc.State = groupState(g.State)
+	desc.State, _ = kafka.ConsumerGroupStateFromString(g.State)
 	desc.PartitionAssignor = g.Protocol
 	desc.IsSimpleConsumerGroup = g.ProtocolType == "" && len(g.Members) == 0 && g.State == "Empty"
 	for _, m := range g.Members {
-		md := kafka.MemberDescription{ClientID: m.ClientID, ConsumerID: m.MemberID, Host: m.ClientHost}
-		if m.InstanceID != nil {
-			md.GroupInstanceID = *m.InstanceID
-		}
+		md := newMember(m.ClientID, m.MemberID, m.ClientHost, m.InstanceID)
 		if g.ProtocolType == "consumer" && len(m.MemberAssignment) > 0 {
 			var a kmsg.ConsumerMemberAssignment
 			if err := a.ReadFrom(m.MemberAssignment); err != nil {
-				return desc, 0, fmt.Errorf("member %s's assignment cannot be read: %w", m.MemberID, err)
+				return desc, fmt.Errorf("member %s's assignment cannot be read: %w", m.MemberID, err)
 			}
 			for _, t := range a.Topics {
 				for _, p := range t.Partitions {
@@ -413,34 +429,22 @@ func describeWith(ctx context.Context, c *wireConn, group string, consumer bool)
 		}
 		desc.Members = append(desc.Members, md)
 	}
-	return desc, 0, nil
-}
-
-// groupState maps a state's name as the broker gives it to librdkafka's enumeration, as
-// librdkafka's own description does.
-func groupState(s string) kafka.ConsumerGroupState {
-	st, err := kafka.ConsumerGroupStateFromString(s)
-	if err != nil {
-		return kafka.ConsumerGroupStateUnknown
-	}
-	return st
+	return desc, nil
 }
 
 // topicNames maps the topic IDs that a KIP-848 description gives without names to names, from
 // the cluster's metadata. Apache Kafka names them itself; kfake does not. A map that misses an ID
 // leaves the partition nameless, which the check counts against leading.
 func topicNames(ctx context.Context, c *wireConn, members []kmsg.ConsumerGroupDescribeResponseGroupMember) map[[16]byte]string {
-	missing := false
-	for _, m := range members {
-		for _, tp := range append(append([]kmsg.AssignmentTopicPartition(nil), m.Assignment.TopicPartitions...), m.TargetAssignment.TopicPartitions...) {
-			missing = missing || tp.Topic == ""
-		}
-	}
-	if !missing {
+	unnamed := func(tp kmsg.AssignmentTopicPartition) bool { return tp.Topic == "" }
+	if !slices.ContainsFunc(members, func(m kmsg.ConsumerGroupDescribeResponseGroupMember) bool {
+		return slices.ContainsFunc(m.Assignment.TopicPartitions, unnamed) || slices.ContainsFunc(m.TargetAssignment.TopicPartitions, unnamed)
+	}) {
 		return nil
 	}
 	req := kmsg.NewPtrMetadataRequest() // Topics nil: every topic
-	if !c.supports(req, 12) || c.versions[req.Key()][1] < 10 {
+	// Metadata gives topic IDs from version 10 on.
+	if v, ok := c.version(req, 12); !ok || v < 10 {
 		return nil
 	}
 	resp, err := c.request(ctx, req, 12)

@@ -80,9 +80,11 @@ func (d *wireDialer) dial(ctx context.Context, addr string) (*wireConn, error) {
 	if d.sasl != nil {
 		if err := w.authenticate(ctx, d.sasl); err != nil {
 			w.close()
-			// A broker may close the connection on bad credentials without an answer, which
-			// would otherwise read as a server that is not Kafka.
-			if !strings.Contains(err.Error(), "SASL") {
+			// The broker's own refusal (a kafka.Error) says that SASL failed. Anything else needs
+			// saying so: a broker may close the connection on bad credentials without an answer,
+			// which would otherwise read as a server that is not Kafka.
+			var refused kafka.Error
+			if !errors.As(err, &refused) {
 				err = fmt.Errorf("SASL %s authentication as %q with broker %s failed: %w", d.sasl.mechanism, d.sasl.user, addr, err)
 			}
 			return nil, err
@@ -113,17 +115,24 @@ func (w *wireConn) learnVersions(ctx context.Context) error {
 	return nil
 }
 
+// version is the highest version of the request's API that both sides, and upTo, allow, and
+// whether there is one.
+func (w *wireConn) version(req kmsg.Request, upTo int16) (int16, bool) {
+	v, ok := w.versions[req.Key()]
+	top := min(upTo, req.MaxVersion(), v[1])
+	return top, ok && top >= v[0]
+}
+
 // supports reports whether the broker offers the request's API at a version goneli can send.
 func (w *wireConn) supports(req kmsg.Request, upTo int16) bool {
-	v, ok := w.versions[req.Key()]
-	return ok && v[0] <= min(upTo, req.MaxVersion())
+	_, ok := w.version(req, upTo)
+	return ok
 }
 
 // request sends req at the highest version that both sides, and upTo, allow.
 func (w *wireConn) request(ctx context.Context, req kmsg.Request, upTo int16) (kmsg.Response, error) {
-	v, ok := w.versions[req.Key()]
-	top := min(upTo, req.MaxVersion(), v[1])
-	if !ok || top < v[0] {
+	top, ok := w.version(req, upTo)
+	if !ok {
 		return nil, fmt.Errorf("broker %s does not offer API key %d at a version goneli sends", w.addr, req.Key())
 	}
 	req.SetVersion(top)

@@ -11,6 +11,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // InTheClear reports whether a security.protocol value (nil when unset) talks to the broker
@@ -45,13 +47,9 @@ func Servers(list string) []string {
 // ApiVersions within seconds could not keep a leader's lease either.
 func SpeaksKafka(conn net.Conn, timeout time.Duration) error {
 	const correlation = 0x676f6e65
-	const clientID = "goneli-probe"
-	req := binary.BigEndian.AppendUint16(nil, 18) // ApiVersions
-	req = binary.BigEndian.AppendUint16(req, 0)
-	req = binary.BigEndian.AppendUint32(req, correlation)
-	req = binary.BigEndian.AppendUint16(req, uint16(len(clientID)))
-	req = append(req, clientID...)
-	frame := append(binary.BigEndian.AppendUint32(nil, uint32(len(req))), req...)
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.SetVersion(0)
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("goneli-probe")).AppendRequest(nil, req, correlation)
 	_ = conn.SetDeadline(time.Now().Add(timeout))
 	if _, err := conn.Write(frame); err != nil {
 		return fmt.Errorf("closed the connection before an ApiVersions request was sent: %v", err)

@@ -33,7 +33,7 @@ const viaLibrdkafka = "the group check goes through librdkafka's admin client"
 // settings the instance's clients are given. A member on another topic can be refused only from a
 // description of the group, so New's refusal shows that the description got through.
 func TestGroupCheckSpeaksTheClientsSecurity(t *testing.T) {
-	ca, caFile := testCA(t)
+	serverTLS, caFile := testCA(t)
 	for _, tc := range []struct {
 		name string
 		opts []kfake.Opt
@@ -45,9 +45,9 @@ func TestGroupCheckSpeaksTheClientsSecurity(t *testing.T) {
 			KafkaConfigMap{"security.protocol": "sasl_plaintext", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "svc", "sasl.password": "pw-256"}},
 		{"SASL SCRAM-SHA-512", []kfake.Opt{kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "svc", "pw,=512")},
 			KafkaConfigMap{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "svc", "sasl.password": "pw,=512"}},
-		{"SSL", []kfake.Opt{kfake.TLS(ca.server), kfake.ListenFn(net.Listen)},
+		{"SSL", []kfake.Opt{kfake.TLS(serverTLS), kfake.ListenFn(net.Listen)},
 			KafkaConfigMap{"security.protocol": "SSL", "ssl.ca.location": caFile}},
-		{"SASL_SSL SCRAM-SHA-512", []kfake.Opt{kfake.TLS(ca.server), kfake.ListenFn(net.Listen), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "svc", "pw")},
+		{"SASL_SSL SCRAM-SHA-512", []kfake.Opt{kfake.TLS(serverTLS), kfake.ListenFn(net.Listen), kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "svc", "pw")},
 			KafkaConfigMap{"security.protocol": "SASL_SSL", "ssl.ca.location": caFile, "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "svc", "sasl.password": "pw"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,12 +198,9 @@ func TestDescribeSurvivesCoordinatorCuts(t *testing.T) {
 	})
 }
 
-// testAuthority is a certificate authority and a server configuration signed by it for 127.0.0.1.
-type testAuthority struct {
-	server *tls.Config
-}
-
-func testCA(t *testing.T) (testAuthority, string) {
+// testCA makes a certificate authority, and returns a server configuration with a certificate it
+// signed for 127.0.0.1 and the file that holds the authority's certificate.
+func testCA(t *testing.T) (*tls.Config, string) {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -238,6 +235,5 @@ func testCA(t *testing.T) (testAuthority, string) {
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	server := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}}
-	return testAuthority{server: server}, file
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}}, file
 }
