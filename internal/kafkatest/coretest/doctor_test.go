@@ -93,6 +93,18 @@ func TestCheckSessionBelowBrokerMinimum(t *testing.T) {
 	}
 }
 
+// TestCheckConsumerProtocolThreeBrokers: under KIP-848 the session check describes every broker's
+// configs at once, over connections that the topic and group checks then use again.
+func TestCheckConsumerProtocolThreeBrokers(t *testing.T) {
+	b := startBroker(t, kfake.NumBrokers(3), kfake.BrokerConfigs(kip848Broker))
+	r, err := Check(context.Background(), kip848Config(b, groupName(t), "doctor", newTestLog(t)))
+	if err != nil {
+		t.Fatalf("Check: %v; report %+v", err, r)
+	}
+	wantCheck(t, r, "session", CheckOK, "covers the lease 1s and its heartbeat interval 100ms")
+	wantCheck(t, r, "topic", CheckOK, "the broker would let this client create it with 1 partition(s), replication factor 3")
+}
+
 // TestCheckTooFewPartitions: three roles on a topic of one partition.
 func TestCheckTooFewPartitions(t *testing.T) {
 	group := "roles3"
