@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -31,17 +32,10 @@ type AuthorizationError struct {
 }
 
 func (e *AuthorizationError) Error() string {
-	who := e.Principal
-	if who == "" {
-		who = "User:<the client's principal>"
-	}
-	pattern := ""
-	if e.Prefixed {
-		pattern = " --resource-pattern-type prefixed"
-	}
-	return fmt.Sprintf("goneli: the broker refuses %s %s on %s %s (%s: %v); grant it, for example: "+
-		"kafka-acls.sh --add --allow-principal %s --operation %s --%s %s%s (the README's Production notes list every ACL goneli needs)",
-		who, e.Operation, e.Resource, e.Name, e.Client, e.Err, who, e.Operation, e.Resource, e.Name, pattern)
+	who := grantee(e.Principal)
+	return fmt.Sprintf("goneli: the broker refuses %s %s on %s %s (%s: %v); grant it, for example: %s "+
+		"(the README's Production notes list every ACL goneli needs)",
+		who, e.Operation, e.Resource, e.Name, e.Client, e.Err, aclGrantCommand(who, []string{e.Operation}, e.Resource, e.Name, e.Prefixed))
 }
 
 // Unwrap returns the cause.
@@ -55,10 +49,7 @@ func authorizationError(config Config, client string, err error) error {
 	if !ok {
 		return nil
 	}
-	e := &AuthorizationError{Client: client, Err: ke}
-	if u, ok := config.KafkaConfig["sasl.username"]; ok {
-		e.Principal = "User:" + fmt.Sprint(u)
-	}
+	e := &AuthorizationError{Principal: principalOf(config), Client: client, Err: ke}
 	switch {
 	case ke.Code() == kafka.ErrGroupAuthorizationFailed && client == "consumer":
 		e.Operation, e.Resource, e.Name = "Read", "group", config.LeaderGroupID
@@ -73,4 +64,40 @@ func authorizationError(config Config, client string, err error) error {
 		return nil
 	}
 	return e
+}
+
+// principalOf is the principal that the broker knows the client by when it can be told from
+// config: "User:" and the SASL user name; empty otherwise (a TLS client's is its certificate's).
+func principalOf(config Config) string {
+	if u, ok := config.KafkaConfig["sasl.username"]; ok {
+		return "User:" + fmt.Sprint(u)
+	}
+	return ""
+}
+
+// grantee is principal, or a placeholder for the advice to name when it is not known.
+func grantee(principal string) string {
+	if principal == "" {
+		return "User:<the client's principal>"
+	}
+	return principal
+}
+
+// aclGrantCommand is the kafka-acls.sh command that grants ops on a resource to who: kind is
+// "topic", "group" or "cluster" (whose name the command does not take).
+func aclGrantCommand(who string, ops []string, kind, name string, prefixed bool) string {
+	var b strings.Builder
+	b.WriteString("kafka-acls.sh --add --allow-principal " + who)
+	for _, op := range ops {
+		b.WriteString(" --operation " + op)
+	}
+	if kind == "cluster" {
+		b.WriteString(" --cluster")
+	} else {
+		b.WriteString(" --" + kind + " " + name)
+	}
+	if prefixed {
+		b.WriteString(" --resource-pattern-type prefixed")
+	}
+	return b.String()
 }

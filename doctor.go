@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -20,10 +21,11 @@ import (
 // Describe will need of it, before anything contends: a team learns of a broker that refuses the
 // lease's session, a missing ACL or a leader topic with one replica at deployment, not at the first
 // outage. It sends only requests that change nothing: ApiVersions, Metadata, DescribeConfigs,
-// FindCoordinator, DescribeGroups and a CreateTopics that only validates. It never joins the group,
-// commits or writes a heartbeat, so it can run beside a live group. It speaks over goneli's own
-// connection (wireconn.go) rather than librdkafka's admin client, whose coordinator-bound requests
-// can abort the process while a broker restarts (confluentinc/librdkafka#4605).
+// FindCoordinator, DescribeGroups (or ConsumerGroupDescribe) and a CreateTopics that only
+// validates. It never joins the group, commits or writes a heartbeat, so it can run beside a live
+// group. It speaks over goneli's own connection (wireconn.go) rather than librdkafka's admin
+// client, whose coordinator-bound requests can abort the process while a broker restarts
+// (confluentinc/librdkafka#4605).
 
 // CheckStatus is the outcome of one check of Check.
 type CheckStatus int
@@ -129,9 +131,8 @@ func Check(ctx context.Context, config Config, roles ...string) (CheckReport, er
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
 	d := &doctor{}
-	d.run(ctx, config, roles)
-	if err := ctx.Err(); err != nil && !d.done {
-		return d.report, fmt.Errorf("goneli: the cluster check did not finish: %w", err)
+	if !d.run(ctx, config, roles) {
+		return d.report, fmt.Errorf("goneli: the cluster check did not finish: %w", ctx.Err())
 	}
 	var failed []CheckResult
 	for _, c := range d.report.Checks {
@@ -148,48 +149,52 @@ func Check(ctx context.Context, config Config, roles ...string) (CheckReport, er
 // doctor is one run of Check.
 type doctor struct {
 	report CheckReport
-	done   bool
 
-	config    Config
-	timing    groupTiming
+	config Config
+	timing groupTiming
+	// timingOK: the configuration passed Validate, so timing is what New would derive.
 	timingOK  bool
-	need      int // partitions: one per role
-	principal string
+	need      int    // partitions: one per role
+	principal string // empty when the configuration does not tell it
 	wire      *wireDescriber
 	boot      *wireConn
-	brokers   map[int32]string // id to host:port, from Metadata
-	control   int32
+	// conns are the connections opened to brokers other than boot's, kept for the run: the
+	// session, topic and group checks ask the same brokers, each over TLS and SASL.
+	conns   map[string]*wireConn
+	brokers map[int32]string // id to host:port, from Metadata
+	control int32
 	// clusterOps are the principal's operations on the cluster, from Metadata; noOps if unknown.
 	clusterOps int32
+	// describing makes the concurrent DescribeConfigs of readConsumerGroupTiming take turns: they
+	// share conns, and a wireConn carries one request at a time.
+	describing sync.Mutex
 }
 
 func (d *doctor) add(name string, s CheckStatus, fix string, format string, args ...any) {
 	d.report.Checks = append(d.report.Checks, CheckResult{Name: name, Status: s, Detail: fmt.Sprintf(format, args...), Fix: fix})
 }
 
-func (d *doctor) run(ctx context.Context, config Config, roles []string) {
-	defer func() {
-		if d.boot != nil {
-			d.boot.close()
-		}
-	}()
+// run runs the checks, and reports whether they finished before ctx ended.
+func (d *doctor) run(ctx context.Context, config Config, roles []string) bool {
+	defer d.closeConns()
 	if !d.checkConfig(config, roles) {
-		d.done = true
-		return
+		return true
 	}
 	if !d.checkReach(ctx) {
-		d.done = ctx.Err() == nil
-		return
+		return ctx.Err() == nil
 	}
 	d.checkBroker()
-	topic, ok := d.metadata(ctx)
-	if ok {
+	if topic, ok := d.metadata(ctx); ok {
 		d.checkSession(ctx)
 		d.checkTopic(ctx, topic)
 		d.checkGroupACLs(ctx)
 	}
-	d.done = ctx.Err() == nil
+	return ctx.Err() == nil
 }
+
+// kip848 reports whether the configuration, as New would take it, asks for the KIP-848 group
+// protocol.
+func (d *doctor) kip848() bool { return d.timingOK && !d.timing.classic }
 
 // checkConfig reports every setting that New would refuse, and whether the rest can go on: they
 // need bootstrap servers to ask.
@@ -219,9 +224,9 @@ func (d *doctor) checkConfig(config Config, roles []string) bool {
 		report(validateRoles(roles))
 	}
 	if err == nil {
-		if t, terr := config.groupTiming(); terr == nil {
-			d.timing, d.timingOK = t, true
-		}
+		// Validate has derived the timing too, so it cannot fail here.
+		d.timing, _ = config.groupTiming()
+		d.timingOK = true
 	}
 	if noGroup {
 		d.add("config", CheckWarn, "set LeaderGroupID (neli: --group)",
@@ -229,15 +234,13 @@ func (d *doctor) checkConfig(config Config, roles []string) bool {
 	}
 	if bad == 0 {
 		protocol := "classic group protocol"
-		if d.timingOK && !d.timing.classic {
+		if d.kip848() {
 			protocol = "KIP-848 group protocol"
 		}
 		d.add("config", CheckOK, "", "group %s, topic %s, lease %v, %s", config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, protocol)
 	}
-	if u, ok := config.KafkaConfig["sasl.username"]; ok {
-		d.principal = "User:" + fmt.Sprint(u)
-	}
-	servers, _ := config.KafkaConfig["bootstrap.servers"]
+	d.principal = principalOf(config)
+	servers := config.KafkaConfig["bootstrap.servers"]
 	return servers != nil && len(strings.TrimSpace(fmt.Sprint(servers))) > 0 && config.LeaderGroupID != "" && topicName.MatchString(config.LeaderTopic)
 }
 
@@ -330,7 +333,7 @@ func (d *doctor) checkBroker() {
 	}
 	detail := fmt.Sprintf("%s (by the APIs it offers); group protocols: %s", version, strings.Join(protocols, ", "))
 	switch {
-	case d.timingOK && !d.timing.classic && !has(kmsg.ConsumerGroupHeartbeat, 0):
+	case d.kip848() && !has(kmsg.ConsumerGroupHeartbeat, 0):
 		d.add("broker", CheckFail, "drop group.protocol=consumer, or use Kafka 4.0 or later", "%s; group.protocol=consumer needs KIP-848", detail)
 	case !has(kmsg.JoinGroup, 6):
 		d.add("broker", CheckFail, "use Kafka 2.4 or later", "%s; goneli needs cooperative rebalancing (Kafka 2.4)", detail)
@@ -405,12 +408,8 @@ func (d *doctor) checkSession(ctx context.Context) {
 		d.add("session", CheckWarn, "fix the configuration first", "not checked: the configuration above is refused")
 		return
 	}
-	ids := make([]int32, 0, len(d.brokers))
-	for id := range d.brokers {
-		ids = append(ids, id)
-	}
-	cd := &wireConfigs{d: d}
-	defer cd.close()
+	ids := slices.Sorted(maps.Keys(d.brokers))
+	cd := wireConfigs{d: d, run: ctx}
 	ht := *d.config.HeartbeatTimeout
 	if !d.timing.classic {
 		t := readConsumerGroupTiming(cd, d.config.LeaderGroupID, ids, ht)
@@ -430,7 +429,6 @@ func (d *doctor) checkSession(ctx context.Context) {
 	// Any broker may coordinate the group, so the session must suit every one.
 	var lo, hi brokerSetting
 	var problems []string
-	slices.Sort(ids)
 	for _, id := range ids {
 		res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}})
 		if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
@@ -493,7 +491,7 @@ func (d *doctor) checkTopic(ctx context.Context, t topicInfo) {
 		d.add("topic", CheckFail, fmt.Sprintf("add them: kafka-topics.sh --alter --topic %s --partitions %d, or %s", topic, d.need, d.grant("Alter", "topic", topic)),
 			"topic %s has %d partition(s) and %d roles need %d, and %s may not add partitions (no Alter)", topic, t.partitions, d.need, d.need, d.who())
 	case t.replicas < 2:
-		d.add("topic", CheckWarn, fmt.Sprintf("recreate it with --replication-factor 3 (or let goneli create it with LeaderTopicReplicationFactor 3)"),
+		d.add("topic", CheckWarn, "recreate it with --replication-factor 3 (or let goneli create it with LeaderTopicReplicationFactor 3)",
 			"topic %s exists with %d partition(s) and replication factor %d: losing that broker stops every leader of the group until it returns",
 			topic, t.partitions, t.replicas)
 	default:
@@ -562,9 +560,7 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 // checkTopicConfig reads the leader topic's settings.
 func (d *doctor) checkTopicConfig(ctx context.Context, t topicInfo) {
 	topic := d.config.LeaderTopic
-	cd := &wireConfigs{d: d}
-	defer cd.close()
-	res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	res, err := wireConfigs{d: d, run: ctx}.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
 	if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
 		err = res[0].Error
 	}
@@ -635,9 +631,12 @@ func (d *doctor) checkTopicOps(t topicInfo) {
 		return
 	}
 	var missing []string
-	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationDescribe, kmsg.ACLOperationRead, kmsg.ACLOperationWrite} {
-		if t.ops&opBit(op) == 0 {
-			missing = append(missing, aclName(op))
+	for _, op := range []struct {
+		bit  kmsg.ACLOperation
+		name string // as kafka-acls.sh spells it
+	}{{kmsg.ACLOperationDescribe, "Describe"}, {kmsg.ACLOperationRead, "Read"}, {kmsg.ACLOperationWrite, "Write"}} {
+		if t.ops&opBit(op.bit) == 0 {
+			missing = append(missing, op.name)
 		}
 	}
 	if len(missing) > 0 {
@@ -656,8 +655,7 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	group := d.config.LeaderGroupID
 	node, addr, err := findCoordinator(ctx, d.boot, group)
 	if err != nil {
-		var ke kafka.Error
-		if errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
+		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
 				"%s may not describe group %s (FindCoordinator: GROUP_AUTHORIZATION_FAILED): a contender needs Read and Describe on it, and Describe needs Describe", d.who(), group)
 		} else {
@@ -668,8 +666,7 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	}
 	observer := group + ".observer"
 	if _, _, err := findCoordinator(ctx, d.boot, observer); err != nil {
-		var ke kafka.Error
-		if errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
+		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-observer", CheckFail, d.grant("Describe", "group", observer)+" (or on the groups prefixed "+observer+")",
 				"%s may not describe group %s, which every observer (Watch, neli watch, ObserveLeader) and Describe (neli status) looks up", d.who(), observer)
 			return
@@ -678,30 +675,29 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 		return
 	}
 	d.add("acl-observer", CheckOK, "", "%s may describe group %s, for observers and Describe", d.who(), observer)
-	if !d.timing.classic && d.timingOK && d.clusterOps != noOps && d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) == 0 {
-		{
-			d.add("acl-cluster", CheckWarn, d.grant("DescribeConfigs", "cluster", "kafka-cluster"),
-				"%s may not describe the cluster's configs, so New cannot check the broker's KIP-848 session timeout against the lease (it warns and goes on)", d.who())
-		}
+	if d.kip848() && d.clusterOps != noOps && d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) == 0 {
+		d.add("acl-cluster", CheckWarn, d.grant("DescribeConfigs", "cluster", "kafka-cluster"),
+			"%s may not describe the cluster's configs, so New cannot check the broker's KIP-848 session timeout against the lease (it warns and goes on)", d.who())
 	}
+}
+
+// isCode reports whether err is, or wraps, the Kafka error code.
+func isCode(err error, code kafka.ErrorCode) bool {
+	var ke kafka.Error
+	return errors.As(err, &ke) && ke.Code() == code
 }
 
 // groupOps asks the coordinator for the principal's operations on the group.
 func (d *doctor) groupOps(ctx context.Context, node int32, addr string) {
 	group := d.config.LeaderGroupID
-	conn := d.boot
-	if addr != d.boot.addr {
-		c, err := d.wire.dialer.dial(ctx, addr)
-		if err != nil {
-			d.add("acl-group", CheckWarn, "check the broker's health", "could not reach group %s's coordinator, broker %d at %s: %v", group, node, addr, err)
-			return
-		}
-		defer c.close()
-		conn = c
+	conn, err := d.connAt(ctx, addr)
+	if err != nil {
+		d.add("acl-group", CheckWarn, "check the broker's health", "could not reach group %s's coordinator, broker %d at %s: %v", group, node, addr, err)
+		return
 	}
 	var ops int32 = noOps
 	var code int16
-	if !d.timing.classic && d.timingOK && conn.supports(kmsg.NewPtrConsumerGroupDescribeRequest(), 1) {
+	if d.kip848() && conn.supports(kmsg.NewPtrConsumerGroupDescribeRequest(), 1) {
 		req := kmsg.NewPtrConsumerGroupDescribeRequest()
 		req.Groups = []string{group}
 		req.IncludeAuthorizedOperations = true
@@ -749,72 +745,73 @@ func (d *doctor) who() string {
 }
 
 // grant says how to grant ops on a resource to the principal.
+// ops is prose ("Read and Describe", "Read, Write"), whose operations the command lists.
 func (d *doctor) grant(ops, kind, name string) string {
-	who := d.principal
-	if who == "" {
-		who = "User:<the client's principal>"
-	}
-	var flags []string
+	var list []string
 	for _, op := range strings.FieldsFunc(ops, func(r rune) bool { return r == ',' || r == ' ' }) {
 		if op != "and" {
-			flags = append(flags, "--operation "+op)
+			list = append(list, op)
 		}
 	}
-	target := "--" + kind + " " + name
-	if kind == "cluster" {
-		target = "--cluster"
-	}
-	return fmt.Sprintf("grant %s on %s %s: kafka-acls.sh --add --allow-principal %s %s %s", ops, kind, name, who, strings.Join(flags, " "), target)
+	return fmt.Sprintf("grant %s on %s %s: %s", ops, kind, name, aclGrantCommand(grantee(d.principal), list, kind, name, false))
 }
 
-func aclName(op kmsg.ACLOperation) string {
-	switch op {
-	case kmsg.ACLOperationDescribe:
-		return "Describe"
-	case kmsg.ACLOperationRead:
-		return "Read"
-	case kmsg.ACLOperationWrite:
-		return "Write"
-	case kmsg.ACLOperationAlter:
-		return "Alter"
-	case kmsg.ACLOperationCreate:
-		return "Create"
-	}
-	return op.String()
-}
-
-// connTo opens a connection to broker id, or returns the bootstrap one if it is that broker.
-// The caller closes what it gets unless it is d.boot.
+// connTo is a connection to broker id, as connAt.
 func (d *doctor) connTo(ctx context.Context, id int32) (*wireConn, error) {
 	addr, ok := d.brokers[id]
 	if !ok {
 		return nil, fmt.Errorf("broker %d is not in the cluster's metadata", id)
 	}
+	return d.connAt(ctx, addr)
+}
+
+// connAt is a connection to the broker at addr: the bootstrap one if it is that broker, else one
+// opened on first use and closed when the run ends.
+func (d *doctor) connAt(ctx context.Context, addr string) (*wireConn, error) {
 	if addr == d.boot.addr {
 		return d.boot, nil
 	}
-	return d.wire.dialer.dial(ctx, addr)
+	if c, ok := d.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := d.wire.dialer.dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	if d.conns == nil {
+		d.conns = map[string]*wireConn{}
+	}
+	d.conns[addr] = c
+	return c, nil
 }
 
-// wireConfigs describes configs over goneli's own connections, sending a broker's resource to that
-// broker and every other resource to the bootstrap broker. It satisfies configDescriber, so that
-// the KIP-848 session check of New reads the same settings here.
-type wireConfigs struct {
-	d     *doctor
-	conns map[int32]*wireConn
-}
-
-func (w *wireConfigs) close() {
-	for _, c := range w.conns {
-		if c != w.d.boot {
-			c.close()
-		}
+func (d *doctor) closeConns() {
+	if d.boot != nil {
+		d.boot.close()
+	}
+	for _, c := range d.conns {
+		c.close()
 	}
 }
 
+// wireConfigs describes configs over the doctor's connections, sending a broker's resource to that
+// broker and every other resource to the bootstrap broker. It satisfies configDescriber, so that
+// the KIP-848 session check of New reads the same settings here.
+type wireConfigs struct {
+	d *doctor
+	// run is Check's context, which also bounds the requests of readConsumerGroupTiming: that
+	// makes its own context, of the lease's length, and could otherwise outlast Check's deadline.
+	run context.Context
+}
+
 // DescribeConfigs sends one DescribeConfigs request for resources, which must all go to the same
-// broker; options are ignored (ctx bounds it).
-func (w *wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
+// broker; options are ignored (ctx and the run's context bound it).
+func (w wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(w.run, cancel)()
+	w.d.describing.Lock()
+	defer w.d.describing.Unlock()
 	conn := w.d.boot
 	req := kmsg.NewPtrDescribeConfigsRequest()
 	for _, r := range resources {
@@ -827,7 +824,7 @@ func (w *wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.Con
 			if err != nil {
 				return nil, fmt.Errorf("broker %q: not a broker id", r.Name)
 			}
-			if conn, err = w.conn(ctx, int32(id)); err != nil {
+			if conn, err = w.d.connTo(ctx, int32(id)); err != nil {
 				return nil, err
 			}
 		case kafka.ResourceTopic:
@@ -862,20 +859,4 @@ func (w *wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.Con
 		out = append(out, res)
 	}
 	return out, nil
-}
-
-// conn is a connection to broker id, kept for the wireConfigs' life.
-func (w *wireConfigs) conn(ctx context.Context, id int32) (*wireConn, error) {
-	if c, ok := w.conns[id]; ok {
-		return c, nil
-	}
-	c, err := w.d.connTo(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if w.conns == nil {
-		w.conns = map[int32]*wireConn{}
-	}
-	w.conns[id] = c
-	return c, nil
 }

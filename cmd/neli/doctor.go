@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os/signal"
 	"syscall"
 	"time"
@@ -29,11 +28,8 @@ something does, 2 for a bad command line.`
 
 type doctorOptions struct {
 	common
-	format    string
-	replicas  int
-	roleCount int
-	roleNames roleList
-	roles     []string
+	format string
+	topicFlags
 }
 
 func parseDoctor(args []string, stdout io.Writer) (doctorOptions, error) {
@@ -42,28 +38,23 @@ func parseDoctor(args []string, stdout io.Writer) (doctorOptions, error) {
 	fs := newFlagSet("doctor", "[--kafka ADDR] [--group G] [--topic T] [--roles N | --role NAME...] [--heartbeat-timeout D] [-X k=v...] [--format text|json]", doctorAbout)
 	o.register(fs, "neli", "warn", goneli.DefaultHeartbeatTimeout)
 	fs.StringVar(&o.format, "format", "text", "output format: text (one line per check) or json")
-	fs.IntVar(&o.replicas, "replication-factor", 0, "replication factor 'neli run' would create the leader topic with (default: the broker's)")
-	fs.IntVar(&o.roleCount, "roles", 0, "check for N numbered roles, as 'neli run --roles N' (default: a single leader)")
-	fs.Var(&o.roleNames, "role", "check for the role NAME, as 'neli run --role NAME'; repeat for more roles")
+	o.registerTopic(fs)
+	fs.Lookup("replication-factor").Usage = "replication factor 'neli run' would create the leader topic with (default: the broker's)"
+	fs.Lookup("roles").Usage = "check for N numbered roles, as 'neli run --roles N' (default: a single leader)"
+	fs.Lookup("role").Usage = "check for the role NAME, as 'neli run --role NAME'; repeat for more roles"
 	fs.Lookup("name").Usage = "the name 'neli run' would use; only its client.id is seen by the broker"
 	fs.Lookup("heartbeat-timeout").Usage = "the lease the contenders will use; the broker must allow a group session of twice this"
-	if err := parse(fs, args, stdout); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, badUsage("unexpected argument %q", fs.Arg(0))
-	}
-	if err := o.validate(); err != nil {
+	if err := o.parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if o.format != "text" && o.format != "json" {
 		return o, badUsage("--format %q: use text or json", o.format)
 	}
-	if o.replicas < 0 || o.replicas > math.MaxInt16 {
-		return o, badUsage("--replication-factor %d: want 1 to %d, or 0 for the broker's default", o.replicas, math.MaxInt16)
+	if err := o.checkReplicas(); err != nil {
+		return o, err
 	}
 	var err error
-	o.roles, err = roleNamesFrom(fs, o.roleCount, o.roleNames)
+	o.roles, err = o.roleNamesOf(fs)
 	return o, err
 }
 

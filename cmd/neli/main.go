@@ -160,6 +160,18 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 
 var errHelp = errors.New("help requested")
 
+// parseFlags parses the arguments of a command that takes flags alone into fs, on which c has
+// registered, and checks the common flags.
+func (c *common) parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return badUsage("unexpected argument %q", fs.Arg(0))
+	}
+	return c.validate()
+}
+
 // common holds the flags shared by the subcommands that contend for leadership.
 type common struct {
 	kafka            string

@@ -85,6 +85,13 @@ type runOptions struct {
 	// address is advertised in this instance's heartbeats while it leads (Config.Address).
 	address  string
 	yieldFor time.Duration
+	topicFlags
+	command []string
+}
+
+// topicFlags are the flags that say how the leader topic is made and which roles share it, for run
+// and for doctor, which checks what run would need.
+type topicFlags struct {
 	// replicas is the leader topic's replication factor if neli creates it; 0 for the broker's.
 	replicas int
 	// roleCount and roleNames are --roles and --role as given; roles is the list they make, nil
@@ -92,7 +99,19 @@ type runOptions struct {
 	roleCount int
 	roleNames roleList
 	roles     []string
-	command   []string
+}
+
+func (t *topicFlags) registerTopic(fs *flag.FlagSet) {
+	fs.IntVar(&t.replicas, "replication-factor", 0, "replication factor of the leader topic if neli creates it, for example 3 (default: the broker's default.replication.factor)")
+	fs.IntVar(&t.roleCount, "roles", 0, "contend for N numbered roles, 0 to N-1, and run a copy of CMD for each role led (default: a single leader)")
+	fs.Var(&t.roleNames, "role", "contend for the role NAME and run a copy of CMD for each role led; repeat for more roles (in the same order on every instance)")
+}
+
+func (t *topicFlags) checkReplicas() error {
+	if t.replicas < 0 || t.replicas > math.MaxInt16 {
+		return badUsage("--replication-factor %d: want 1 to %d, or 0 for the broker's default", t.replicas, math.MaxInt16)
+	}
+	return nil
 }
 
 // roleList is the repeatable --role flag.
@@ -115,10 +134,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.StringVar(&o.onRevoked, "on-revoked", "", "shell command to run on losing leadership (instead of -- CMD)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (default: none)")
 	fs.StringVar(&o.address, "address", "", "where others reach this instance while it leads, for example its URL; 'neli watch' and 'neli status' show it (default: none)")
-	fs.IntVar(&o.replicas, "replication-factor", 0, "replication factor of the leader topic if neli creates it, for example 3 (default: the broker's default.replication.factor)")
 	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
-	fs.IntVar(&o.roleCount, "roles", 0, "contend for N numbered roles, 0 to N-1, and run a copy of CMD for each role led (default: a single leader)")
-	fs.Var(&o.roleNames, "role", "contend for the role NAME and run a copy of CMD for each role led; repeat for more roles (in the same order on every instance)")
+	o.registerTopic(fs)
 
 	flags, command, dashes := args, []string(nil), false
 	for i, a := range args {
@@ -140,8 +157,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	if o.grace < 0 {
 		return o, badUsage("--grace %v must not be negative", o.grace)
 	}
-	if o.replicas < 0 || o.replicas > math.MaxInt16 {
-		return o, badUsage("--replication-factor %d: want 1 to %d, or 0 for the broker's default", o.replicas, math.MaxInt16)
+	if err := o.checkReplicas(); err != nil {
+		return o, err
 	}
 	if len(o.address) > goneli.MaxAddressLength {
 		return o, badUsage("--address is %d bytes long: at most %d are allowed, as every heartbeat carries it", len(o.address), goneli.MaxAddressLength)
@@ -181,30 +198,24 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 
 // roleNamesOf checks --roles and --role and returns the roles they name, or nil for a single
 // leader.
-func (o *runOptions) roleNamesOf(fs *flag.FlagSet) ([]string, error) {
-	return roleNamesFrom(fs, o.roleCount, o.roleNames)
-}
-
-// roleNamesFrom checks --roles (roleCount) and --role (roleNames) as registered on fs, for run and
-// doctor alike.
-func roleNamesFrom(fs *flag.FlagSet, roleCount int, roleNames roleList) ([]string, error) {
-	count, named := flagSet(fs, "roles"), len(roleNames) > 0
+func (t *topicFlags) roleNamesOf(fs *flag.FlagSet) ([]string, error) {
+	count, named := flagSet(fs, "roles"), len(t.roleNames) > 0
 	switch {
 	case count && named:
 		return nil, badUsage("--roles and --role cannot be used together: give either --roles N for numbered roles or --role NAME once per named role")
-	case count && roleCount < 1:
-		return nil, badUsage("--roles %d: want at least 1 role", roleCount)
-	case count && roleCount > goneli.MaxRoles:
+	case count && t.roleCount < 1:
+		return nil, badUsage("--roles %d: want at least 1 role", t.roleCount)
+	case count && t.roleCount > goneli.MaxRoles:
 		// Checked before the names are made, so that a slip such as --roles 1000000000 costs a
 		// line, not the memory.
-		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", roleCount, goneli.MaxRoles)
+		return nil, badUsage("--roles %d: at most %d roles (one partition of the leader topic each)", t.roleCount, goneli.MaxRoles)
 	case count:
-		return goneli.Shards(roleCount), nil
+		return goneli.Shards(t.roleCount), nil
 	case !named:
 		return nil, nil
 	}
 	seen := map[string]bool{}
-	for _, r := range roleNames {
+	for _, r := range t.roleNames {
 		switch {
 		case r == "":
 			return nil, badUsage("--role must not be empty: give each role a name")
@@ -213,7 +224,7 @@ func roleNamesFrom(fs *flag.FlagSet, roleCount int, roleNames roleList) ([]strin
 		}
 		seen[r] = true
 	}
-	return roleNames, nil
+	return t.roleNames, nil
 }
 
 func runRun(args []string, stdout, stderr io.Writer) (int, error) {

@@ -39,6 +39,24 @@ func readmeGrants(group, topic string) []aclGrant {
 	}
 }
 
+// readmeGrantsWithout is the README's list less the grant called removed (none if empty).
+func readmeGrantsWithout(t *testing.T, group, topic, removed string) []aclGrant {
+	t.Helper()
+	var grants []aclGrant
+	found := removed == ""
+	for _, g := range readmeGrants(group, topic) {
+		if g.name == removed {
+			found = true
+			continue
+		}
+		grants = append(grants, g)
+	}
+	if !found {
+		t.Fatalf("no grant %q", removed)
+	}
+	return grants
+}
+
 // aclBroker starts a broker that enforces ACLs, with the superuser "admin" and the user "alice"
 // holding grants.
 func aclBroker(t *testing.T, grants []aclGrant) *kafkatest.Broker {
@@ -161,19 +179,7 @@ func TestACLsOfTheREADME(t *testing.T) {
 			name = "without-" + tc.removed
 		}
 		t.Run(name, func(t *testing.T) {
-			var grants []aclGrant
-			found := tc.removed == ""
-			for _, g := range readmeGrants(group, topic) {
-				if g.name == tc.removed {
-					found = true
-					continue
-				}
-				grants = append(grants, g)
-			}
-			if !found {
-				t.Fatalf("no grant %q", tc.removed)
-			}
-			b := aclBroker(t, grants)
+			b := aclBroker(t, readmeGrantsWithout(t, group, topic, tc.removed))
 			log := newTestLog(t)
 			alice := func(name string) Config { return saslConfig(b, group, name, "alice", "alice-secret", log) }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	. "github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -93,6 +94,18 @@ func TestCheckSessionBelowBrokerMinimum(t *testing.T) {
 	}
 }
 
+// TestCheckConsumerProtocolThreeBrokers: under KIP-848 the session check describes every broker's
+// configs at once, over connections that the topic and group checks then use again.
+func TestCheckConsumerProtocolThreeBrokers(t *testing.T) {
+	b := startBroker(t, kfake.NumBrokers(3), kfake.BrokerConfigs(kip848Broker))
+	r, err := Check(context.Background(), kip848Config(b, groupName(t), "doctor", newTestLog(t)))
+	if err != nil {
+		t.Fatalf("Check: %v; report %+v", err, r)
+	}
+	wantCheck(t, r, "session", CheckOK, "covers the lease 1s and its heartbeat interval 100ms")
+	wantCheck(t, r, "topic", CheckOK, "the broker would let this client create it with 1 partition(s), replication factor 3")
+}
+
 // TestCheckTooFewPartitions: three roles on a topic of one partition.
 func TestCheckTooFewPartitions(t *testing.T) {
 	group := "roles3"
@@ -107,16 +120,21 @@ func TestCheckTooFewPartitions(t *testing.T) {
 	wantCheck(t, r, "topic", CheckWarn, "has 1 partition(s) and 3 roles need 3: NewRoles will add them")
 }
 
-func TestCheckTooFewPartitionsWithoutAlter(t *testing.T) {
-	const group, topic = "roles3", "roles3.neli"
-	var grants []aclGrant
-	for _, g := range readmeGrants(group, topic) {
-		grants = append(grants, g)
-	}
+// aclBrokerWithTopic starts an aclBroker on which the superuser has led group, and so made its
+// leader topic, with one partition.
+func aclBrokerWithTopic(t *testing.T, group string, grants []aclGrant) (*kafkatest.Broker, *testLog) {
+	t.Helper()
 	b := aclBroker(t, grants)
 	log := newTestLog(t)
-	// The superuser makes the topic, with one partition.
-	contendOrFail(t, saslConfig(b, group, "admin", "admin", "admin-secret", log))
+	if err := contendOrFail(t, saslConfig(b, group, "admin", "admin", "admin-secret", log)); err != nil {
+		t.Fatalf("the superuser could not lead group %s: %v", group, err)
+	}
+	return b, log
+}
+
+func TestCheckTooFewPartitionsWithoutAlter(t *testing.T) {
+	const group, topic = "roles3", "roles3.neli"
+	b, log := aclBrokerWithTopic(t, group, readmeGrantsWithout(t, group, topic, ""))
 	r, err := Check(context.Background(), saslConfig(b, group, "doctor", "alice", "alice-secret", log), Shards(3)...)
 	if err == nil || !strings.Contains(err.Error(), "may not add partitions (no Alter)") {
 		t.Fatalf("Check: %v; want a failure for the missing Alter", err)
@@ -127,15 +145,7 @@ func TestCheckTooFewPartitionsWithoutAlter(t *testing.T) {
 // TestCheckMissingGrant: alice lacks Write on the topic; the check says so, and how to grant it.
 func TestCheckMissingGrant(t *testing.T) {
 	const group, topic = "grant", "grant.neli"
-	var grants []aclGrant
-	for _, g := range readmeGrants(group, topic) {
-		if g.name != "topic-write" {
-			grants = append(grants, g)
-		}
-	}
-	b := aclBroker(t, grants)
-	log := newTestLog(t)
-	contendOrFail(t, saslConfig(b, group, "admin", "admin", "admin-secret", log))
+	b, log := aclBrokerWithTopic(t, group, readmeGrantsWithout(t, group, topic, "topic-write"))
 	r, _ := Check(context.Background(), saslConfig(b, group, "doctor", "alice", "alice-secret", log))
 	wantCheck(t, r, "reach", CheckOK, "authenticates User:alice with SASL PLAIN")
 	wantCheck(t, r, "acl-topic", CheckFail, "User:alice lacks Write on topic grant.neli")
