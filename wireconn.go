@@ -24,7 +24,8 @@ import (
 )
 
 // wireConn is one connection to one broker that goneli speaks the Kafka protocol on itself, for
-// the group check (groupwire.go). It sends one request at a time.
+// the group check (groupwire.go) and the doctor (doctor.go). It sends one request at a time and
+// is not safe for use from several goroutines at once: its users take turns.
 type wireConn struct {
 	conn     net.Conn
 	addr     string

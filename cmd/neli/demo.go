@@ -60,14 +60,8 @@ func parseDemo(args []string, stdout io.Writer) (demoOptions, error) {
 	fs.Lookup("kafka").Usage = "Kafka bootstrap servers (default: start an embedded broker)"
 	fs.Lookup("name").Usage = "prefix of the members' names (default n: n1, n2, ...)"
 	fs.Lookup("log-level").Usage = "members' log level on stderr: trace, debug, info, warn, error or off"
-	if err := parse(fs, args, stdout); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, badUsage("unexpected argument %q", fs.Arg(0))
-	}
 	// Settings from -F, -X or the environment may name the bootstrap servers instead of --kafka.
-	if err := o.validate(); err != nil {
+	if err := o.parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if o.kafka != "" && !flagSet(fs, "heartbeat-timeout") {

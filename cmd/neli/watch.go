@@ -63,13 +63,7 @@ func parseReader(cmd, about, formatUsage, nameUsage, leaseUsage string, args []s
 	fs.StringVar(&o.format, "format", "text", formatUsage)
 	fs.Lookup("name").Usage = nameUsage
 	fs.Lookup("heartbeat-timeout").Usage = leaseUsage
-	if err := parse(fs, args, stdout); err != nil {
-		return o, err
-	}
-	if fs.NArg() > 0 {
-		return o, badUsage("unexpected argument %q", fs.Arg(0))
-	}
-	if err := o.validate(); err != nil {
+	if err := o.parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}
 	if o.format != "text" && o.format != "json" {
