@@ -21,8 +21,8 @@ retention), the ACLs a contender, an observer and 'neli status' need, and every 
 goneli would refuse. It prints one line per check, ok, warn or FAIL, with what to do.
 
 It never joins the group or writes to the leader topic: it asks with requests that change
-nothing (Metadata, DescribeConfigs, FindCoordinator, DescribeGroups, and a CreateTopics that
-only validates), so it is safe beside a running group. Give it the flags, -X/-F settings and
+nothing (Metadata, DescribeConfigs, FindCoordinator, DescribeGroups or ConsumerGroupDescribe,
+and a CreateTopics that only validates), so it is safe beside a running group. Give it the flags, -X/-F settings and
 environment that 'neli run' gets. Exit status 0 when nothing FAILs (warnings included), 1 when
 something does, 2 for a bad command line.`
 
