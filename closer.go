@@ -4,57 +4,93 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout.
-func (n *neli) closeBound() time.Duration {
-	return n.timing.maxPoll + *n.config.HeartbeatTimeout
+// The close sequence, in the order it runs: Close marks the instance Closing and starts shutdown on
+// a goroutine of its own; shutdown has the driver leave the group and close its clients (leave:
+// endAll, awaitLeft, closeConsumers), stops the watchdog and the dispatchers, marks the instance
+// Closed, and waits within the close bound for the barrier's last calls. Everything that outlives
+// Close (a client still closing, a released marker waiting for the barrier) is counted in
+// driver.closers, and clientsClosed is closed when it has all ended.
+
+// lifecycle is an instance's progress through Close, shared by the API type and the driver.
+type lifecycle struct {
+	stage atomic.Int32 // a State
+	once  sync.Once
+	// closing is closed when Close begins; it ends every wait of the pulse loop and the rebalance
+	// callback.
+	closing chan struct{}
+	// fromBarrier is closed when Close is called while the barrier is being called, perhaps by
+	// the barrier itself: the close sequence then waits for no barrier call.
+	fromBarrier     chan struct{}
+	fromBarrierOnce sync.Once
+	kafkaClosed     chan struct{} // the instance has left the group and its clients are closed or abandoned
+	closed          chan struct{} // and the last event was delivered, or the close bound passed
+	clientsClosed   chan struct{} // every client finished closing, which can be after Close returns
+	err             error         // Close's result, set before kafkaClosed is closed
+}
+
+func newLifecycle() *lifecycle {
+	return &lifecycle{
+		closing:       make(chan struct{}),
+		fromBarrier:   make(chan struct{}),
+		kafkaClosed:   make(chan struct{}),
+		closed:        make(chan struct{}),
+		clientsClosed: make(chan struct{}),
+	}
+}
+
+func (l *lifecycle) state() State {
+	return State(l.stage.Load())
+}
+
+func (n *neli) Close() error {
+	// A call made while the application is being called may come from the barrier itself, which
+	// cannot return before Close does: it waits only for the Kafka side, and the close sequence
+	// stops waiting for the barrier, leaving release markers to hold successors back instead.
+	life := n.life
+	during := n.events.inCall()
+	if during {
+		life.fromBarrierOnce.Do(func() { close(life.fromBarrier) })
+	}
+	life.once.Do(func() {
+		life.stage.Store(int32(Closing))
+		close(life.closing)
+		go n.shutdown()
+	})
+	if during {
+		<-life.kafkaClosed
+	} else {
+		<-life.closed
+	}
+	return life.err
 }
 
 // shutdown runs the close sequence on a goroutine of its own, so that a Close made by the barrier
 // does not wait for itself.
 func (n *neli) shutdown() {
-	deadline := time.Now().Add(n.closeBound())
-	var errs []error
-	// The pulsing goroutine gives up mu within a poll, or at once if it waits in the rebalance
-	// callback for the barrier: that wait ends when closing does.
-	n.mu.Lock()
-	n.endAll(deadline)
-	// librdkafka 2.11 under the cooperative-sticky assignor can skip the LeaveGroup when a member
-	// that owns no partition closes; the coordinator then waits for it through the next rebalance,
-	// and whoever joins or leaves next is held up to a rebalance timeout. An explicit unsubscribe
-	// sent the LeaveGroup in every run measured (TestSequentialCloseLeavesPromptly).
-	if err := n.consumer.Unsubscribe(); err != nil {
-		n.log.D()("goneli %s: unsubscribing before close: %v", n.config.Name, err)
-	} else {
-		n.awaitLeft(deadline)
-	}
-	closing := []namedConsumer{{"Kafka consumer", n.consumer, n.commits.close}}
-	if n.observer != nil {
-		closing = append(closing, namedConsumer{"leader observer", n.observer.consumer, nil})
-	}
-	n.consumerClosing.Store(true)
-	errs = append(errs, n.closeConsumers(closing, deadline)...)
-	n.mu.Unlock()
-	n.watchdog.wait()
+	d, life := n.d, n.life
+	deadline := d.now() + d.closeBound()
+	err := d.leave(deadline)
+	d.watchdog.wait()
 	n.events.stop()
 	// librdkafka may still log from a consumer that is finishing its close in the background;
 	// its logs keep flowing until it is done.
 	go func() {
-		n.closers.Wait()
-		n.logs.close()
+		d.closers.Wait()
+		d.logs.close()
 		n.events.wait()
-		close(n.clientsClosed)
+		close(life.clientsClosed)
 	}()
-	n.closeErr = errors.Join(errs...)
+	life.err = err
 	// Closed before any Close returns, so that a caller sees it whichever way Close returned.
-	n.state.Store(int32(Closed))
+	life.stage.Store(int32(Closed))
 	n.log.I()("goneli %s: closed", n.config.Name)
-	close(n.kafkaClosed)
+	close(life.kafkaClosed)
 	// A barrier call that is still under way returns once the Close it may have made has: Await
 	// and a Close from elsewhere wait for the last events too, within the close bound.
 	events := make(chan struct{})
@@ -62,11 +98,42 @@ func (n *neli) shutdown() {
 		n.events.wait()
 		close(events)
 	}()
+	timer := time.NewTimer(max(deadline-d.now(), 0))
+	defer timer.Stop()
 	select {
 	case <-events:
-	case <-time.After(time.Until(deadline)):
+	case <-timer.C:
 	}
-	close(n.closed)
+	close(life.closed)
+}
+
+// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout.
+func (d *driver) closeBound() time.Duration {
+	return d.timing.maxPoll + *d.config.HeartbeatTimeout
+}
+
+// leave ends every tenure, leaves the group and closes the consumers, by deadline (on the driver's
+// clock), and returns what went wrong. The pulsing goroutine gives up mu within a poll, or at once
+// if it waits in the rebalance callback for the barrier: that wait ends when closing does.
+func (d *driver) leave(deadline time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.endAll(deadline)
+	// librdkafka 2.11 under the cooperative-sticky assignor can skip the LeaveGroup when a member
+	// that owns no partition closes; the coordinator then waits for it through the next rebalance,
+	// and whoever joins or leaves next is held up to a rebalance timeout. An explicit unsubscribe
+	// sent the LeaveGroup in every run measured (TestSequentialCloseLeavesPromptly).
+	if err := d.consumer.Unsubscribe(); err != nil {
+		d.log.D()("goneli %s: unsubscribing before close: %v", d.config.Name, err)
+	} else {
+		d.awaitLeft(deadline)
+	}
+	closing := []namedConsumer{{"Kafka consumer", d.consumer, d.commits.close}}
+	if d.observer != nil {
+		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
+	}
+	d.group.closing.Store(true)
+	return errors.Join(d.closeConsumers(closing, deadline)...)
 }
 
 // endAll ends every tenure for Close. Close waits for the final LeaderRevoked events, up to the
@@ -76,27 +143,27 @@ func (n *neli) shutdown() {
 // releasing markers instead, so that their successors still wait for the barrier, and the
 // released markers follow from a goroutine that keeps the producer open until then (or until
 // deadline). Called with mu held.
-func (n *neli) endAll(deadline time.Time) {
-	for _, p := range n.parts {
+func (d *driver) endAll(deadline time.Duration) {
+	for _, p := range d.parts {
 		out := p.lease.revoke(false)
-		if d := n.apply(p, out); d != nil && out.release != nil {
-			n.releases = append(n.releases, release{p: p, marker: *out.release, done: d, fresh: true})
+		if dl := d.apply(p, out); dl != nil && out.release != nil {
+			d.releases = append(d.releases, release{p: p, marker: *out.release, done: dl, fresh: true})
 		}
 	}
 	var finals []*delivery
-	for _, r := range n.releases {
+	for _, r := range d.releases {
 		finals = append(finals, r.done)
 	}
-	if !awaitDeliveries(finals, n.timing.maxPoll, n.fromBarrier) {
+	if !awaitDeliveries(finals, d.timing.maxPoll, d.life.fromBarrier) {
 		select {
-		case <-n.fromBarrier:
+		case <-d.life.fromBarrier:
 		default:
-			n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
-				n.config.Name, n.timing.maxPoll)
+			d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
+				d.config.Name, d.timing.maxPoll)
 		}
 	}
 	var done, busy, unmarked []release
-	for _, r := range n.releases {
+	for _, r := range d.releases {
 		select {
 		case <-r.done.done:
 			r.marker.kind = kindReleased
@@ -108,39 +175,39 @@ func (n *neli) endAll(deadline time.Time) {
 			}
 		}
 	}
-	n.releases = nil
+	d.releases = nil
 	// Released markers also tell observers at once that these roles have no leader.
-	n.writeMarkers(append(unmarked, done...), n.releaseFlush())
+	d.writeMarkers(append(unmarked, done...), d.releaseFlush())
 	// A group check may be using the producer's connections.
-	n.checker.stop()
-	if n.producer == nil {
+	d.check.checker.stop()
+	if d.heart.p == nil {
 		return
 	}
 	if len(busy) == 0 {
 		// confluent-kafka-go's producer Close waits up to 100 ms for its poller goroutine to notice,
 		// and nothing in the rest of the sequence needs the producer: leaving the group first
 		// gives the successor its assignment that much sooner.
-		n.closers.Add(1)
+		d.closers.Add(1)
 		go func() {
-			defer n.closers.Done()
-			n.producer.Close()
+			defer d.closers.Done()
+			d.heart.p.Close()
 		}()
 		return
 	}
 	// Each role's released marker goes out as soon as its own barrier call returns; the producer
 	// closes after the last of them, or at deadline.
-	n.closers.Add(1)
+	d.closers.Add(1)
 	go func() {
-		defer n.closers.Done()
-		defer n.producer.Close()
+		defer d.closers.Done()
+		defer d.heart.p.Close()
 		var writers sync.WaitGroup
 		for _, r := range busy {
 			writers.Add(1)
 			go func() {
 				defer writers.Done()
-				if awaitDelivery(r.done, time.Until(deadline), nil) {
+				if awaitDelivery(r.done, deadline-d.now(), nil) {
 					r.marker.kind = kindReleased
-					n.writeMarkers([]release{r}, n.releaseFlush())
+					d.writeMarkers([]release{r}, d.releaseFlush())
 				}
 			}()
 		}
@@ -165,30 +232,30 @@ type subscriptionReader interface {
 // A member whose poll loop stalled while a rebalance went on is in exactly that state. Serving
 // every rebalance before the close leaves none for the close to trip over. Unsubscribe itself is
 // postponed by librdkafka until a rebalance in progress completes.
-func (n *neli) awaitLeft(deadline time.Time) {
-	sr, ok := n.consumer.(subscriptionReader)
+func (d *driver) awaitLeft(deadline time.Duration) {
+	sr, ok := d.consumer.(subscriptionReader)
 	if !ok {
 		return
 	}
 	for {
-		served := n.drainForClose()
+		served := d.drainForClose()
 		// Revoking partition 0 commits the offset stored last, and only once that commit is
 		// answered does librdkafka send the LeaveGroup; a close that comes first skips it, and
 		// the group then waits a session timeout for this member (librdkafka 2.11.1).
-		if !served && len(n.groupParts) == 0 && !n.owedCommit {
+		if !served && len(d.group.parts) == 0 && !d.group.owedCommit {
 			if topics, err := sr.Subscription(); err != nil || len(topics) == 0 {
 				return
 			}
 		}
-		left := time.Until(deadline)
+		left := deadline - d.now()
 		if left <= 0 {
-			n.log.W()("goneli %s: the group did not let this member leave within %v; closing anyway", n.config.Name, n.closeBound())
+			d.log.W()("goneli %s: the group did not let this member leave within %v; closing anyway", d.config.Name, d.closeBound())
 			return
 		}
 		if !served {
 			// Nothing was queued: the rebalance that postponed the unsubscribe is still with the
 			// coordinator. Wait for its next event in librdkafka rather than spinning.
-			n.serve(n.consumer.Poll(int(min(left, 50*time.Millisecond).Milliseconds())))
+			d.serve(d.consumer.Poll(int(min(left, 50*time.Millisecond).Milliseconds())))
 		}
 	}
 }
@@ -196,29 +263,29 @@ func (n *neli) awaitLeft(deadline time.Time) {
 // drainForClose serves what the consumer has queued and reports whether that included anything.
 // Rebalance events are served by the callback from within Poll, which then returns nil, so they
 // are counted by the callback.
-func (n *neli) drainForClose() bool {
-	before := n.rebalances
+func (d *driver) drainForClose() bool {
+	before := d.group.rebalances
 	served := false
 	for i := 0; i < maxEventsPerCycle; i++ {
-		ev := n.consumer.Poll(0)
-		if ev == nil && n.rebalances == before {
+		ev := d.consumer.Poll(0)
+		if ev == nil && d.group.rebalances == before {
 			break
 		}
-		before = n.rebalances
+		before = d.group.rebalances
 		served = true
-		n.serve(ev)
+		d.serve(ev)
 	}
-	return served || n.rebalances != before
+	return served || d.group.rebalances != before
 }
 
 // serve handles an event polled while closing: commit results, which awaitLeft waits for, and
 // errors, for the logs.
-func (n *neli) serve(ev kafka.Event) {
+func (d *driver) serve(ev kafka.Event) {
 	switch e := ev.(type) {
 	case kafka.OffsetsCommitted:
-		n.owedCommit = false
+		d.group.owedCommit = false
 	case kafka.Error:
-		n.log.D()("goneli %s: Kafka consumer while closing: %v", n.config.Name, e)
+		d.log.D()("goneli %s: Kafka consumer while closing: %v", d.config.Name, e)
 	}
 }
 
@@ -231,21 +298,23 @@ type namedConsumer struct {
 // closeConsumers closes the consumers side by side and waits for all of them until deadline, so
 // that Close's bound does not grow with the number of consumers. Called with mu held, since a
 // consumer's close may call onRebalance.
-func (n *neli) closeConsumers(consumers []namedConsumer, deadline time.Time) []error {
+func (d *driver) closeConsumers(consumers []namedConsumer, deadline time.Duration) []error {
 	results := make([]chan error, len(consumers))
 	for i, nc := range consumers {
 		results[i] = make(chan error, 1)
-		n.closers.Add(1)
+		d.closers.Add(1)
 		go func() {
-			defer n.closers.Done()
+			defer d.closers.Done()
 			if nc.first != nil {
 				nc.first()
 			}
 			results[i] <- nc.c.Close()
 		}()
 	}
-	bound := n.closeBound()
-	expired := time.After(time.Until(deadline))
+	bound := d.closeBound()
+	expiry := time.NewTimer(max(deadline-d.now(), 0))
+	defer expiry.Stop()
+	expired := expiry.C
 	var errs []error
 	for i, nc := range consumers {
 		var err error
@@ -257,7 +326,7 @@ func (n *neli) closeConsumers(consumers []namedConsumer, deadline time.Time) []e
 			select {
 			case err = <-results[i]:
 			default:
-				n.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", n.config.Name, nc.what, bound)
+				d.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", d.config.Name, nc.what, bound)
 				errs = append(errs, fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, nc.what, bound))
 				continue
 			}
@@ -275,50 +344,3 @@ var passed = func() <-chan time.Time {
 	close(c)
 	return c
 }()
-
-// logForwarder passes librdkafka's log lines to scribe from a goroutine of its own. Clients write
-// to its channel, which their config names (attach); it runs until stopped, which must wait until
-// every client writing to it has finished closing, since a client logs until then.
-type logForwarder struct {
-	ch      chan kafka.LogEvent
-	stop    chan struct{}
-	running sync.WaitGroup
-}
-
-func startLogForwarder(log scribe.Scribe, name string) *logForwarder {
-	f := &logForwarder{ch: make(chan kafka.LogEvent, 64), stop: make(chan struct{})}
-	f.running.Add(1)
-	go func() {
-		defer f.running.Done()
-		for {
-			select {
-			case <-f.stop:
-				return
-			case l := <-f.ch:
-				logger := log.D()
-				switch {
-				case l.Level <= 3:
-					logger = log.E()
-				case l.Level == 4:
-					logger = log.W()
-				case l.Level <= 6:
-					logger = log.I()
-				}
-				logger("goneli %s: librdkafka %s [%s] %s", name, l.Name, l.Tag, l.Message)
-			}
-		}
-	}()
-	return f
-}
-
-// attach makes a client built from cm log through the forwarder.
-func (f *logForwarder) attach(cm kafka.ConfigMap) {
-	cm["go.logs.channel.enable"] = true
-	cm["go.logs.channel"] = f.ch
-}
-
-// close stops the goroutine and waits for it.
-func (f *logForwarder) close() {
-	close(f.stop)
-	f.running.Wait()
-}

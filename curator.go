@@ -2,7 +2,6 @@ package goneli
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"time"
 )
@@ -152,7 +151,7 @@ func (n *neli) statsOf(p *part) Stats {
 		Role:                p.name,
 		State:               n.State(),
 		Leader:              n.isLeaderOf(p),
-		Leading:             v.leading && l.delivered.Load() >= v.epoch,
+		Leading:             l.announced(v),
 		Assigned:            v.assigned,
 		HeartbeatRTT:        v.rtt,
 		RenewalLag:          v.lag,
@@ -164,10 +163,10 @@ func (n *neli) statsOf(p *part) Stats {
 		StaleHeartbeats:     c.stale,
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
-		GroupChecks:         n.groupChecks.Load(),
+		GroupChecks:         n.d.check.count.Load(),
 	}
-	if since, reason, down := n.reach.state(); down {
-		s.UnreachableSince, s.UnreachableReason = n.base.Add(since), reason
+	if since, reason, down := n.d.reach.state(); down {
+		s.UnreachableSince, s.UnreachableReason = n.d.base.Add(since), reason
 	}
 	if s.Assigned {
 		s.Tenure = strconv.FormatUint(v.tenure, 16)
@@ -187,7 +186,7 @@ func (n *neli) statsOf(p *part) Stats {
 	if !s.Leader {
 		s.LeaseRemaining = 0
 	}
-	if y := time.Duration(n.yieldUntil.Load()); y > now {
+	if y := time.Duration(n.d.yield.until.Load()); y > now {
 		s.YieldRemaining = y - now
 	}
 	return s
@@ -225,8 +224,8 @@ func (n *neli) leaderOf(p *part) (LeaderInfo, bool) {
 			LastHeartbeat: time.Now(),
 		}, true
 	}
-	if n.observer != nil {
-		return n.observer.current(p.id)
+	if o := n.d.observer; o != nil {
+		return o.current(p.id)
 	}
 	return LeaderInfo{}, false
 }
@@ -238,72 +237,6 @@ func (n *neli) Yield(d time.Duration) error {
 	if n.State() != Live {
 		return ErrNonLivePulse
 	}
-	now := n.now()
-	until := int64(now + d)
-	if until < int64(now) {
-		// A duration too long to add to the clock means for as long as the instance lives.
-		until = math.MaxInt64
-	}
-	for {
-		old := n.yieldUntil.Load()
-		if old >= until || n.yieldUntil.CompareAndSwap(old, until) {
-			break
-		}
-	}
-	// However briefly it lasts, a yield leaves the group once: the time may be up before the next
-	// cycle, and a yield that then did nothing would hand nothing over. IsLeader is false from
-	// here on.
-	n.yieldRequested.Store(true)
-	// The group is left now if nothing else holds the consumer, else by the next cycle. From the
-	// barrier it is always the next cycle: leaving waits for the barrier to see LeaderRevoked,
-	// and the barrier would be waiting for itself.
-	if !n.events.inCall() && n.mu.TryLock() {
-		defer n.mu.Unlock()
-		if n.State() == Live {
-			n.applyYield()
-		}
-	}
+	n.d.requestYield(d, n.events.inCall())
 	return nil
-}
-
-// applyYield leaves the group while a yield is in force and rejoins after it. Called with mu held.
-func (n *neli) applyYield() {
-	yielding := n.yieldUntil.Load() > int64(n.now())
-	switch {
-	case (yielding || n.yieldRequested.Load()) && !n.unsubscribed:
-		n.endTenures(n.parts, false)
-		n.member.left()
-		if err := n.consumer.Unsubscribe(); err != nil {
-			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
-			// tries again, and resumeTenure contends again if the yield ends first.
-			n.throttle.log(n.log.W(), "unsubscribe", "goneli %s: cannot leave the group to yield: %v", n.config.Name, err)
-			if !yielding {
-				n.yieldRequested.Store(false)
-			}
-			return
-		}
-		n.yieldRequested.Store(false)
-		n.unsubscribed = true
-		n.log.I()("goneli %s: yielding for %v", n.config.Name, max(time.Duration(n.yieldUntil.Load())-n.now(), 0))
-	case !yielding && n.unsubscribed:
-		if err := n.consumer.Subscribe(n.topic, n.onRebalance); err != nil {
-			n.throttle.log(n.log.W(), "subscribe", "goneli %s: cannot rejoin the group after yielding: %v", n.config.Name, err)
-			return
-		}
-		n.unsubscribed = false
-		n.log.I()("goneli %s: yield over, contending again", n.config.Name)
-	case !yielding && !n.unsubscribed:
-		n.resumeTenure()
-	}
-}
-
-// resumeTenure starts a tenure for every partition this instance owns without one, which happens
-// when a yield ended its tenures but could not take it out of the group. Called with mu held.
-func (n *neli) resumeTenure() {
-	for _, p := range n.parts {
-		if !p.lease.t.active && n.groupParts[p.id] {
-			n.log.I()("goneli %s: still assigned partition %d after yielding; contending again", n.config.Name, p.id)
-			n.beginTenure(p)
-		}
-	}
 }

@@ -4,15 +4,125 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// The Kafka side of an instance: the poll cycle, the rebalance callback and the heartbeat
-// producer. It tells the lease of each partition it contends for what happened there, and carries
-// out what that lease answers (apply). Every method here is called with mu held.
+// driver is the Kafka side of an instance: it owns the clients, runs the poll cycle and the
+// rebalance callback, tells the lease of each partition it contends for what happened there, and
+// carries out what that lease answers (apply). It reaches the application only through deliver.
+// Every method is called with mu held unless its comment says otherwise.
+//
+// Its parts are small types of their own: the heartbeat producer (producer.go), the explicit
+// commits (commit.go), the group check (groupcheck.go), the lease watchdog (watchdog.go), the
+// reachability of Kafka (reach.go), the yield (yield.go) and the leave and close sequence
+// (closer.go). Every time it measures is on one clock, d.now's.
+type driver struct {
+	config   Config
+	timing   groupTiming
+	log      scribe.Scribe
+	topic    string
+	key      []byte
+	clientID string // the consumer's client.id, by which the group check finds this instance
+	confs    clientConfs
+	// parts are the partitions contended for, by partition number, shared with the API type.
+	parts []*part
+	life  *lifecycle
+	// deliver posts a lease's events to the application and returns the last one's delivery
+	// (neli.deliver); the driver never calls the application itself.
+	deliver func(p *part, events []Event) *delivery
+	clock   clock
+	base    time.Time // origin of the monotonic durations that leases, yields and deadlines are measured in
+
+	// mu guards the leases and every field below that is not atomic. It is held while the
+	// consumer is polled, and so in the rebalance callback, but never while the application is
+	// called. An instance that holds no partition polls for up to MinPollInterval (pollFor), so
+	// Close may wait that long for it.
+	mu       sync.Mutex
+	consumer KafkaConsumer
+	heart    heartbeatProducer
+	observer *observer // nil unless Config.ObserveLeader
+	// commits sends the consumer's explicit commits (commit.go); commitAsks gathers those that the
+	// leases asked for during a cycle, by partition, for one request at its end.
+	commits    *committer
+	commitAsks map[int32]int64
+	group      groupState
+	releases   []release // tenures whose released marker waits for the barrier
+	check      checkState
+	reach      reachability // whether Kafka answers, for Stats (reach.go)
+	watchdog   *watchdog
+	yield      yieldState
+	renewals   consumerRenewals
+	throttle   logThrottle
+	logs       *logForwarder
+	// closers counts the goroutines that close clients or write final markers, which may outlive
+	// Close (lifecycle.clientsClosed).
+	closers sync.WaitGroup
+}
+
+// checkState is what the driver keeps beside the group checker (groupcheck.go).
+type checkState struct {
+	checker *groupChecker
+	// wire describes the group over connections of goneli's own (groupwire.go); nil where the
+	// clients' security settings are ones it cannot speak, and the check then goes through
+	// librdkafka's admin client.
+	wire *wireDescriber
+	// alone is set after a group check failed: the next one goes through an admin client of its
+	// own rather than the producer's (describer).
+	alone bool
+	count atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
+	// troubled says that a client has seen a broker connection fail, last at troubleAt; deferSince
+	// is since when a group check has waited for the connections to settle (startGroupCheck).
+	troubled              bool
+	troubleAt, deferSince time.Duration
+	deferring             bool
+}
+
+// clientConfs are the librdkafka configurations of the clients an instance makes.
+type clientConfs struct {
+	consumer, producer, admin *KafkaConfigMap
+}
+
+// groupState is what the driver knows of its membership of the group.
+type groupState struct {
+	parts      map[int32]bool // partitions of the leader topic the group has assigned to this member
+	rebalances int            // rebalance callbacks so far
+	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
+	// commits once more, until that commit's result has been polled.
+	owedCommit bool
+	// member says whether this membership of the group passed a group check (groupcheck.go).
+	member membership
+	// closing is set once the group consumer's Close has been called; from then on its rebalance
+	// callback may run without mu, from a close that goes on in the background.
+	closing atomic.Bool
+	// late counts rebalance events that reached the callback only during the group consumer's
+	// Close, which awaitLeft exists to prevent.
+	late atomic.Int32
+}
+
+// consumerRenewals are the replacements of a consumer that read nothing back (renewConsumer).
+type consumerRenewals struct {
+	last  time.Duration // when the consumer was last replaced
+	count int
+	// retired holds the replaced consumers, whose rebalance callbacks are ignored while they
+	// close in the background.
+	retired sync.Map
+}
+
+// now is the time on the driver's clock, the monotonic scale that leases, yields and the close
+// bound are measured in. Safe without mu.
+func (d *driver) now() time.Duration {
+	return d.clock.Now().Sub(d.base)
+}
+
+// live reports whether Close has yet to begin. Safe without mu.
+func (d *driver) live() bool {
+	return d.life.state() == Live
+}
 
 // part is one role: a partition of the leader topic that this instance contends for, its lease,
 // the dispatcher that calls the barrier with its events, and what the driver keeps beside them.
@@ -52,108 +162,157 @@ type release struct {
 // through a chain of fifteen successors that came and went while it waited.
 const releaseLookback = 16
 
+// step runs one cycle, unless Close has begun, waiting in the poll for up to poll, or for pollFor(limit)
+// if poll is negative. It takes mu, which a cycle needs.
+func (d *driver) step(poll, limit time.Duration) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.live() {
+		return nil
+	}
+	if poll < 0 {
+		poll = d.pollFor(limit)
+	}
+	return d.cycle(poll)
+}
+
+// pollFor is how long a cycle waits in the consumer's poll. An instance that holds no partition
+// has nothing to renew, fence or release, and waits for up to MinPollInterval (within limit, if not
+// negative): it then serves a new assignment the moment it arrives rather than at its next cycle,
+// which shortens every handoff by up to a poll interval. Called with mu held.
+func (d *driver) pollFor(limit time.Duration) time.Duration {
+	base := *d.config.PollDuration
+	if len(d.releases) > 0 || d.yielding() {
+		return base
+	}
+	for _, p := range d.parts {
+		if p.lease.active() {
+			return base
+		}
+	}
+	wait := *d.config.MinPollInterval
+	if limit >= 0 {
+		wait = min(wait, limit)
+	}
+	return max(wait, base)
+}
+
+// proving reports whether a tenure of this instance is proving its first lease: assigned, not
+// acquired yet, not waiting for a predecessor to release the partition, and within one
+// HeartbeatTimeout of its assignment, so that a tenure that cannot lead (a group conflict, say)
+// does not keep the instance polling fast.
+func (d *driver) proving() bool {
+	now := d.now()
+	for _, p := range d.parts {
+		if v := p.lease.load(); v.proveBy > now && !v.releasing {
+			return true
+		}
+	}
+	return false
+}
+
 // cycle polls the consumer dry (within bounds), waiting up to poll for the first event, lets the
 // lease act on the time that has passed and starts what it asks for.
-func (n *neli) cycle(poll time.Duration) error {
-	n.applyYield()
-	if n.observer != nil {
-		n.observer.poll()
+func (d *driver) cycle(poll time.Duration) error {
+	d.applyYield()
+	if d.observer != nil {
+		d.observer.poll()
 	}
 	var fatal error
-	ev := n.consumer.Poll(int(poll.Milliseconds()))
+	ev := d.consumer.Poll(int(poll.Milliseconds()))
 	for i := 0; ev != nil; i++ {
-		if err := n.handle(ev); err != nil && fatal == nil {
+		if err := d.handle(ev); err != nil && fatal == nil {
 			fatal = err
 		}
-		if i+1 >= maxEventsPerCycle || n.State() != Live {
+		if i+1 >= maxEventsPerCycle || !d.live() {
 			break
 		}
-		ev = n.consumer.Poll(0)
+		ev = d.consumer.Poll(0)
 	}
-	if denied := n.drainProducer(); fatal == nil {
+	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
 	}
-	n.collectCommits()
-	n.checkReadBack()
-	n.probeReach()
-	n.collectGroupCheck()
-	n.finishReleases()
-	if n.State() == Live {
-		for _, p := range n.parts {
-			n.apply(p, p.lease.due())
+	d.collectCommits()
+	d.checkReadBack()
+	d.probeReach()
+	d.collectGroupCheck()
+	d.finishReleases()
+	if d.live() {
+		for _, p := range d.parts {
+			d.apply(p, p.lease.due())
 		}
-		n.startGroupCheck()
-		n.startCommits()
+		d.startGroupCheck()
+		d.startCommits()
 	}
 	return fatal
 }
 
 // apply carries out what p's lease asked for after a transition, and returns the delivery of its
 // last event. A group check it asks for is started by the cycle, together with any others.
-func (n *neli) apply(p *part, out leaseOut) *delivery {
+func (d *driver) apply(p *part, out leaseOut) *delivery {
 	if out.heartbeat != nil {
-		n.produce(p, out.heartbeat)
+		d.produce(p, out.heartbeat)
 	}
 	if out.store != 0 {
-		n.store(p, out.store)
+		d.store(p, out.store)
 	}
 	if out.commit != 0 {
 		if out.restarted {
-			n.log.W()("goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
-				n.config.Name, p.id, out.commit)
+			d.log.W()("goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
+				d.config.Name, p.id, out.commit)
 		}
-		n.commitAsks[p.id] = out.commit
+		d.commitAsks[p.id] = out.commit
 	}
 	if out.check {
 		p.wantCheck = true
 	}
-	n.watch()
-	return n.deliver(p, out.events)
+	d.watch()
+	return d.deliver(p, out.events)
 }
 
-func (n *neli) handle(ev kafka.Event) error {
+func (d *driver) handle(ev kafka.Event) error {
 	switch e := ev.(type) {
 	case *kafka.Message:
-		n.onMessage(e)
+		d.onMessage(e)
 	case kafka.OffsetsCommitted:
-		n.owedCommit = false
+		d.group.owedCommit = false
 		if e.Error == nil {
-			n.reachable("consumer", "a commit accepted")
+			d.reachable("consumer", "a commit accepted")
 		}
-		n.onCommit(e, false)
+		d.onCommit(e, false)
 	case kafka.Error:
 		if e.IsFatal() {
-			for _, p := range n.parts {
-				n.apply(p, p.lease.fail("fatal consumer error: "+e.Error()))
+			for _, p := range d.parts {
+				d.apply(p, p.lease.fail("fatal consumer error: "+e.Error()))
 			}
 			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
 		}
-		if e.Code() == kafka.ErrInvalidSessionTimeout && n.timing.classic {
+		if e.Code() == kafka.ErrInvalidSessionTimeout && d.timing.classic {
 			// A configuration mismatch that no retry can mend. A lease this instance may still hold
 			// runs out on its own: no commit is accepted without a session, and the watchdog
 			// fences it.
-			return &SessionTimeoutError{Session: n.timing.session, HeartbeatTimeout: *n.config.HeartbeatTimeout, Err: e}
+			return &SessionTimeoutError{Session: d.timing.session, HeartbeatTimeout: *d.config.HeartbeatTimeout, Err: e}
 		}
-		if err := authorizationError(n.config, "consumer", e); err != nil {
+		if err := authorizationError(d.config, "consumer", e); err != nil {
 			return err
 		}
 		if e.Code() == kafka.ErrAllBrokersDown {
-			n.unreachable("consumer", e.Error())
+			d.unreachable("consumer", e.Error())
 		}
-		n.noteTrouble(e)
-		n.logKafkaError("consumer", e)
+		d.noteTrouble(e)
+		d.logKafkaError("consumer", e)
 	}
 	return nil
 }
 
-func (n *neli) onMessage(m *kafka.Message) {
+func (d *driver) onMessage(m *kafka.Message) {
 	if m.TopicPartition.Error != nil {
-		n.throttle.log(n.log.W(), "fetch:"+m.TopicPartition.Error.Error(), "goneli %s: fetch from %s failed: %v",
-			n.config.Name, n.topic, m.TopicPartition.Error)
+		d.throttle.log(d.log.W(), "fetch:"+m.TopicPartition.Error.Error(), "goneli %s: fetch from %s failed: %v",
+			d.config.Name, d.topic, m.TopicPartition.Error)
 		return
 	}
-	n.reachable("consumer", "a record fetched")
-	p := n.partOf(m.TopicPartition)
+	d.reachable("consumer", "a record fetched")
+	p := d.partOf(m.TopicPartition)
 	if p == nil {
 		return
 	}
@@ -161,71 +320,71 @@ func (n *neli) onMessage(m *kafka.Message) {
 	if h.decode(m.Value) != nil {
 		return
 	}
-	if h.kind == kindHeartbeat && string(m.Key) == n.config.Name {
-		n.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
+	if h.kind == kindHeartbeat && string(m.Key) == d.config.Name {
+		d.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
 		return
 	}
-	n.apply(p, p.lease.foreign(h))
+	d.apply(p, p.lease.foreign(h))
 }
 
 // partOf returns the part of tp, or nil if tp is not one this instance contends for.
-func (n *neli) partOf(tp kafka.TopicPartition) *part {
-	if tp.Topic == nil || *tp.Topic != n.topic || tp.Partition < 0 || int(tp.Partition) >= len(n.parts) {
+func (d *driver) partOf(tp kafka.TopicPartition) *part {
+	if tp.Topic == nil || *tp.Topic != d.topic || tp.Partition < 0 || int(tp.Partition) >= len(d.parts) {
 		return nil
 	}
-	return n.parts[tp.Partition]
+	return d.parts[tp.Partition]
 }
 
 // store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
 // coordinator; the answer arrives as an OffsetsCommitted event.
-func (n *neli) store(p *part, offset int64) {
-	if _, err := n.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &n.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
-		n.throttle.log(n.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", n.config.Name, err)
+func (d *driver) store(p *part, offset int64) {
+	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
+		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", d.config.Name, err)
 		return
 	}
 	p.stored = true
 }
 
-func (n *neli) onCommit(e kafka.OffsetsCommitted, explicit bool) {
+func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	if e.Error != nil {
 		// The whole commit failed: it carried every partition's offset.
-		for _, p := range n.parts {
-			n.onCommitError(p, e.Error)
+		for _, p := range d.parts {
+			d.onCommitError(p, e.Error)
 		}
 		return
 	}
 	for _, tp := range e.Offsets {
-		p := n.partOf(tp)
+		p := d.partOf(tp)
 		if p == nil {
 			continue
 		}
 		if tp.Error != nil {
-			n.onCommitError(p, tp.Error)
+			d.onCommitError(p, tp.Error)
 			continue
 		}
-		n.apply(p, p.lease.committed(int64(tp.Offset), explicit))
+		d.apply(p, p.lease.committed(int64(tp.Offset), explicit))
 	}
 }
 
 // startCommits sends the explicit commits that the leases asked for in this cycle as one request,
 // unless one is still under way; a lease whose offset stays uncommitted asks again (lease.stalled).
-func (n *neli) startCommits() {
-	if len(n.commitAsks) == 0 {
+func (d *driver) startCommits() {
+	if len(d.commitAsks) == 0 {
 		return
 	}
-	offsets := make([]kafka.TopicPartition, 0, len(n.commitAsks))
-	for id, off := range n.commitAsks {
-		offsets = append(offsets, kafka.TopicPartition{Topic: &n.topic, Partition: id, Offset: kafka.Offset(off)})
+	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
+	for id, off := range d.commitAsks {
+		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
 	}
-	clear(n.commitAsks)
-	if n.commits.start(offsets) {
-		n.throttle.log(n.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", n.config.Name, offsets)
+	clear(d.commitAsks)
+	if d.commits.start(offsets) {
+		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 	}
 }
 
 // collectCommits takes the answer to an explicit commit, once it has come.
-func (n *neli) collectCommits() {
-	e, ok := n.commits.collect()
+func (d *driver) collectCommits() {
+	e, ok := d.commits.collect()
 	if !ok {
 		return
 	}
@@ -235,65 +394,77 @@ func (n *neli) collectCommits() {
 		// carrying the generation it was made with, and reach the coordinator after the new one
 		// began: the member is in the group all the same, unlike when librdkafka's own commit is
 		// refused so. It renews nothing, and the lease runs out on its own if nothing else renews it.
-		n.throttle.log(n.log.D(), "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", n.config.Name, ke)
+		d.throttle.log(d.log.D(), "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", d.config.Name, ke)
 		return
 	}
 	if e.Error == nil {
-		n.reachable("consumer", "a commit accepted")
+		d.reachable("consumer", "a commit accepted")
 	}
-	n.onCommit(e, true)
+	d.onCommit(e, true)
 }
 
-func (n *neli) onCommitError(p *part, err error) {
+func (d *driver) onCommitError(p *part, err error) {
 	var ke kafka.Error
 	if !errors.As(err, &ke) {
-		n.throttle.log(n.log.W(), "commit", "goneli %s: heartbeat offset commit failed: %v", n.config.Name, err)
+		d.throttle.log(d.log.W(), "commit", "goneli %s: heartbeat offset commit failed: %v", d.config.Name, err)
 		return
 	}
 	switch ke.Code() {
 	case kafka.ErrNoOffset:
 		return
 	case kafka.ErrUnknownMemberID, kafka.ErrIllegalGeneration, kafka.ErrFencedInstanceID, kafka.ErrFencedMemberEpoch:
-		n.apply(p, p.lease.rejected(ke.Error()))
+		d.apply(p, p.lease.rejected(ke.Error()))
 	default:
 		// Includes REBALANCE_IN_PROGRESS, and KIP-848's STALE_MEMBER_EPOCH, which says the member
 		// is still in the group at a newer epoch: the lease simply goes unrenewed by this commit.
-		n.throttle.log(n.log.D(), "commit:"+ke.Code().String(), "goneli %s: heartbeat offset commit not accepted: %v", n.config.Name, ke)
+		d.throttle.log(d.log.D(), "commit:"+ke.Code().String(), "goneli %s: heartbeat offset commit not accepted: %v", d.config.Name, ke)
 	}
 }
 
-func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
-	if _, retired := n.retired.Load(c); n.consumerClosing.Load() || (c != nil && retired) {
+func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
+	if _, retired := d.renewals.retired.Load(c); d.group.closing.Load() || (c != nil && retired) {
 		// A consumer finishing its close, perhaps in the background, must not touch state that
 		// the mutex no longer guards; confluent-kafka-go applies the change itself.
-		n.lateRebalances.Add(1)
+		d.group.late.Add(1)
 		return nil
 	}
-	n.rebalances++
-	n.reachable("consumer", "a rebalance")
-	cooperative := c != nil && c.GetRebalanceProtocol() == "COOPERATIVE"
-	lost := c != nil && c.AssignmentLost()
-	n.trackGroupAssignment(ev, cooperative, lost)
-	switch ev.(type) {
-	case kafka.AssignedPartitions:
-		member := ""
-		if c != nil {
-			member = memberID(c, n.config.LeaderGroupID)
-		}
-		n.member.assigned(member, len(n.groupParts) > 0)
-	case kafka.RevokedPartitions:
-		n.member.revoked(lost, cooperative, len(n.groupParts) > 0)
-		if lost {
-			n.trouble()
+	var s groupSession = noSession{}
+	switch {
+	case c != nil:
+		s = kafkaSession{c: c, group: d.config.LeaderGroupID}
+	default:
+		// A KafkaConsumer of the application's, or of the driver's tests, that is not a
+		// *kafka.Consumer may speak for its group itself.
+		if gs, ok := d.consumer.(groupSession); ok {
+			s = gs
 		}
 	}
-	if n.State() != Live {
+	return d.rebalanced(s, ev)
+}
+
+// rebalanced serves a change of this member's assignment: the new tenures begin, the ended ones
+// end, and the session takes the partitions or gives them back.
+func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
+	d.group.rebalances++
+	d.reachable("consumer", "a rebalance")
+	cooperative, lost := s.Cooperative(), s.AssignmentLost()
+	d.trackGroupAssignment(ev, cooperative, lost)
+	switch ev.(type) {
+	case kafka.AssignedPartitions:
+		d.group.member.assigned(s.MemberID(), len(d.group.parts) > 0)
+	case kafka.RevokedPartitions:
+		d.group.member.revoked(lost, cooperative, len(d.group.parts) > 0)
+		if lost {
+			d.trouble()
+		}
+	}
+	if !d.live() {
 		// Close has ended the tenure already; confluent-kafka-go applies the change itself.
 		return nil
 	}
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
-		mine := n.mine(e.Partitions)
+		mine := d.mine(e.Partitions)
 		for i := range mine {
 			// A tenure needs the heartbeats it produces from now on, and the last few records
 			// before them for a predecessor's release marker. Starting relative to the end, rather
@@ -303,46 +474,34 @@ func (n *neli) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 			// it knows, so no heartbeat could be confirmed until the log grew past it.
 			mine[i].Offset = kafka.OffsetTail(releaseLookback)
 		}
-		if c != nil {
-			var err error
-			if cooperative {
-				err = c.IncrementalAssign(mine)
-			} else {
-				err = c.Assign(mine)
-			}
-			if err != nil {
-				n.throttle.log(n.log.E(), "assign", "goneli %s: cannot take assignment: %v", n.config.Name, err)
-				return err
-			}
+		if err := s.Take(mine); err != nil {
+			d.throttle.log(d.log.E(), "assign", "goneli %s: cannot take assignment: %v", d.config.Name, err)
+			return err
 		}
 		for _, tp := range mine {
-			n.beginTenure(n.parts[tp.Partition])
+			d.beginTenure(d.parts[tp.Partition])
 		}
 	case kafka.RevokedPartitions:
-		mine := n.mine(e.Partitions)
+		mine := d.mine(e.Partitions)
 		var ending []*part
 		for _, tp := range mine {
-			ending = append(ending, n.parts[tp.Partition])
+			ending = append(ending, d.parts[tp.Partition])
 		}
-		n.endTenures(ending, c != nil && c.AssignmentLost())
-		if c != nil {
-			if cooperative {
-				return c.IncrementalUnassign(mine)
-			}
-			return c.Unassign()
-		}
+		d.endTenures(ending, lost)
+		return s.GiveBack(mine)
 	}
 	return nil
 }
 
 // beginTenure starts p's tenure.
-func (n *neli) beginTenure(p *part) {
-	if p.lease.t.active {
+func (d *driver) beginTenure(p *part) {
+	if p.lease.active() {
 		return
 	}
-	p.member = n.member.member
-	n.apply(p, p.lease.assign(n.member.vouched))
-	n.log.D()("goneli %s: assigned partition %d (tenure %s)", n.config.Name, p.id, p.lease.t.name())
+	p.member = d.group.member.member
+	d.apply(p, p.lease.assign(d.group.member.vouched))
+	_, name := p.lease.tenure()
+	d.log.D()("goneli %s: assigned partition %d (tenure %s)", d.config.Name, p.id, name)
 }
 
 // endTenures ends the tenures of parts. Unless the assignment was lost, a successor must not lead
@@ -353,13 +512,13 @@ func (n *neli) beginTenure(p *part) {
 // once the barrier has returned (finishReleases). Only if the markers cannot be written in time is
 // the revocation held back, as a rebalance would be, for up to the rebalance timeout; it ends
 // early if Close begins, since Close may be waiting for it.
-func (n *neli) endTenures(parts []*part, lost bool) {
+func (d *driver) endTenures(parts []*part, lost bool) {
 	var pending []release
 	for _, p := range parts {
 		out := p.lease.revoke(lost)
-		d := n.apply(p, out)
-		if out.release != nil && d != nil {
-			pending = append(pending, release{p: p, marker: *out.release, done: d})
+		dl := d.apply(p, out)
+		if out.release != nil && dl != nil {
+			pending = append(pending, release{p: p, marker: *out.release, done: dl})
 		}
 	}
 	if len(pending) == 0 {
@@ -367,153 +526,81 @@ func (n *neli) endTenures(parts []*part, lost bool) {
 	}
 	// Released markers follow either way: a releasing marker that reaches the broker late must
 	// not leave a successor waiting for the rebalance timeout.
-	n.releases = append(n.releases, pending...)
-	if n.writeMarkers(pending, n.releaseFlush()) {
+	d.releases = append(d.releases, pending...)
+	if d.writeMarkers(pending, d.releaseFlush()) {
 		return
 	}
-	n.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
-		n.config.Name, n.releaseFlush())
-	deadline := time.Now().Add(n.timing.maxPoll)
+	d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
+		d.config.Name, d.releaseFlush())
+	deadline := d.now() + d.timing.maxPoll
 	for _, r := range pending {
-		if !awaitDelivery(r.done, time.Until(deadline), n.closing) {
-			if n.State() == Live {
-				n.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
-					n.config.Name, n.timing.maxPoll)
+		if !awaitDelivery(r.done, deadline-d.now(), d.life.closing) {
+			if d.live() {
+				d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
+					d.config.Name, d.timing.maxPoll)
 			}
 			return
 		}
 	}
 }
 
-// writeMarkers produces the release markers and waits up to limit for the broker to have them
-// all, reporting whether it did. Their delivery reports come on a channel of their own, which the
-// producer's own goroutine serves, so the wait needs no poll of ours.
-func (n *neli) writeMarkers(rs []release, limit time.Duration) bool {
-	if !n.ensureProducer() {
-		return false
-	}
-	reports := make(chan kafka.Event, len(rs))
-	for _, r := range rs {
-		if n.produceRecordTo(r.p, &r.marker, reports) != nil {
-			return false
-		}
-	}
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	for range rs {
-		select {
-		case ev := <-reports:
-			if m, ok := ev.(*kafka.Message); !ok || m.TopicPartition.Error != nil {
-				return false
-			}
-		case <-timer.C:
-			return false
-		}
-	}
-	return true
-}
-
-// releaseFlush bounds the wait for release markers to reach the broker.
-func (n *neli) releaseFlush() time.Duration {
-	return *n.config.HeartbeatTimeout / 2
-}
-
 // finishReleases writes the released marker of every release whose barrier call has returned.
-func (n *neli) finishReleases() {
-	kept := n.releases[:0]
-	for _, r := range n.releases {
+func (d *driver) finishReleases() {
+	kept := d.releases[:0]
+	for _, r := range d.releases {
 		select {
 		case <-r.done.done:
 			r.marker.kind = kindReleased
 			r.marker.seq++
-			r.marker.sentWall, r.marker.sentMono = time.Now().UnixNano(), n.now()
-			if err := n.produceRecord(r.p, &r.marker); err != nil {
-				n.throttle.log(n.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", n.config.Name, r.p.id, err)
+			r.marker.sentWall, r.marker.sentMono = time.Now().UnixNano(), d.now()
+			if err := d.produceRecord(r.p, &r.marker); err != nil {
+				d.throttle.log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, r.p.id, err)
 			}
 		default:
 			kept = append(kept, r)
 		}
 	}
-	clear(n.releases[len(kept):])
-	n.releases = kept
+	clear(d.releases[len(kept):])
+	d.releases = kept
 }
 
 // trackGroupAssignment keeps the set of partitions the group has given this member, which Close
 // waits to see revoked.
-func (n *neli) trackGroupAssignment(ev kafka.Event, cooperative, lost bool) {
+func (d *driver) trackGroupAssignment(ev kafka.Event, cooperative, lost bool) {
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		if !cooperative {
-			clear(n.groupParts)
+			clear(d.group.parts)
 		}
 		for _, tp := range e.Partitions {
-			n.groupParts[tp.Partition] = true
+			d.group.parts[tp.Partition] = true
 		}
 	case kafka.RevokedPartitions:
-		for _, p := range n.parts {
-			if n.groupParts[p.id] && (!cooperative || slices.ContainsFunc(e.Partitions, func(tp kafka.TopicPartition) bool { return tp.Partition == p.id })) {
-				n.owedCommit = n.owedCommit || (p.stored && !lost)
+		for _, p := range d.parts {
+			if d.group.parts[p.id] && (!cooperative || slices.ContainsFunc(e.Partitions, func(tp kafka.TopicPartition) bool { return tp.Partition == p.id })) {
+				d.group.owedCommit = d.group.owedCommit || (p.stored && !lost)
 				p.stored = false
 			}
 		}
 		if !cooperative {
-			clear(n.groupParts)
+			clear(d.group.parts)
 		}
 		for _, tp := range e.Partitions {
-			delete(n.groupParts, tp.Partition)
+			delete(d.group.parts, tp.Partition)
 		}
 	}
 }
 
 // mine picks, from a rebalance's partitions, those this instance contends for. The others (a leader
 // topic with more partitions than parts) are taken and released with the rest but never used.
-func (n *neli) mine(tps []kafka.TopicPartition) []kafka.TopicPartition {
+func (d *driver) mine(tps []kafka.TopicPartition) []kafka.TopicPartition {
 	out := []kafka.TopicPartition{}
 	for _, tp := range tps {
-		if n.partOf(tp) != nil {
+		if d.partOf(tp) != nil {
 			out = append(out, tp)
 		}
 	}
 	return out
-}
-
-// ensureProducer opens the heartbeat producer on the first heartbeat or group check; it is kept from
-// then on.
-func (n *neli) ensureProducer() bool {
-	if n.producer == nil {
-		p, err := n.config.KafkaProducerProvider(n.prodConf)
-		if err != nil {
-			n.throttle.log(n.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", n.config.Name, err)
-			return false
-		}
-		n.producer = p
-		n.producerOK = n.now()
-	}
-	return true
-}
-
-// A producer that delivers nothing for a whole lease while it is being used is replaced. librdkafka
-// keeps, for a handle's life, the highest leader epoch it has seen for each partition, and ignores
-// metadata that names an older one: when the leader topic is deleted and recreated (by an
-// operator, or by brokers that lost their data), its partitions start again at epoch 0, perhaps on
-// another broker, and the old handle keeps sending heartbeats to a broker that no longer leads
-// them, each timing out, for as long as it lives. A new handle learns the topic afresh. Renewals
-// that fail for a lease have fenced the leader already, so the new handle costs it nothing it has.
-
-// noteDelivery records a heartbeat or marker's delivery report, and replaces the producer when
-// nothing has been delivered for longer than a lease (recycleProducer).
-func (n *neli) noteDelivery(err error) {
-	now := n.now()
-	if err == nil {
-		n.producerOK, n.producerDelivered = now, now
-		return
-	}
-	if now-n.producerOK < *n.config.HeartbeatTimeout || len(n.releases) > 0 || (n.checker.busy() && n.wire == nil && !n.checkAlone) {
-		// A release marker still on its way, or a group check through the producer's own
-		// admin handle, needs this handle; the next failed heartbeat tries again.
-		return
-	}
-	n.recycleProducer(fmt.Sprintf("nothing delivered for %v (%v)", (now - n.producerOK).Round(time.Millisecond), err))
 }
 
 // The consumer keeps the same stale leader epoch for the partitions it fetches (librdkafka #4898
@@ -526,22 +613,22 @@ func (n *neli) noteDelivery(err error) {
 // whose own handles may be as stale and are replaced in their turn.
 
 // consumerRenewBackoff is the least time between two replacements of an instance's consumer.
-func (n *neli) consumerRenewBackoff() time.Duration {
-	return 4 * *n.config.HeartbeatTimeout
+func (d *driver) consumerRenewBackoff() time.Duration {
+	return 4 * *d.config.HeartbeatTimeout
 }
 
 // checkReadBack replaces the consumer when a tenure reads nothing back although the producer
 // delivers (see above).
-func (n *neli) checkReadBack() {
-	lease := *n.config.HeartbeatTimeout
-	now := n.now()
-	if n.State() != Live || n.unsubscribed || n.producer == nil || n.producerDelivered == 0 || now-n.producerDelivered >= lease ||
-		(n.consumerRenewals > 0 && now-n.consumerRenewed < n.consumerRenewBackoff()) {
+func (d *driver) checkReadBack() {
+	lease := *d.config.HeartbeatTimeout
+	now := d.now()
+	if !d.live() || d.yield.unsubscribed || d.heart.p == nil || d.heart.delivered == 0 || now-d.heart.delivered >= lease ||
+		(d.renewals.count > 0 && now-d.renewals.last < d.consumerRenewBackoff()) {
 		return
 	}
-	for _, p := range n.parts {
+	for _, p := range d.parts {
 		if unread := p.lease.unread(); unread > 2*lease {
-			n.renewConsumer(fmt.Sprintf("partition %d has read back no own heartbeat for %v while the producer delivers them",
+			d.renewConsumer(fmt.Sprintf("partition %d has read back no own heartbeat for %v while the producer delivers them",
 				p.id, unread.Round(time.Millisecond)))
 			return
 		}
@@ -550,120 +637,39 @@ func (n *neli) checkReadBack() {
 
 // renewConsumer leaves the group and joins it again through a new consumer; the old one closes in
 // the background. Called with mu held.
-func (n *neli) renewConsumer(reason string) {
-	fresh, err := n.config.KafkaConsumerProvider(n.consConf)
+func (d *driver) renewConsumer(reason string) {
+	fresh, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
-		n.throttle.log(n.log.E(), "renew", "goneli %s: cannot create a Kafka consumer to replace one that %s: %v", n.config.Name, reason, err)
+		d.throttle.log(d.log.E(), "renew", "goneli %s: cannot create a Kafka consumer to replace one that %s: %v", d.config.Name, reason, err)
 		return
 	}
-	n.log.W()("goneli %s: replacing the Kafka consumer: %s", n.config.Name, reason)
-	n.consumerRenewed = n.now()
-	n.consumerRenewals++
-	n.endTenures(n.parts, false)
-	n.member.left()
-	old, oldCommits := n.consumer, n.commits
+	d.log.W()("goneli %s: replacing the Kafka consumer: %s", d.config.Name, reason)
+	d.renewals.last = d.now()
+	d.renewals.count++
+	d.endTenures(d.parts, false)
+	d.group.member.left()
+	old, oldCommits := d.consumer, d.commits
 	if err := old.Unsubscribe(); err == nil {
-		n.awaitLeft(time.Now().Add(*n.config.HeartbeatTimeout))
+		d.awaitLeft(d.now() + *d.config.HeartbeatTimeout)
 	}
 	if kc, ok := old.(*kafka.Consumer); ok {
-		n.retired.Store(kc, true)
+		d.renewals.retired.Store(kc, true)
 	}
-	n.consumer, n.commits = fresh, newCommitter(fresh, &n.closers)
-	clear(n.groupParts)
-	clear(n.commitAsks)
-	n.owedCommit = false
-	n.closers.Add(1)
+	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
+	clear(d.group.parts)
+	clear(d.commitAsks)
+	d.group.owedCommit = false
+	d.closers.Add(1)
 	go func() {
-		defer n.closers.Done()
+		defer d.closers.Done()
 		oldCommits.close()
 		if err := old.Close(); err != nil {
-			n.log.D()("goneli %s: closing the replaced Kafka consumer: %v", n.config.Name, err)
+			d.log.D()("goneli %s: closing the replaced Kafka consumer: %v", d.config.Name, err)
 		}
 	}()
-	if err := fresh.Subscribe(n.topic, n.onRebalance); err != nil {
-		n.throttle.log(n.log.E(), "subscribe", "goneli %s: the new Kafka consumer cannot subscribe to %s: %v", n.config.Name, n.topic, err)
+	if err := fresh.Subscribe(d.topic, d.onRebalance); err != nil {
+		d.throttle.log(d.log.E(), "subscribe", "goneli %s: the new Kafka consumer cannot subscribe to %s: %v", d.config.Name, d.topic, err)
 	}
-}
-
-// recycleProducer closes the producer, in the background, and lets the next heartbeat open another.
-func (n *neli) recycleProducer(reason string) {
-	old := n.producer
-	if old == nil {
-		return
-	}
-	n.producer = nil
-	n.producerRecycled++
-	n.log.W()("goneli %s: replacing the heartbeat producer: %s", n.config.Name, reason)
-	n.closers.Add(1)
-	go func() {
-		defer n.closers.Done()
-		old.Close()
-	}()
-}
-
-func (n *neli) produce(p *part, h *heartbeat) {
-	if err := n.produceRecord(p, h); err != nil {
-		n.throttle.log(n.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", n.config.Name, err)
-		return
-	}
-	p.lease.sent()
-}
-
-// produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
-// comes through the producer's events.
-func (n *neli) produceRecord(p *part, h *heartbeat) error {
-	return n.produceRecordTo(p, h, nil)
-}
-
-// produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
-func (n *neli) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) error {
-	if !n.ensureProducer() {
-		return errors.New("no producer")
-	}
-	rec := *h
-	rec.address = n.config.Address
-	return n.producer.Produce(&kafka.Message{
-		TopicPartition: kafka.TopicPartition{Topic: &n.topic, Partition: p.id},
-		Key:            n.key,
-		Value:          rec.appendTo(make([]byte, 0, rec.size())),
-	}, reports)
-}
-
-// drainProducer takes the producer's delivery reports and errors, and returns the first
-// authorization failure among the reports, which no retry can mend (authz.go).
-func (n *neli) drainProducer() (denied error) {
-	if n.producer == nil {
-		return nil
-	}
-	for i := 0; i < maxEventsPerCycle; i++ {
-		select {
-		case ev := <-n.producer.Events():
-			switch e := ev.(type) {
-			case *kafka.Message:
-				if e.TopicPartition.Error != nil {
-					if denied == nil {
-						denied = authorizationError(n.config, "producer", e.TopicPartition.Error)
-					}
-					n.throttle.log(n.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", n.config.Name, e.TopicPartition.Error)
-				} else {
-					n.reachable("producer", "a heartbeat delivered")
-				}
-				n.noteDelivery(e.TopicPartition.Error)
-				if n.producer == nil {
-					return denied
-				}
-			case kafka.Error:
-				if e.Code() == kafka.ErrAllBrokersDown {
-					n.unreachable("producer", e.Error())
-				}
-				n.noteTrouble(e)
-				n.logKafkaError("producer", e)
-			}
-		default:
-			return denied
-		}
-	}
-	return denied
 }
 
 // startGroupCheck describes the group, off the pulsing goroutine, for every part whose lease has
@@ -673,85 +679,85 @@ func (n *neli) drainProducer() (denied error) {
 // While a client has just seen a broker connection fail, the check waits for a quiet checkQuiet
 // (groupcheck.go), though never longer than checkQuietMax: a description sent as the
 // coordinator's connection drops can abort the process.
-func (n *neli) startGroupCheck() {
-	if n.checker.busy() || !slices.ContainsFunc(n.parts, func(p *part) bool { return p.wantCheck }) {
+func (d *driver) startGroupCheck() {
+	if d.check.checker.busy() || !slices.ContainsFunc(d.parts, func(p *part) bool { return p.wantCheck }) {
 		return
 	}
-	now := n.now()
-	if n.troubled && now-n.troubleAt < checkQuiet {
-		if !n.deferring {
-			n.deferring, n.deferSince = true, now
+	now := d.now()
+	if d.check.troubled && now-d.check.troubleAt < checkQuiet {
+		if !d.check.deferring {
+			d.check.deferring, d.check.deferSince = true, now
 		}
-		if now-n.deferSince < checkQuietMax {
+		if now-d.check.deferSince < checkQuietMax {
 			return
 		}
-		n.throttle.log(n.log.W(), "check-unquiet", "goneli %s: broker connections have kept failing for %v; checking the group regardless",
-			n.config.Name, checkQuietMax)
+		d.throttle.log(d.log.W(), "check-unquiet", "goneli %s: broker connections have kept failing for %v; checking the group regardless",
+			d.config.Name, checkQuietMax)
 	}
-	n.deferring = false
-	n.groupChecks.Add(1)
+	d.check.deferring = false
+	d.check.count.Add(1)
 	tenures := map[int32]uint64{}
-	for _, p := range n.parts {
+	for _, p := range d.parts {
 		if p.wantCheck {
 			p.wantCheck = false
-			tenures[p.id] = p.lease.t.id
+			tenures[p.id], _ = p.lease.tenure()
 		}
 	}
-	d, release, err := n.describer()
+	desc, release, err := d.describer()
 	if err != nil {
-		n.throttle.log(n.log.W(), "check", "goneli %s: cannot check the group's members: %v", n.config.Name, err)
+		d.throttle.log(d.log.W(), "check", "goneli %s: cannot check the group's members: %v", d.config.Name, err)
 		for id, tenure := range tenures {
-			p := n.parts[id]
-			n.apply(p, p.lease.checked(tenure, groupCheck{err: err}))
+			p := d.parts[id]
+			d.apply(p, p.lease.checked(tenure, groupCheck{err: err}))
 		}
 		return
 	}
-	n.checker.start(d, release, n.config.LeaderGroupID, *n.config.HeartbeatTimeout, tenures)
+	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures)
 }
 
-func (n *neli) collectGroupCheck() {
-	res, tenures, ok := n.checker.result()
+func (d *driver) collectGroupCheck() {
+	res, tenures, ok := d.check.checker.result()
 	if !ok {
 		return
 	}
-	n.checkAlone = res.err != nil
+	d.check.alone = res.err != nil
 	if res.err != nil {
-		n.trouble()
+		d.trouble()
 	}
 	switch {
 	case res.err != nil:
-		n.throttle.log(n.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
-			n.config.Name, n.config.LeaderGroupID, res.err)
+		d.throttle.log(d.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
+			d.config.Name, d.config.LeaderGroupID, res.err)
 	default:
-		if conflict := judgeGroup(res.desc, n.topic, n.clientID, "", 0).conflict; conflict != nil {
-			n.throttle.log(n.log.E(), "conflict", "goneli %s: not leading: %v", n.config.Name, conflict)
+		if conflict := judgeGroup(res.desc, d.topic, d.clientID, "", 0).conflict; conflict != nil {
+			d.throttle.log(d.log.E(), "conflict", "goneli %s: not leading: %v", d.config.Name, conflict)
 		}
 	}
 	for id, tenure := range tenures {
-		p := n.parts[id]
+		p := d.parts[id]
 		c := groupCheck{err: res.err}
 		if res.err == nil {
-			c.verdict = judgeGroup(res.desc, n.topic, n.clientID, p.member, id)
+			c.verdict = judgeGroup(res.desc, d.topic, d.clientID, p.member, id)
 		}
-		n.apply(p, p.lease.checked(tenure, c))
+		d.apply(p, p.lease.checked(tenure, c))
 		if p.lease.cleared(tenure) {
-			n.member.passed(p.member)
+			d.group.member.passed(p.member)
 		}
 	}
 }
 
 // noteTrouble marks a failed broker connection that a client reported (see startGroupCheck).
-func (n *neli) noteTrouble(e kafka.Error) {
+func (d *driver) noteTrouble(e kafka.Error) {
 	switch e.Code() {
 	case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrNetworkException, kafka.ErrNotCoordinator,
 		kafka.ErrCoordinatorNotAvailable, kafka.ErrCoordinatorLoadInProgress, kafka.ErrResolve:
-		n.trouble()
+		d.trouble()
 	}
 }
 
 // trouble marks now as a moment when the brokers' connections were unsettled.
-func (n *neli) trouble() {
-	n.troubled, n.troubleAt = true, n.now()
+func (d *driver) trouble() {
+	d.check.troubled, d.check.troubleAt = true, d.now()
 }
 
 // describer returns what describes the group for the group check: goneli's own connection where
@@ -765,21 +771,21 @@ func (n *neli) trouble() {
 // (TestGroupCheckAfterCoordinatorMoves), and it never led. A new handle looks the coordinator up
 // afresh. The producer's is tried again at the next tenure, as a working handle costs nothing to
 // reuse and a stale one costs one retry.
-func (n *neli) describer() (groupDescriber, func(), error) {
-	if n.wire != nil {
-		return n.wire, func() {}, nil
+func (d *driver) describer() (groupDescriber, func(), error) {
+	if d.check.wire != nil {
+		return d.check.wire, func() {}, nil
 	}
-	if !n.ensureProducer() {
+	if !d.ensureProducer() {
 		return nil, nil, errors.New("no producer")
 	}
-	if p, ok := n.producer.(*kafka.Producer); ok && !n.checkAlone {
+	if p, ok := d.heart.p.(*kafka.Producer); ok && !d.check.alone {
 		a, err := kafka.NewAdminClientFromProducer(p)
 		if err != nil {
 			return nil, nil, err
 		}
 		return a, func() {}, nil
 	}
-	a, err := n.config.KafkaAdminProvider(n.adminConf)
+	a, err := d.config.KafkaAdminProvider(d.confs.admin)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -787,35 +793,35 @@ func (n *neli) describer() (groupDescriber, func(), error) {
 }
 
 // watch aims the watchdog at the earliest end of a lease held.
-func (n *neli) watch() {
+func (d *driver) watch() {
 	end, ok := time.Duration(0), false
-	for _, p := range n.parts {
+	for _, p := range d.parts {
 		if e, leading := p.lease.deadline(); leading && (!ok || e < end) {
 			end, ok = e, true
 		}
 	}
 	if ok {
-		n.watchdog.aim(end)
+		d.watchdog.aim(end)
 	}
 }
 
 // expireLeases fences every lease that has run out; the watchdog calls it.
-func (n *neli) expireLeases() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.State() == Live {
-		for _, p := range n.parts {
-			n.deliver(p, p.lease.expire().events)
+func (d *driver) expireLeases() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.live() {
+		for _, p := range d.parts {
+			d.deliver(p, p.lease.expire().events)
 		}
-		n.watch()
+		d.watch()
 	}
 }
 
-func (n *neli) logKafkaError(client string, e kafka.Error) {
+func (d *driver) logKafkaError(client string, e kafka.Error) {
 	hint := ""
 	if e.Code() == kafka.ErrInconsistentGroupProtocol {
 		hint = fmt.Sprintf(" (members of group %s use another assignment strategy; goneli v0.5.0 members use librdkafka's "+
-			"eager default and cannot share a group with cooperative-sticky ones: see the README's Migrating section)", n.config.LeaderGroupID)
+			"eager default and cannot share a group with cooperative-sticky ones: see the README's Migrating section)", d.config.LeaderGroupID)
 	}
-	n.throttle.log(n.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", n.config.Name, client, e, hint)
+	d.throttle.log(d.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", d.config.Name, client, e, hint)
 }

@@ -121,7 +121,7 @@ func serve(ctx context.Context, n *neli) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-n.closing:
+		case <-n.life.closing:
 			return nil
 		case <-timer.C:
 		}

@@ -154,7 +154,7 @@ type runRig struct {
 func newRunRig(t *testing.T) *runRig {
 	r := &runRig{rig: newRig(t), calls: make(chan uint64, 4), entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
 	r.p = &part{lease: r.l, events: newDispatcher(), signal: make(chan struct{}, 1)}
-	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), clock: r.clock, base: r.clock.now,
+	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), life: newLifecycle(), d: &driver{clock: r.clock, base: r.clock.now},
 		parts: []*part{r.p}, events: dispatchers{r.p.events}, leaderSignal: make(chan struct{}, 1)}
 	r.tr = newTenureRunner(context.Background(), func(ctx context.Context, _ string) {
 		r.calls <- r.l.load().epoch

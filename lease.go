@@ -652,12 +652,34 @@ func (l *lease) now() time.Duration {
 // valid reports whether v grants leadership at instant now: the protocol leads, the barrier has
 // seen the LeaderAcquired behind it, and the lease has not run out.
 func (l *lease) valid(v *leaseView, now time.Duration) bool {
-	return v.leading && l.delivered.Load() >= v.epoch && now < v.end
+	return l.announced(v) && now < v.end
+}
+
+// announced reports whether v leads and the barrier has returned from the LeaderAcquired behind it,
+// whether or not the lease has run out since (Stats.Leading).
+func (l *lease) announced(v *leaseView) bool {
+	return v.leading && l.delivered.Load() >= v.epoch
 }
 
 // isLeader is valid for the current view and time.
 func (l *lease) isLeader() bool {
 	return l.valid(l.load(), l.now())
+}
+
+// newestEpoch numbers the newest LeaderAcquired the lease has answered with, which the driver
+// passes back to acquiredDelivered once the barrier has returned from it.
+func (l *lease) newestEpoch() uint64 {
+	return l.epoch
+}
+
+// active reports whether a tenure is under way: the partition is assigned and not revoked since.
+func (l *lease) active() bool {
+	return l.t.active
+}
+
+// tenure names the current or last tenure, for the group check and the logs.
+func (l *lease) tenure() (id uint64, name string) {
+	return l.t.id, l.t.name()
 }
 
 // acquiredDelivered records that the barrier has returned from the LeaderAcquired numbered epoch.

@@ -2,15 +2,10 @@ package goneli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
@@ -93,116 +88,24 @@ type Neli interface {
 // maxEventsPerCycle bounds the work one Pulse does when a backlog has built up in the consumer.
 const maxEventsPerCycle = 1000
 
-// leaderTopicConfig keeps the topic small: only the last few seconds of heartbeats matter.
-var leaderTopicConfig = map[string]string{
-	"cleanup.policy": "delete",
-	"retention.ms":   "600000",
-	"segment.ms":     "600000",
-}
-
-// neli is the Kafka side of an instance (driver.go, closer.go): it owns the clients, runs the poll
-// cycle and the rebalance callback, and feeds what it sees to the lease of each partition it
-// contends for (lease.go), whose verdicts it carries out. Events go to the application through the
-// dispatcher (dispatch.go); the group check and the lease watchdog have small types of their own.
+// neli is the instance behind the Neli, Curator and Roles interfaces. It keeps what the API needs:
+// the parts whose leases IsLeader, Token and Stats read, the dispatchers that call the application,
+// the pulse loop's throttle and wake-up, and the lifecycle that Close moves on. Everything Kafka is
+// the driver's (driver.go); the close sequence is in closer.go.
 type neli struct {
-	config    Config
-	timing    groupTiming
-	barrier   Barrier
-	log       scribe.Scribe
-	topic     string
-	key       []byte
-	clientID  string // the consumer's client.id, by which the group check finds this instance
-	consConf  *KafkaConfigMap
-	prodConf  *KafkaConfigMap
-	adminConf *KafkaConfigMap
-	consumer  KafkaConsumer
-	observer  *observer   // nil unless Config.ObserveLeader
-	events    dispatchers // one per part, in the same order
-	digest    string      // of the role list, as the group check sees it; empty for New's single role
-	// parts are the partitions contended for, by partition number: only partition 0 today, whose
-	// lease is what the Neli and Curator methods report.
-	parts []*part
-	clock clock
-	base  time.Time // origin of the monotonic durations that leases and yields are measured in
+	config  Config
+	barrier Barrier
+	log     scribe.Scribe
+	// parts are the roles contended for, by partition number: a single one for New, whose lease is
+	// what the Neli and Curator methods report.
+	parts  []*part
+	events dispatchers // one per part, in the same order
+	d      *driver
+	life   *lifecycle
 
-	state        atomic.Int32
 	pollDeadline concurrent.Deadline
 	// leaderSignal wakes a waiting Pulse when the barrier has returned from any LeaderAcquired.
 	leaderSignal chan struct{}
-
-	// Lifecycle. Close returns at kafkaClosed when made during a barrier call, else at closed.
-	closeOnce sync.Once
-	closing   chan struct{} // Close has begun
-	// fromBarrier is closed when Close is called while the barrier is being called, perhaps by
-	// the barrier itself: the close sequence then waits for no barrier call.
-	fromBarrier     chan struct{}
-	fromBarrierOnce sync.Once
-	kafkaClosed     chan struct{} // the instance has left the group and its clients are closed or abandoned
-	closed          chan struct{} // and the last event was delivered
-	closeErr        error
-	clientsClosed   chan struct{} // every client finished closing, which can be after Close returns
-	closers         sync.WaitGroup
-	logs            *logForwarder
-
-	checker *groupChecker // the group check (groupcheck.go)
-	// wire describes the group over connections of goneli's own (groupwire.go); nil where the
-	// clients' security settings are ones it cannot speak, and the check then goes through
-	// librdkafka's admin client.
-	wire *wireDescriber
-	// checkAlone is set after a group check failed: the next one goes through an admin client of
-	// its own rather than the producer's (driver.go, describer). Guarded by mu.
-	checkAlone bool
-	// member says whether this membership of the group passed a group check (groupcheck.go);
-	// troubleAt is when a client last saw a broker connection fail (troubled), and deferSince
-	// since when a group check has waited for the connections to settle. Guarded by mu.
-	member      membership
-	groupChecks atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
-	troubled    bool
-	troubleAt   time.Duration
-	deferSince  time.Duration
-	deferring   bool
-	reach       reachability // whether Kafka answers, for Stats (reach.go)
-	watchdog    *watchdog
-
-	// mu guards the lease and the fields below. It is held while the consumer is polled, and so
-	// in the rebalance callback, but never while the application is called. An instance that
-	// holds no partition polls for up to MinPollInterval (pollFor), so Close may wait that long
-	// for it.
-	mu       sync.Mutex
-	producer KafkaProducer
-	// producerOK is when the producer was opened or last delivered a record, and producerRecycled
-	// counts the producers replaced for delivering nothing (noteDelivery).
-	producerOK        time.Duration
-	producerDelivered time.Duration
-	producerRecycled  int
-	// consumerRenewed is when the consumer was last replaced for reading nothing back
-	// (renewConsumer); retired holds the replaced consumers, whose rebalance callbacks are
-	// ignored while they close in the background.
-	consumerRenewed  time.Duration
-	consumerRenewals int
-	retired          sync.Map
-	throttle         logThrottle
-	unsubscribed     bool           // left the group to yield
-	groupParts       map[int32]bool // partitions of the leader topic the group has assigned to this member
-	rebalances       int            // rebalance callbacks so far
-	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
-	// commits once more, until that commit's result has been polled.
-	owedCommit bool
-	releases   []release // tenures whose released marker waits for the barrier
-	// commits sends the consumer's explicit commits (commit.go); commitAsks gathers those that the
-	// leases asked for during a cycle, by partition, for one request at its end.
-	commits    *committer
-	commitAsks map[int32]int64
-
-	// consumerClosing is set once the group consumer's Close has been called; from then on its
-	// rebalance callback may run without mu, from a close that goes on in the background.
-	consumerClosing atomic.Bool
-	// lateRebalances counts rebalance events that reached the callback only during the group
-	// consumer's Close, which awaitLeft exists to prevent.
-	lateRebalances atomic.Int32
-
-	yieldUntil     atomic.Int64 // on the lease's clock, until which this instance stays out of the group
-	yieldRequested atomic.Bool  // a Yield has yet to take this instance out of the group
 }
 
 // New validates config, makes sure the leader topic exists and that no member of the group uses
@@ -232,85 +135,15 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if err != nil {
 		return nil, err
 	}
-
-	n := &neli{
-		config:        config,
-		timing:        timing,
-		barrier:       NopBarrier(),
-		log:           config.Scribe,
-		topic:         config.LeaderTopic,
-		key:           []byte(config.Name),
-		pollDeadline:  concurrent.NewDeadline(*config.MinPollInterval),
-		leaderSignal:  make(chan struct{}, 1),
-		closing:       make(chan struct{}),
-		fromBarrier:   make(chan struct{}),
-		kafkaClosed:   make(chan struct{}),
-		closed:        make(chan struct{}),
-		clientsClosed: make(chan struct{}),
-		groupParts:    map[int32]bool{},
-		digest:        digest,
-	}
-	if len(barrier) > 0 && barrier[0] != nil {
-		n.barrier = barrier[0]
-	}
-	n.clock = systemClock{}
-	n.base = n.clock.Now()
-	for i, role := range roles {
-		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
-			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: commitWindow(timing.maxPoll, *config.HeartbeatTimeout, timing.interval), clock: n.clock, base: n.base,
-		})})
-	}
-	n.throttle.every = 10 * time.Second
-
-	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
-	if digest != "" {
-		// The group check tells members with another role list by this suffix (groupcheck.go).
-		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + rolesSuffix + digest
-	}
-	n.logs = startLogForwarder(n.log, config.Name)
-	n.logs.attach(consumerConf)
-	n.logs.attach(producerConf)
-	// The admin client cannot forward its logs; its failures come back as errors anyway.
-	adminConf["log_level"] = 0
-	n.consConf = fromKafkaConfigMap(consumerConf)
-	n.prodConf = fromKafkaConfigMap(producerConf)
-	n.adminConf = fromKafkaConfigMap(adminConf)
-	n.clientID = fmt.Sprint(consumerConf["client.id"])
-	n.checker = newGroupChecker()
-	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
-		n.wire = w
-	} else {
-		n.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
-			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)
-	}
-	n.watchdog = newWatchdog(n.now, n.expireLeases, n.closing)
-
-	fail := func(err error) (*neli, error) {
-		n.checker.stop()
-		n.logs.close()
+	n := assemble(config, timing, roles, digest, barrier, systemClock{})
+	if err := n.d.join(); err != nil {
+		n.d.check.checker.stop()
+		n.d.logs.close()
 		return nil, err
 	}
-	if err := n.prepareGroup(); err != nil {
-		return fail(err)
-	}
-	consumer, err := config.KafkaConsumerProvider(n.consConf)
-	if err != nil {
-		return fail(fmt.Errorf("goneli: cannot create Kafka consumer: %w", err))
-	}
-	if err := consumer.Subscribe(n.topic, n.onRebalance); err != nil {
-		_ = consumer.Close()
-		return fail(fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", n.topic, err))
-	}
-	n.consumer = consumer
-	n.commits = newCommitter(consumer, &n.closers)
-	n.commitAsks = map[int32]int64{}
-	for _, p := range n.parts {
-		p.events = newDispatcher()
-		n.events = append(n.events, p.events)
-	}
+	n.startDispatchers()
 	if config.ObserveLeader || config.OnLeaderChange != nil {
-		o, err := newObserver(config, observerConfig(consumerConf), len(n.parts), func(info LeaderInfo) {
+		o, err := newObserver(config, observerConfig(toKafkaConfigMap(n.d.confs.consumer)), len(n.parts), func(info LeaderInfo) {
 			if config.OnLeaderChange != nil {
 				n.parts[0].events.post(func() { config.OnLeaderChange(info) })
 			}
@@ -318,144 +151,88 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 		if err != nil {
 			n.events.stop()
 			n.events.wait()
-			_ = consumer.Close()
-			return fail(err)
+			_ = n.d.consumer.Close()
+			n.d.check.checker.stop()
+			n.d.logs.close()
+			return nil, err
 		}
-		n.observer = o
+		n.d.observer = o
 	}
 	what := fmt.Sprintf("%d roles", len(n.parts))
 	if digest == "" {
 		what = "leadership"
 	}
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, n.topic, *config.HeartbeatTimeout, n.timing.describe())
+		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, timing.describe())
 	return n, nil
 }
 
-// partitionCreator is what ensureTopic asks of a KafkaAdmin to grow the leader topic. It is not
-// part of KafkaAdmin, so that wrappers written for earlier versions still satisfy it;
-// *kafka.AdminClient has it.
-type partitionCreator interface {
-	CreatePartitions(ctx context.Context, partitions []kafka.PartitionsSpecification, options ...kafka.CreatePartitionsAdminOption) ([]kafka.TopicResult, error)
+// assemble builds an instance and its driver from a prepared config, without I/O: the driver joins
+// the group in join. Tests of the driver assemble one on clients of their own (driver_test.go).
+func assemble(config Config, timing groupTiming, roles []string, digest string, barrier []Barrier, clk clock) *neli {
+	n := &neli{
+		config:       config,
+		barrier:      NopBarrier(),
+		log:          config.Scribe,
+		life:         newLifecycle(),
+		pollDeadline: concurrent.NewDeadline(*config.MinPollInterval),
+		leaderSignal: make(chan struct{}, 1),
+	}
+	if len(barrier) > 0 && barrier[0] != nil {
+		n.barrier = barrier[0]
+	}
+	base := clk.Now()
+	for i, role := range roles {
+		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
+			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
+			window: commitWindow(timing.maxPoll, *config.HeartbeatTimeout, timing.interval), clock: clk, base: base,
+		})})
+	}
+	d := &driver{
+		config:     config,
+		timing:     timing,
+		log:        config.Scribe,
+		topic:      config.LeaderTopic,
+		key:        []byte(config.Name),
+		parts:      n.parts,
+		life:       n.life,
+		deliver:    n.deliver,
+		clock:      clk,
+		base:       base,
+		commitAsks: map[int32]int64{},
+	}
+	d.group.parts = map[int32]bool{}
+	d.throttle.every = 10 * time.Second
+	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
+	if digest != "" {
+		// The group check tells members with another role list by this suffix (groupcheck.go).
+		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + rolesSuffix + digest
+	}
+	d.logs = startLogForwarder(d.log, config.Name)
+	d.logs.attach(consumerConf)
+	d.logs.attach(producerConf)
+	// The admin client cannot forward its logs; its failures come back as errors anyway.
+	adminConf["log_level"] = 0
+	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
+	d.clientID = fmt.Sprint(consumerConf["client.id"])
+	d.check.checker = newGroupChecker()
+	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
+		d.check.wire = w
+	} else {
+		d.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
+			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)
+	}
+	d.watchdog = newWatchdog(d.now, d.expireLeases, n.life.closing)
+	n.d = d
+	return n
 }
 
-// prepareGroup makes sure that the leader topic exists with a partition for every role and that
-// the group has no members on other leader topics or with other role lists.
-func (n *neli) prepareGroup() error {
-	admin, err := n.config.KafkaAdminProvider(n.adminConf)
-	if err != nil {
-		return fmt.Errorf("goneli: cannot create Kafka admin client: %w", err)
+// startDispatchers gives every part the goroutine that calls the application with its events.
+func (n *neli) startDispatchers() {
+	for _, p := range n.parts {
+		p.events = newDispatcher()
+		n.events = append(n.events, p.events)
 	}
-	defer admin.Close()
-	brokers, reached, err := n.ensureTopic(admin)
-	if err != nil || !reached {
-		// Not reached: New has spent its HeartbeatTimeout, and the first tenure checks again anyway.
-		// A broker may be on its way up, but a port of another service will never answer.
-		if err == nil {
-			err = checkSpeaksKafka(*n.adminConf, reachTimeout)
-		}
-		if err == nil && len(n.parts) > 1 {
-			n.log.W()("goneli %s: could not make sure that leader topic %s has a partition for each of the %d roles; "+
-				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
-				n.config.Name, n.topic, len(n.parts))
-		}
-		if err == nil && !n.timing.classic {
-			n.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
-				"so cannot check that it covers HeartbeatTimeout (%v)", n.config.Name, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
-		}
-		return err
-	}
-	n.groupChecks.Add(1)
-	if !n.timing.classic {
-		if err := n.checkConsumerGroupSession(admin, brokers); err != nil {
-			return err
-		}
-	}
-	var d groupDescriber = admin
-	if n.wire != nil {
-		d = n.wire
-	}
-	desc, err := describeGroup(context.Background(), d, n.config.LeaderGroupID, *n.config.HeartbeatTimeout)
-	if err != nil {
-		// The first tenure checks again before it leads; this check only refuses early.
-		n.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",
-			n.config.Name, n.config.LeaderGroupID, err)
-		return nil
-	}
-	if v := judgeGroup(desc, n.topic, n.clientID, "", 0); v.conflict != nil {
-		if v.conflict.definite() {
-			return v.conflict
-		}
-		// A member whose partitions' topic the broker does not name may well use this topic: New
-		// cannot refuse on that, but no tenure leads while such a member holds a partition.
-		n.log.W()("goneli %s: %v", n.config.Name, v.conflict)
-	}
-	return nil
-}
-
-// ensureTopic creates the leader topic with a partition per role if the broker says it is missing,
-// or adds partitions to one that has too few, and reports whether the broker could be reached, and
-// the ids of the brokers in the cluster if so. If it could not be reached in time the check is
-// skipped: the consumer reports a missing topic later, through Pulse's logs.
-func (n *neli) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, err error) {
-	timeout := *n.config.HeartbeatTimeout
-	need := len(n.parts)
-	md, err := admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
-	if err != nil {
-		n.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", n.config.Name, n.topic, timeout, err)
-		n.unreachable("admin", fmt.Sprintf("no metadata for leader topic %s within %v: %v", n.topic, timeout, err))
-		return nil, false, nil
-	}
-	for _, b := range md.Brokers {
-		brokers = append(brokers, b.ID)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	tm, ok := md.Topics[n.topic]
-	if ok && tm.Error.Code() == kafka.ErrNoError {
-		has := len(tm.Partitions)
-		switch {
-		case has > need:
-			n.log.W()("goneli %s: leader topic %s has %d partitions; %d are used, and the others count towards the balance of the assignment",
-				n.config.Name, n.topic, has, need)
-		case has < need:
-			pc, ok := admin.(partitionCreator)
-			if !ok {
-				return brokers, true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
-			}
-			res, err := pc.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: n.topic, IncreaseTo: need}},
-				kafka.SetAdminOperationTimeout(timeout))
-			if err == nil && len(res) == 1 {
-				err = res[0].Error
-				if res[0].Error.Code() == kafka.ErrNoError {
-					n.log.I()("goneli %s: added partitions to leader topic %s: %d, was %d", n.config.Name, n.topic, need, has)
-					return brokers, true, nil
-				}
-			}
-			return brokers, true, &PartitionsError{Topic: n.topic, Has: has, Needs: need, Err: err}
-		}
-		return brokers, true, nil
-	}
-	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
-		return brokers, true, &TopicError{Topic: n.topic, Err: tm.Error}
-	}
-	spec := kafka.TopicSpecification{Topic: n.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig}
-	if rf := n.config.LeaderTopicReplicationFactor; rf > 0 {
-		spec.ReplicationFactor = rf
-		if rf >= 2 {
-			spec.Config = maps.Clone(leaderTopicConfig)
-			spec.Config["min.insync.replicas"] = strconv.Itoa(min(2, rf-1))
-		}
-	}
-	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{spec}, kafka.SetAdminOperationTimeout(timeout))
-	if err == nil && len(res) == 1 {
-		err = res[0].Error
-		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {
-			n.log.I()("goneli %s: created leader topic %s", n.config.Name, n.topic)
-			return brokers, true, nil
-		}
-	}
-	return brokers, true, &TopicError{Topic: n.topic, Partitions: need, Err: err}
 }
 
 // IsLeader reports on the first role, the only one of an instance made by New.
@@ -465,7 +242,7 @@ func (n *neli) IsLeader() bool {
 
 // isLeaderOf is IsLeader for one role.
 func (n *neli) isLeaderOf(p *part) bool {
-	return n.State() == Live && !n.yielding() && p.lease.isLeader()
+	return n.State() == Live && !n.d.yielding() && p.lease.isLeader()
 }
 
 // leadsAny reports whether this instance leads at least one role.
@@ -478,18 +255,8 @@ func (n *neli) leadsAny() bool {
 	return false
 }
 
-// now is the time on the monotonic scale that leases and yields are measured in.
-func (n *neli) now() time.Duration {
-	return n.clock.Now().Sub(n.base)
-}
-
-// yielding reports whether a Yield keeps this instance from leading now.
-func (n *neli) yielding() bool {
-	return n.yieldRequested.Load() || n.yieldUntil.Load() > int64(n.now())
-}
-
 func (n *neli) State() State {
-	return State(n.state.Load())
+	return n.life.state()
 }
 
 func (n *neli) Deadline() concurrent.Deadline {
@@ -497,7 +264,7 @@ func (n *neli) Deadline() concurrent.Deadline {
 }
 
 func (n *neli) Await() {
-	<-n.closed
+	<-n.life.closed
 }
 
 func (n *neli) Pulse(timeout time.Duration) (bool, error) {
@@ -551,7 +318,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		case <-done:
 			timer.Stop()
 			return false, ctxResult(doneErr())
-		case <-n.closing:
+		case <-n.life.closing:
 			timer.Stop()
 			return false, ErrNonLivePulse
 		case <-n.leaderSignal:
@@ -578,35 +345,10 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 	if n.pollDeadline.Expired() {
 		return n.runCycle(limit)
 	}
-	if n.proving() {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.State() == Live {
-			return n.cycle(*n.config.PollDuration)
-		}
+	if n.d.proving() {
+		return n.d.step(*n.config.PollDuration, 0)
 	}
 	return nil
-}
-
-// pollFor is how long a cycle waits in the consumer's poll. An instance that holds no partition
-// has nothing to renew, fence or release, and waits for up to MinPollInterval (within limit, if not
-// negative): it then serves a new assignment the moment it arrives rather than at its next cycle,
-// which shortens every handoff by up to a poll interval. Called with mu held.
-func (n *neli) pollFor(limit time.Duration) time.Duration {
-	base := *n.config.PollDuration
-	if len(n.releases) > 0 || n.yielding() {
-		return base
-	}
-	for _, p := range n.parts {
-		if p.lease.t.active {
-			return base
-		}
-	}
-	d := *n.config.MinPollInterval
-	if limit >= 0 {
-		d = min(d, limit)
-	}
-	return max(d, base)
 }
 
 // proofPoll is the poll interval of an instance with a tenure that proves its first lease. The
@@ -614,23 +356,9 @@ func (n *neli) pollFor(limit time.Duration) time.Duration {
 // group described), each of which would otherwise wait for the next MinPollInterval to be seen.
 const proofPoll = 2 * time.Millisecond
 
-// proving reports whether a tenure of this instance is proving its first lease: assigned, not
-// acquired yet, not waiting for a predecessor to release the partition, and within one
-// HeartbeatTimeout of its assignment, so that a tenure that cannot lead (a group conflict, say)
-// does not keep the instance polling fast.
-func (n *neli) proving() bool {
-	now := n.now()
-	for _, p := range n.parts {
-		if v := p.lease.load(); v.proveBy > now && !v.releasing {
-			return true
-		}
-	}
-	return false
-}
-
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {
-	if n.proving() {
+	if n.d.proving() {
 		return proofPoll
 	}
 	return max(n.pollDeadline.Remaining(), time.Millisecond)
@@ -639,11 +367,7 @@ func (n *neli) cycleWait() time.Duration {
 // runCycle runs a cycle unless another goroutine has just claimed the poll deadline.
 func (n *neli) runCycle(limit time.Duration) (err error) {
 	n.pollDeadline.TryRun(func() {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.State() == Live {
-			err = n.cycle(n.pollFor(limit))
-		}
+		err = n.d.step(-1, limit)
 	})
 	return err
 }
@@ -685,29 +409,8 @@ func (n *neli) acquisitionStands(role string) bool {
 	for _, p := range n.parts {
 		if p.name == role {
 			v := p.lease.load()
-			return n.State() == Live && !n.yielding() && v.leading && v.epoch == p.acquiring.Load() && n.now() < v.end
+			return n.State() == Live && !n.d.yielding() && v.leading && v.epoch == p.acquiring.Load() && n.d.now() < v.end
 		}
 	}
 	return false
-}
-
-func (n *neli) Close() error {
-	// A call made while the application is being called may come from the barrier itself, which
-	// cannot return before Close does: it waits only for the Kafka side, and the close sequence
-	// stops waiting for the barrier, leaving release markers to hold successors back instead.
-	during := n.events.inCall()
-	if during {
-		n.fromBarrierOnce.Do(func() { close(n.fromBarrier) })
-	}
-	n.closeOnce.Do(func() {
-		n.state.Store(int32(Closing))
-		close(n.closing)
-		go n.shutdown()
-	})
-	if during {
-		<-n.kafkaClosed
-	} else {
-		<-n.closed
-	}
-	return n.closeErr
 }

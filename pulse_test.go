@@ -14,28 +14,28 @@ func TestPollFor(t *testing.T) {
 		minPoll      = 100 * time.Millisecond
 	)
 	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	newInstance := func() *neli {
-		n := &neli{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now}
-		n.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
-		return n
+	newDriver := func() *driver {
+		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now}
+		d.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
+		return d
 	}
 	for _, tc := range []struct {
 		name  string
-		setup func(n *neli)
+		setup func(d *driver)
 		limit time.Duration
 		want  time.Duration
 	}{
-		{"idle, no limit", func(*neli) {}, -1, minPoll},
-		{"idle, within Pulse's timeout", func(*neli) {}, 30 * time.Millisecond, 30 * time.Millisecond},
-		{"idle, timeout spent", func(*neli) {}, 0, pollDuration},
-		{"holds a partition", func(n *neli) { n.parts[0].lease.assign(false) }, -1, pollDuration},
-		{"owes a released marker", func(n *neli) { n.releases = []release{{}} }, -1, pollDuration},
-		{"yielding", func(n *neli) { n.yieldRequested.Store(true) }, -1, pollDuration},
+		{"idle, no limit", func(*driver) {}, -1, minPoll},
+		{"idle, within Pulse's timeout", func(*driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"idle, timeout spent", func(*driver) {}, 0, pollDuration},
+		{"holds a partition", func(d *driver) { d.parts[0].lease.assign(false) }, -1, pollDuration},
+		{"owes a released marker", func(d *driver) { d.releases = []release{{}} }, -1, pollDuration},
+		{"yielding", func(d *driver) { d.yield.requested.Store(true) }, -1, pollDuration},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := newInstance()
-			tc.setup(n)
-			if got := n.pollFor(tc.limit); got != tc.want {
+			d := newDriver()
+			tc.setup(d)
+			if got := d.pollFor(tc.limit); got != tc.want {
 				t.Errorf("pollFor(%v) = %v, want %v", tc.limit, got, tc.want)
 			}
 		})
@@ -47,7 +47,7 @@ func TestPollFor(t *testing.T) {
 func TestProving(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	l := newLease(leaseConfig{timeout: time.Second, interval: 100 * time.Millisecond, releaseWait: 2 * time.Second, clock: clk, base: clk.now})
-	n := &neli{clock: clk, base: clk.now, parts: []*part{{lease: l}}}
+	n := &driver{clock: clk, base: clk.now, parts: []*part{{lease: l}}}
 	if n.proving() {
 		t.Fatal("proving without a tenure")
 	}

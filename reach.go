@@ -112,43 +112,43 @@ func (r *reachability) probed(now time.Duration, every time.Duration, err error)
 
 // probeReach starts a probe if the instance is marked unreachable and one is due; the result is
 // applied from the probe's goroutine, which Close's clients-closed wait covers. Called with mu held.
-func (n *neli) probeReach() {
-	if n.State() != Live || !n.reach.startProbe(n.now()) {
+func (d *driver) probeReach() {
+	if !d.live() || !d.reach.startProbe(d.now()) {
 		return
 	}
-	timeout := min(*n.config.HeartbeatTimeout, 5*time.Second)
-	n.closers.Add(1)
+	timeout := min(*d.config.HeartbeatTimeout, 5*time.Second)
+	d.closers.Add(1)
 	go func() {
-		defer n.closers.Done()
-		err := n.probeOnce(timeout)
-		if n.reach.probed(n.now(), *n.config.RenewInterval, err) {
-			n.log.I()("goneli %s: Kafka answers again (a metadata probe)", n.config.Name)
+		defer d.closers.Done()
+		err := d.probeOnce(timeout)
+		if d.reach.probed(d.now(), *d.config.RenewInterval, err) {
+			d.log.I()("goneli %s: Kafka answers again (a metadata probe)", d.config.Name)
 		}
 	}()
 }
 
 // reachable records an answer to client from Kafka, seen by the driver.
-func (n *neli) reachable(client, what string) {
-	if n.reach.ok(client) {
-		n.log.I()("goneli %s: Kafka answers again (%s)", n.config.Name, what)
+func (d *driver) reachable(client, what string) {
+	if d.reach.ok(client) {
+		d.log.I()("goneli %s: Kafka answers again (%s)", d.config.Name, what)
 	}
 }
 
 // probeOnce asks a new admin client for the leader topic's metadata.
-func (n *neli) probeOnce(timeout time.Duration) error {
-	admin, err := n.config.KafkaAdminProvider(n.adminConf)
+func (d *driver) probeOnce(timeout time.Duration) error {
+	admin, err := d.config.KafkaAdminProvider(d.confs.admin)
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
-	_, err = admin.GetMetadata(&n.topic, false, int(timeout.Milliseconds()))
+	_, err = admin.GetMetadata(&d.topic, false, int(timeout.Milliseconds()))
 	return err
 }
 
 // unreachable records that a Kafka client reports every broker down.
-func (n *neli) unreachable(client, reason string) {
-	if n.reach.fail(n.now(), client, reason) {
-		n.log.W()("goneli %s: cannot reach Kafka (%s: %s); Stats reports it until a broker answers", n.config.Name, client, reason)
+func (d *driver) unreachable(client, reason string) {
+	if d.reach.fail(d.now(), client, reason) {
+		d.log.W()("goneli %s: cannot reach Kafka (%s: %s); Stats reports it until a broker answers", d.config.Name, client, reason)
 	}
 }
 

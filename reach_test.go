@@ -242,7 +242,7 @@ func TestNewAgainstNoBroker(t *testing.T) {
 	t.Cleanup(func() {
 		_ = n.Close()
 		select {
-		case <-n.(*neli).clientsClosed:
+		case <-n.(*neli).life.clientsClosed:
 		case <-time.After(awaitLimit):
 			t.Errorf("Kafka clients still closing %v after Close", awaitLimit)
 		}

@@ -231,7 +231,7 @@ func pulseUntil(ctx context.Context, n *neli) error {
 		timer.Reset(n.cycleWait())
 		select {
 		case <-ctx.Done():
-		case <-n.closing:
+		case <-n.life.closing:
 		case <-timer.C:
 		}
 	}

@@ -191,21 +191,21 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 // checkConsumerGroupSession reads the broker's KIP-848 timing for the group and refuses a
 // HeartbeatTimeout that its session does not cover; what cannot be read is logged and let through.
 // What was read replaces the client-side timing that the log line of New reports.
-func (n *neli) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) error {
-	ht := *n.config.HeartbeatTimeout
+func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) error {
+	ht := *d.config.HeartbeatTimeout
 	var t consumerGroupTiming
 	if cd, ok := admin.(configDescriber); ok {
-		t = readConsumerGroupTiming(cd, n.config.LeaderGroupID, brokers, ht)
+		t = readConsumerGroupTiming(cd, d.config.LeaderGroupID, brokers, ht)
 	} else {
 		t.problems = []string{"the KafkaAdmin cannot describe configs"}
 	}
-	warning, err := t.judge(n.config.LeaderGroupID, ht)
+	warning, err := t.judge(d.config.LeaderGroupID, ht)
 	if err != nil {
 		return err
 	}
 	if warning != "" {
-		n.log.W()("goneli %s: %s", n.config.Name, warning)
+		d.log.W()("goneli %s: %s", d.config.Name, warning)
 	}
-	n.timing.brokerSession, n.timing.brokerInterval = t.session.value, t.interval.value
+	d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
 	return nil
 }

@@ -1,0 +1,542 @@
+package goneli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// The driver's sequences (rebalance, revoke, commit, close) run here without a broker: the
+// instance is assembled on a scripted consumer, producer and admin client, inside a synctest
+// bubble whose clock is the instance's one clock, so that a lease runs out in no real time. What
+// the scripted clients do is the least a broker does for the protocol: a produced heartbeat gets
+// the partition's next offset and is read back by the consumer that holds the partition, a stored
+// offset is committed at the next poll, and the group description names this member as the
+// partition's owner. The broker-backed tests (internal/kafkatest/coretest) check the same
+// sequences against librdkafka and a real Kafka protocol; these check the driver's part of them,
+// one transition at a time.
+
+const (
+	scriptTopic = "leader"
+	scriptGroup = "group"
+	scriptName  = "a"
+	scriptLease = time.Second
+)
+
+// scriptLog is the partitions' log the scripted clients share.
+type scriptLog struct {
+	mu       sync.Mutex
+	next     map[int32]int64
+	consumer *scriptConsumer
+	producer *scriptProducer
+}
+
+// scriptConsumer is a KafkaConsumer and groupSession whose group and broker are a script.
+type scriptConsumer struct {
+	log *scriptLog
+
+	mu         sync.Mutex
+	rebalance  kafka.RebalanceCb
+	subscribed bool
+	queue      []any // kafka.Event, or a rebalance event to hand the callback
+	assigned   []int32
+	stored     []kafka.TopicPartition
+	// commitErr, if set, is the answer to every commit of a stored offset.
+	commitErr error
+	// echo says whether heartbeats of assigned partitions are read back.
+	echo     bool
+	lost     bool
+	closed   bool
+	commits  [][]kafka.TopicPartition // explicit commits
+	unsubbed int
+}
+
+type rebalanceEvent struct{ ev kafka.Event }
+
+func (c *scriptConsumer) Subscribe(topic string, cb kafka.RebalanceCb) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rebalance, c.subscribed = cb, true
+	return nil
+}
+
+// Unsubscribe revokes what the member holds, and commits as librdkafka does on a revocation: the
+// offsets stored since the last commit, or nothing, which it answers with NO_OFFSET.
+func (c *scriptConsumer) Unsubscribe() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subscribed = false
+	c.unsubbed++
+	if len(c.assigned) > 0 {
+		c.queue = append(c.queue, rebalanceEvent{kafka.RevokedPartitions{Partitions: c.tps(c.assigned)}})
+		answer := kafka.OffsetsCommitted{Offsets: c.stored}
+		if len(c.stored) == 0 {
+			answer.Error = kafka.NewError(kafka.ErrNoOffset, "no offset to commit", false)
+		}
+		c.queue = append(c.queue, answer)
+		c.stored = nil
+	}
+	return nil
+}
+
+func (c *scriptConsumer) Subscription() ([]string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.subscribed {
+		return []string{scriptTopic}, nil
+	}
+	return nil, nil
+}
+
+func (c *scriptConsumer) Assign([]kafka.TopicPartition) error { return errors.New("not used") }
+
+// Poll hands out the next scripted item. With nothing queued it returns at once, where librdkafka
+// would wait the timeout out: the driver polls with its lock held, and a goroutine waiting for a
+// lock (the watchdog) is not durably blocked, so a wait here would keep the bubble's clock still.
+func (c *scriptConsumer) Poll(int) kafka.Event {
+	c.mu.Lock()
+	if len(c.stored) > 0 {
+		// auto.commit: the stored offsets go out and are answered.
+		c.queue = append(c.queue, kafka.OffsetsCommitted{Offsets: c.stored, Error: c.commitErr})
+		c.stored = nil
+	}
+	if len(c.queue) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	item := c.queue[0]
+	c.queue = c.queue[1:]
+	cb := c.rebalance
+	c.mu.Unlock()
+	if r, ok := item.(rebalanceEvent); ok {
+		if err := cb(nil, r.ev); err != nil {
+			return kafka.NewError(kafka.ErrFail, err.Error(), false)
+		}
+		return nil
+	}
+	return item.(kafka.Event)
+}
+
+func (c *scriptConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stored = append(c.stored, tps...)
+	return tps, nil
+}
+
+func (c *scriptConsumer) CommitOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commits = append(c.commits, tps)
+	if c.commitErr != nil {
+		return nil, c.commitErr
+	}
+	return tps, nil
+}
+
+func (c *scriptConsumer) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return nil
+}
+
+func (c *scriptConsumer) Cooperative() bool    { return false }
+func (c *scriptConsumer) AssignmentLost() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.lost }
+func (c *scriptConsumer) MemberID() string     { return "member-1" }
+
+func (c *scriptConsumer) Take(tps []kafka.TopicPartition) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.assigned = nil
+	for _, tp := range tps {
+		c.assigned = append(c.assigned, tp.Partition)
+	}
+	return nil
+}
+
+func (c *scriptConsumer) GiveBack([]kafka.TopicPartition) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.assigned, c.stored = nil, nil
+	return nil
+}
+
+func (c *scriptConsumer) tps(parts []int32) []kafka.TopicPartition {
+	topic := scriptTopic
+	var out []kafka.TopicPartition
+	for _, p := range parts {
+		out = append(out, kafka.TopicPartition{Topic: &topic, Partition: p})
+	}
+	return out
+}
+
+// push queues items for the member's next polls.
+func (c *scriptConsumer) push(items ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = append(c.queue, items...)
+}
+
+// scriptProducer is a KafkaProducer that appends to the script's log.
+type scriptProducer struct {
+	log    *scriptLog
+	events chan kafka.Event
+	mu     sync.Mutex
+	sent   []heartbeat
+	closed bool
+}
+
+func (p *scriptProducer) Events() chan kafka.Event { return p.events }
+
+func (p *scriptProducer) Produce(m *kafka.Message, reports chan kafka.Event) error {
+	var h heartbeat
+	if err := h.decode(m.Value); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.sent = append(p.sent, h)
+	p.mu.Unlock()
+	l := p.log
+	l.mu.Lock()
+	off := l.next[m.TopicPartition.Partition]
+	l.next[m.TopicPartition.Partition]++
+	l.mu.Unlock()
+	delivered := *m
+	delivered.TopicPartition.Offset = kafka.Offset(off)
+	if reports == nil {
+		reports = p.events
+	}
+	reports <- &delivered
+	c := l.consumer
+	c.mu.Lock()
+	if c.echo && slices.Contains(c.assigned, m.TopicPartition.Partition) {
+		c.queue = append(c.queue, &delivered)
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+func (p *scriptProducer) Close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+}
+
+// kinds lists the kinds of what the producer sent, in order.
+func (p *scriptProducer) kinds() []recordKind {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []recordKind
+	for _, h := range p.sent {
+		out = append(out, h.kind)
+	}
+	return out
+}
+
+// scriptAdmin finds the leader topic, and describes the group as this member owning what the
+// consumer holds.
+type scriptAdmin struct {
+	log      *scriptLog
+	clientID string
+}
+
+func (a *scriptAdmin) GetMetadata(*string, bool, int) (*kafka.Metadata, error) {
+	return &kafka.Metadata{
+		Brokers: []kafka.BrokerMetadata{{ID: 1}},
+		Topics:  map[string]kafka.TopicMetadata{scriptTopic: {Topic: scriptTopic, Partitions: []kafka.PartitionMetadata{{ID: 0}}}},
+	}, nil
+}
+
+func (a *scriptAdmin) CreateTopics(context.Context, []kafka.TopicSpecification, ...kafka.CreateTopicsAdminOption) ([]kafka.TopicResult, error) {
+	return nil, errors.New("not used")
+}
+
+func (a *scriptAdmin) DescribeConsumerGroups(context.Context, []string, ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
+	c := a.log.consumer
+	c.mu.Lock()
+	owned := c.tps(c.assigned)
+	c.mu.Unlock()
+	return kafka.DescribeConsumerGroupsResult{ConsumerGroupDescriptions: []kafka.ConsumerGroupDescription{{
+		GroupID: scriptGroup,
+		Members: []kafka.MemberDescription{{ClientID: a.clientID, ConsumerID: c.MemberID(), Assignment: kafka.MemberAssignment{TopicPartitions: owned}}},
+	}}}, nil
+}
+
+func (a *scriptAdmin) Close() {}
+
+// scriptRig is an instance assembled on the scripted clients, with the events its barrier saw.
+type scriptRig struct {
+	t        *testing.T
+	n        *neli
+	consumer *scriptConsumer
+	producer *scriptProducer
+	mu       sync.Mutex
+	events   []Event
+	// hold, if set, is waited on by the barrier before it returns from a LeaderRevoked.
+	hold chan struct{}
+}
+
+func newScriptRig(t *testing.T) *scriptRig {
+	r := &scriptRig{t: t}
+	l := &scriptLog{next: map[int32]int64{}}
+	l.consumer = &scriptConsumer{log: l, echo: true}
+	l.producer = &scriptProducer{log: l, events: make(chan kafka.Event, 1000)}
+	r.consumer, r.producer = l.consumer, l.producer
+	admin := &scriptAdmin{log: l}
+	config := Config{
+		LeaderTopic:           scriptTopic,
+		LeaderGroupID:         scriptGroup,
+		Name:                  scriptName,
+		HeartbeatTimeout:      Duration(scriptLease),
+		Scribe:                newTestLog(t).Scribe(),
+		KafkaConsumerProvider: func(*KafkaConfigMap) (KafkaConsumer, error) { return l.consumer, nil },
+		KafkaProducerProvider: func(*KafkaConfigMap) (KafkaProducer, error) { return l.producer, nil },
+		KafkaAdminProvider:    func(*KafkaConfigMap) (KafkaAdmin, error) { return admin, nil },
+	}
+	config, timing, err := config.prepare()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.n = assemble(config, timing, []string{""}, "", []Barrier{r.barrier}, systemClock{})
+	// The group is described through the scripted admin client, not goneli's own connection.
+	r.n.d.check.wire = nil
+	admin.clientID = r.n.d.clientID
+	if err := r.n.d.join(); err != nil {
+		t.Fatal(err)
+	}
+	r.n.startDispatchers()
+	t.Cleanup(func() {
+		// A test that failed early leaves the instance to close here, so that the bubble's
+		// goroutines end; Close is idempotent for those that closed it already.
+		if r.hold != nil {
+			select {
+			case <-r.hold:
+			default:
+				close(r.hold)
+			}
+		}
+		_ = r.n.Close()
+		r.n.Await()
+		<-r.n.life.clientsClosed
+	})
+	return r
+}
+
+func (r *scriptRig) barrier(e Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	hold := r.hold
+	r.mu.Unlock()
+	if _, ok := e.(LeaderRevoked); ok && hold != nil {
+		<-hold
+	}
+}
+
+// seen names the events the barrier has seen, in order.
+func (r *scriptRig) seen() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var names []string
+	for _, e := range r.events {
+		names = append(names, fmt.Sprintf("%T", e)[len("goneli."):])
+	}
+	return fmt.Sprint(names)
+}
+
+// pulse runs the pulse loop for d of the instance's clock, or until it leads if lead is set.
+func (r *scriptRig) pulse(d time.Duration, lead bool) bool {
+	r.t.Helper()
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		leads, err := r.n.Pulse(time.Until(end))
+		if err != nil {
+			r.t.Fatalf("Pulse: %v", err)
+		}
+		if leads && lead {
+			return true
+		}
+		if leads {
+			time.Sleep(*r.n.config.MinPollInterval)
+		}
+	}
+	return r.n.IsLeader()
+}
+
+func (r *scriptRig) assign() {
+	r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0})}})
+}
+
+func (r *scriptRig) revoke(lost bool) {
+	r.consumer.mu.Lock()
+	r.consumer.lost = lost
+	r.consumer.mu.Unlock()
+	r.consumer.push(rebalanceEvent{kafka.RevokedPartitions{Partitions: r.consumer.tps([]int32{0})}})
+}
+
+func (r *scriptRig) close() {
+	r.t.Helper()
+	if err := r.n.Close(); err != nil {
+		r.t.Errorf("Close: %v", err)
+	}
+	r.n.Await()
+	<-r.n.life.clientsClosed
+}
+
+func TestDriverSequences(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, r *scriptRig)
+	}{
+		{"assignment leads after a committed heartbeat and a group check", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatalf("no leadership within a lease; events %s", r.seen())
+			}
+			if got := r.n.d.check.count.Load(); got < 2 {
+				t.Errorf("%d group checks, want New's and the tenure's", got)
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+		}},
+		{"no leadership while the group does not name the member", func(t *testing.T, r *scriptRig) {
+			r.n.d.confs.admin = nil
+			r.n.config.KafkaAdminProvider = func(*KafkaConfigMap) (KafkaAdmin, error) { return nil, errors.New("no admin") }
+			r.n.d.config.KafkaAdminProvider = r.n.config.KafkaAdminProvider
+			r.n.d.check.alone = true
+			r.assign()
+			if r.pulse(3*scriptLease, true) {
+				t.Fatal("led without a group check")
+			}
+			r.close()
+			if got := r.seen(); got != "[]" {
+				t.Errorf("events %s, want none", got)
+			}
+		}},
+		{"revocation: LeaderRevoked, then releasing and released markers", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			r.hold = make(chan struct{})
+			r.revoke(false)
+			r.pulse(scriptLease/2, false)
+			if r.n.IsLeader() {
+				t.Fatal("leads after the revocation")
+			}
+			kinds := r.producer.kinds()
+			if kinds[len(kinds)-1] != kindReleasing {
+				t.Fatalf("last record of kind %d, want a releasing marker while the barrier holds LeaderRevoked", kinds[len(kinds)-1])
+			}
+			close(r.hold)
+			r.pulse(scriptLease/2, false)
+			kinds = r.producer.kinds()
+			if kinds[len(kinds)-1] != kindReleased {
+				t.Fatalf("last record of kind %d, want a released marker once the barrier returned", kinds[len(kinds)-1])
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+		}},
+		{"lost assignment: fenced, and no release marker", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			before := len(r.producer.kinds())
+			r.revoke(true)
+			r.pulse(scriptLease/2, false)
+			for _, k := range r.producer.kinds()[before:] {
+				if k == kindReleasing || k == kindReleased {
+					t.Fatalf("marker of kind %d written for a lost assignment", k)
+				}
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderFenced LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+		}},
+		{"commit refused for a lost member: fenced at once", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			r.consumer.mu.Lock()
+			r.consumer.commitErr = kafka.NewError(kafka.ErrUnknownMemberID, "unknown member", false)
+			r.consumer.mu.Unlock()
+			r.pulse(scriptLease/2, false)
+			if r.n.IsLeader() {
+				t.Fatal("leads after the coordinator refused its commit")
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderFenced LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+		}},
+		{"heartbeats not read back: the watchdog fences within the lease, nobody pulsing", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			r.consumer.mu.Lock()
+			r.consumer.echo = false
+			r.consumer.mu.Unlock()
+			time.Sleep(scriptLease)
+			synctest.Wait()
+			if r.n.IsLeader() {
+				t.Fatal("leads a lease after its last renewal")
+			}
+			if got, want := r.seen(), "[LeaderAcquired LeaderFenced]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+			r.close()
+		}},
+		{"close: LeaderRevoked, then leave with the owed commit answered, then close the clients", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			// An offset stored and not committed yet: the revocation commits it, and the member
+			// leaves only once that commit is answered.
+			r.consumer.mu.Lock()
+			r.consumer.stored = append(r.consumer.stored, r.consumer.tps([]int32{0})...)
+			r.consumer.mu.Unlock()
+			r.n.d.parts[0].stored = true
+			r.close()
+			if r.n.State() != Closed {
+				t.Errorf("state %v after Close", r.n.State())
+			}
+			r.consumer.mu.Lock()
+			unsubbed, closed, queued := r.consumer.unsubbed, r.consumer.closed, len(r.consumer.queue)
+			r.consumer.mu.Unlock()
+			if unsubbed != 1 || !closed || queued != 0 {
+				t.Errorf("unsubscribed %d times, closed %v, %d events left unserved; want 1, true, 0", unsubbed, closed, queued)
+			}
+			if !r.producer.closed {
+				t.Error("producer not closed")
+			}
+			if got, want := r.seen(), "[LeaderAcquired LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+			if err := r.n.Close(); err != nil {
+				t.Errorf("second Close: %v", err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tc.run(t, newScriptRig(t))
+			})
+		})
+	}
+}

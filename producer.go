@@ -1,0 +1,172 @@
+package goneli
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// heartbeatProducer is the producer that writes a tenure's heartbeats and release markers, opened
+// on first use and replaced when it delivers nothing (recycleProducer).
+type heartbeatProducer struct {
+	p KafkaProducer // nil until the first heartbeat or group check, and after a replacement
+	// ok is when the producer was opened or last delivered a record, delivered when it last
+	// delivered one, and recycled counts the producers replaced for delivering nothing.
+	ok, delivered time.Duration
+	recycled      int
+}
+
+// ensureProducer opens the heartbeat producer on the first heartbeat or group check; it is kept from
+// then on.
+func (d *driver) ensureProducer() bool {
+	if d.heart.p == nil {
+		p, err := d.config.KafkaProducerProvider(d.confs.producer)
+		if err != nil {
+			d.throttle.log(d.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", d.config.Name, err)
+			return false
+		}
+		d.heart.p = p
+		d.heart.ok = d.now()
+	}
+	return true
+}
+
+// A producer that delivers nothing for a whole lease while it is being used is replaced. librdkafka
+// keeps, for a handle's life, the highest leader epoch it has seen for each partition, and ignores
+// metadata that names an older one: when the leader topic is deleted and recreated (by an
+// operator, or by brokers that lost their data), its partitions start again at epoch 0, perhaps on
+// another broker, and the old handle keeps sending heartbeats to a broker that no longer leads
+// them, each timing out, for as long as it lives. A new handle learns the topic afresh. Renewals
+// that fail for a lease have fenced the leader already, so the new handle costs it nothing it has.
+
+// noteDelivery records a heartbeat or marker's delivery report, and replaces the producer when
+// nothing has been delivered for longer than a lease (recycleProducer).
+func (d *driver) noteDelivery(err error) {
+	now := d.now()
+	if err == nil {
+		d.heart.ok, d.heart.delivered = now, now
+		return
+	}
+	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.releases) > 0 || (d.check.checker.busy() && d.check.wire == nil && !d.check.alone) {
+		// A release marker still on its way, or a group check through the producer's own
+		// admin handle, needs this handle; the next failed heartbeat tries again.
+		return
+	}
+	d.recycleProducer(fmt.Sprintf("nothing delivered for %v (%v)", (now - d.heart.ok).Round(time.Millisecond), err))
+}
+
+// recycleProducer closes the producer, in the background, and lets the next heartbeat open another.
+func (d *driver) recycleProducer(reason string) {
+	old := d.heart.p
+	if old == nil {
+		return
+	}
+	d.heart.p = nil
+	d.heart.recycled++
+	d.log.W()("goneli %s: replacing the heartbeat producer: %s", d.config.Name, reason)
+	d.closers.Add(1)
+	go func() {
+		defer d.closers.Done()
+		old.Close()
+	}()
+}
+
+func (d *driver) produce(p *part, h *heartbeat) {
+	if err := d.produceRecord(p, h); err != nil {
+		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
+		return
+	}
+	p.lease.sent()
+}
+
+// produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
+// comes through the producer's events.
+func (d *driver) produceRecord(p *part, h *heartbeat) error {
+	return d.produceRecordTo(p, h, nil)
+}
+
+// produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
+func (d *driver) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) error {
+	if !d.ensureProducer() {
+		return errors.New("no producer")
+	}
+	rec := *h
+	rec.address = d.config.Address
+	return d.heart.p.Produce(&kafka.Message{
+		TopicPartition: kafka.TopicPartition{Topic: &d.topic, Partition: p.id},
+		Key:            d.key,
+		Value:          rec.appendTo(make([]byte, 0, rec.size())),
+	}, reports)
+}
+
+// drainProducer takes the producer's delivery reports and errors, and returns the first
+// authorization failure among the reports, which no retry can mend (authz.go).
+func (d *driver) drainProducer() (denied error) {
+	if d.heart.p == nil {
+		return nil
+	}
+	for i := 0; i < maxEventsPerCycle; i++ {
+		select {
+		case ev := <-d.heart.p.Events():
+			switch e := ev.(type) {
+			case *kafka.Message:
+				if e.TopicPartition.Error != nil {
+					if denied == nil {
+						denied = authorizationError(d.config, "producer", e.TopicPartition.Error)
+					}
+					d.throttle.log(d.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", d.config.Name, e.TopicPartition.Error)
+				} else {
+					d.reachable("producer", "a heartbeat delivered")
+				}
+				d.noteDelivery(e.TopicPartition.Error)
+				if d.heart.p == nil {
+					return denied
+				}
+			case kafka.Error:
+				if e.Code() == kafka.ErrAllBrokersDown {
+					d.unreachable("producer", e.Error())
+				}
+				d.noteTrouble(e)
+				d.logKafkaError("producer", e)
+			}
+		default:
+			return denied
+		}
+	}
+	return denied
+}
+
+// writeMarkers produces the release markers and waits up to limit for the broker to have them
+// all, reporting whether it did. Their delivery reports come on a channel of their own, which the
+// producer's own goroutine serves, so the wait needs no poll of ours.
+func (d *driver) writeMarkers(rs []release, limit time.Duration) bool {
+	if !d.ensureProducer() {
+		return false
+	}
+	reports := make(chan kafka.Event, len(rs))
+	for _, r := range rs {
+		if d.produceRecordTo(r.p, &r.marker, reports) != nil {
+			return false
+		}
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for range rs {
+		select {
+		case ev := <-reports:
+			if m, ok := ev.(*kafka.Message); !ok || m.TopicPartition.Error != nil {
+				return false
+			}
+		case <-timer.C:
+			return false
+		}
+	}
+	return true
+}
+
+// releaseFlush bounds the wait for release markers to reach the broker.
+func (d *driver) releaseFlush() time.Duration {
+	return *d.config.HeartbeatTimeout / 2
+}

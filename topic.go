@@ -1,0 +1,163 @@
+package goneli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// leaderTopicConfig keeps the topic small: only the last few seconds of heartbeats matter.
+var leaderTopicConfig = map[string]string{
+	"cleanup.policy": "delete",
+	"retention.ms":   "600000",
+	"segment.ms":     "600000",
+}
+
+// partitionCreator is what ensureTopic asks of a KafkaAdmin to grow the leader topic. It is not
+// part of KafkaAdmin, so that wrappers written for earlier versions still satisfy it;
+// *kafka.AdminClient has it.
+type partitionCreator interface {
+	CreatePartitions(ctx context.Context, partitions []kafka.PartitionsSpecification, options ...kafka.CreatePartitionsAdminOption) ([]kafka.TopicResult, error)
+}
+
+// join makes sure that the leader topic and the group are fit to lead in (prepareGroup), and
+// subscribes a new consumer to the topic.
+func (d *driver) join() error {
+	if err := d.prepareGroup(); err != nil {
+		return err
+	}
+	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
+	if err != nil {
+		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
+	}
+	if err := consumer.Subscribe(d.topic, d.onRebalance); err != nil {
+		_ = consumer.Close()
+		return fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", d.topic, err)
+	}
+	d.consumer = consumer
+	d.commits = newCommitter(consumer, &d.closers)
+	return nil
+}
+
+// prepareGroup makes sure that the leader topic exists with a partition for every role and that
+// the group has no members on other leader topics or with other role lists.
+func (d *driver) prepareGroup() error {
+	admin, err := d.config.KafkaAdminProvider(d.confs.admin)
+	if err != nil {
+		return fmt.Errorf("goneli: cannot create Kafka admin client: %w", err)
+	}
+	defer admin.Close()
+	brokers, reached, err := d.ensureTopic(admin)
+	if err != nil || !reached {
+		// Not reached: New has spent its HeartbeatTimeout, and the first tenure checks again anyway.
+		// A broker may be on its way up, but a port of another service will never answer.
+		if err == nil {
+			err = checkSpeaksKafka(*d.confs.admin, reachTimeout)
+		}
+		if err == nil && len(d.parts) > 1 {
+			d.log.W()("goneli %s: could not make sure that leader topic %s has a partition for each of the %d roles; "+
+				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
+				d.config.Name, d.topic, len(d.parts))
+		}
+		if err == nil && !d.timing.classic {
+			d.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
+				"so cannot check that it covers HeartbeatTimeout (%v)", d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+		}
+		return err
+	}
+	d.check.count.Add(1)
+	if !d.timing.classic {
+		if err := d.checkConsumerGroupSession(admin, brokers); err != nil {
+			return err
+		}
+	}
+	var describer groupDescriber = admin
+	if d.check.wire != nil {
+		describer = d.check.wire
+	}
+	desc, err := describeGroup(context.Background(), describer, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+	if err != nil {
+		// The first tenure checks again before it leads; this check only refuses early.
+		d.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",
+			d.config.Name, d.config.LeaderGroupID, err)
+		return nil
+	}
+	if v := judgeGroup(desc, d.topic, d.clientID, "", 0); v.conflict != nil {
+		if v.conflict.definite() {
+			return v.conflict
+		}
+		// A member whose partitions' topic the broker does not name may well use this topic: New
+		// cannot refuse on that, but no tenure leads while such a member holds a partition.
+		d.log.W()("goneli %s: %v", d.config.Name, v.conflict)
+	}
+	return nil
+}
+
+// ensureTopic creates the leader topic with a partition per role if the broker says it is missing,
+// or adds partitions to one that has too few, and reports whether the broker could be reached, and
+// the ids of the brokers in the cluster if so. If it could not be reached in time the check is
+// skipped: the consumer reports a missing topic later, through Pulse's logs.
+func (d *driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, err error) {
+	timeout := *d.config.HeartbeatTimeout
+	need := len(d.parts)
+	md, err := admin.GetMetadata(&d.topic, false, int(timeout.Milliseconds()))
+	if err != nil {
+		d.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", d.config.Name, d.topic, timeout, err)
+		d.unreachable("admin", fmt.Sprintf("no metadata for leader topic %s within %v: %v", d.topic, timeout, err))
+		return nil, false, nil
+	}
+	for _, b := range md.Brokers {
+		brokers = append(brokers, b.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tm, ok := md.Topics[d.topic]
+	if ok && tm.Error.Code() == kafka.ErrNoError {
+		has := len(tm.Partitions)
+		switch {
+		case has > need:
+			d.log.W()("goneli %s: leader topic %s has %d partitions; %d are used, and the others count towards the balance of the assignment",
+				d.config.Name, d.topic, has, need)
+		case has < need:
+			pc, ok := admin.(partitionCreator)
+			if !ok {
+				return brokers, true, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
+			}
+			res, err := pc.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: d.topic, IncreaseTo: need}},
+				kafka.SetAdminOperationTimeout(timeout))
+			if err == nil && len(res) == 1 {
+				err = res[0].Error
+				if res[0].Error.Code() == kafka.ErrNoError {
+					d.log.I()("goneli %s: added partitions to leader topic %s: %d, was %d", d.config.Name, d.topic, need, has)
+					return brokers, true, nil
+				}
+			}
+			return brokers, true, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: err}
+		}
+		return brokers, true, nil
+	}
+	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
+		return brokers, true, &TopicError{Topic: d.topic, Err: tm.Error}
+	}
+	spec := kafka.TopicSpecification{Topic: d.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig}
+	if rf := d.config.LeaderTopicReplicationFactor; rf > 0 {
+		spec.ReplicationFactor = rf
+		if rf >= 2 {
+			spec.Config = maps.Clone(leaderTopicConfig)
+			spec.Config["min.insync.replicas"] = strconv.Itoa(min(2, rf-1))
+		}
+	}
+	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{spec}, kafka.SetAdminOperationTimeout(timeout))
+	if err == nil && len(res) == 1 {
+		err = res[0].Error
+		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {
+			d.log.I()("goneli %s: created leader topic %s", d.config.Name, d.topic)
+			return brokers, true, nil
+		}
+	}
+	return brokers, true, &TopicError{Topic: d.topic, Partitions: need, Err: err}
+}
