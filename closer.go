@@ -32,6 +32,7 @@ type lifecycle struct {
 	closed          chan struct{} // and the last event was delivered, or the close bound passed
 	clientsClosed   chan struct{} // every client finished closing, which can be after Close returns
 	err             error         // Close's result, set before kafkaClosed is closed
+	deadline        time.Duration // the close bound, on the driver's clock; set before kafkaClosed is closed
 }
 
 func newLifecycle() *lifecycle {
@@ -82,11 +83,14 @@ func (n *neli) shutdown() {
 	// its logs keep flowing until it is done.
 	go func() {
 		d.closers.Wait()
+		if late := d.now() - deadline; late > 0 {
+			n.log.W()("goneli %s: the Kafka clients finished closing %v after the close bound", n.config.Name, late.Round(time.Millisecond))
+		}
 		d.logs.close()
 		n.events.wait()
 		close(life.clientsClosed)
 	}()
-	life.err = err
+	life.err, life.deadline = err, deadline
 	// Closed before any Close returns, so that a caller sees it whichever way Close returned.
 	life.stage.Store(int32(Closed))
 	n.log.I()("goneli %s: closed", n.config.Name)
@@ -105,6 +109,17 @@ func (n *neli) shutdown() {
 	case <-timer.C:
 	}
 	close(life.closed)
+}
+
+func (n *neli) Await() {
+	life := n.life
+	<-life.closed
+	timer := time.NewTimer(max(life.deadline-n.d.now(), 0))
+	defer timer.Stop()
+	select {
+	case <-life.clientsClosed:
+	case <-timer.C:
+	}
 }
 
 // closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout.
@@ -154,7 +169,7 @@ func (d *driver) endAll(deadline time.Duration) {
 	for _, r := range d.releases {
 		finals = append(finals, r.done)
 	}
-	if !awaitDeliveries(finals, d.timing.maxPoll, d.life.fromBarrier) {
+	if !awaitDeliveries(finals, d.timing.maxPoll, d.life.fromBarrier, d.now) {
 		select {
 		case <-d.life.fromBarrier:
 		default:

@@ -73,11 +73,12 @@ func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) boo
 	return false
 }
 
-// awaitDeliveries is awaitDelivery for several deliveries under one limit.
-func awaitDeliveries(dls []*delivery, limit time.Duration, abort <-chan struct{}) bool {
-	deadline := time.Now().Add(limit)
+// awaitDeliveries is awaitDelivery for several deliveries under one limit, measured on the clock
+// that now reads.
+func awaitDeliveries(dls []*delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
+	deadline := now() + limit
 	for _, dl := range dls {
-		if !awaitDelivery(dl, time.Until(deadline), abort) {
+		if !awaitDelivery(dl, deadline-now(), abort) {
 			return false
 		}
 	}

@@ -68,7 +68,13 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	if d.post() != nil {
 		t.Fatal("posting nothing must return no delivery")
 	}
-	if !awaitDeliveries([]*delivery{blocked, after, nil}, time.Millisecond, nil) {
+	if !awaitDeliveries([]*delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
 		t.Fatal("awaitAll of delivered calls must succeed")
 	}
+}
+
+// sinceStart is a clock on the driver's scale that starts now.
+func sinceStart() func() time.Duration {
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
 }

@@ -20,7 +20,9 @@ import (
 // Its parts are small types of their own: the heartbeat producer (producer.go), the explicit
 // commits (commit.go), the group check (groupcheck.go), the lease watchdog (watchdog.go), the
 // reachability of Kafka (reach.go), the yield (yield.go) and the leave and close sequence
-// (closer.go). Every time it measures is on one clock, d.now's.
+// (closer.go). Every time it reads is from one clock, d.now's, which the leases, the watchdog, the
+// pulse loop and the close sequence share; its waits are timers of package time. Under
+// testing/synctest (driver_test.go) both are the bubble's, so that a test moves them together.
 type driver struct {
 	config   Config
 	timing   groupTiming
@@ -426,6 +428,7 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 		// A consumer finishing its close, perhaps in the background, must not touch state that
 		// the mutex no longer guards; confluent-kafka-go applies the change itself.
 		d.group.late.Add(1)
+		d.log.D()("goneli %s: a rebalance event reached a closing consumer (%v); left to confluent-kafka-go", d.config.Name, ev)
 		return nil
 	}
 	var s groupSession = noSession{}

@@ -73,8 +73,9 @@ type Neli interface {
 	// events follow when the call returns; Await waits for those as well.
 	Close() error
 
-	// Await blocks until the instance is Closed and the barrier has returned from its last event,
-	// or the close bound (see Close) has passed.
+	// Await blocks until the instance is Closed, the barrier has returned from its last event and
+	// every Kafka client the instance made has finished closing, or until the close bound (see
+	// Close), counted from the first Close, has passed.
 	Await()
 
 	// State reports the lifecycle stage.
@@ -263,10 +264,6 @@ func (n *neli) Deadline() concurrent.Deadline {
 	return n.pollDeadline
 }
 
-func (n *neli) Await() {
-	<-n.life.closed
-}
-
 func (n *neli) Pulse(timeout time.Duration) (bool, error) {
 	return n.pulse(nil, nil, timeout)
 }
@@ -278,7 +275,7 @@ func (n *neli) PulseCtx(ctx context.Context) (bool, error) {
 // pulse runs due cycles until this instance leads, the timeout (if not negative) passes, done is
 // closed, or the instance closes.
 func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Duration) (bool, error) {
-	start := time.Now()
+	start := n.d.now()
 	var timer *time.Timer
 	for {
 		if n.State() != Live {
@@ -293,7 +290,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		}
 		limit := time.Duration(-1)
 		if timeout >= 0 {
-			limit = max(timeout-time.Since(start), 0)
+			limit = max(timeout-(n.d.now()-start), 0)
 		}
 		if err := n.pulseOnce(limit); err != nil {
 			return false, err
@@ -303,7 +300,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		}
 		wait := n.cycleWait()
 		if timeout >= 0 {
-			left := timeout - time.Since(start)
+			left := timeout - (n.d.now() - start)
 			if left <= 0 {
 				return false, nil
 			}

@@ -53,8 +53,8 @@ type Roles interface {
 	// Close gives up every role and leaves the group; see Neli.Close.
 	Close() error
 
-	// Await blocks until the instance is Closed and the barrier has returned from its last events,
-	// or the close bound (see Neli.Close) has passed.
+	// Await blocks until the instance is Closed, the barrier has returned from its last events and
+	// every Kafka client has finished closing, or the close bound (see Neli.Close) has passed.
 	Await()
 
 	// State reports the lifecycle stage.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	. "github.com/goneli/goneli"
-	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
@@ -63,7 +62,7 @@ func BenchmarkLeader(b *testing.B) {
 // once. The timer runs only in windows that begin right after a real cycle and end well before the
 // next one is due, so no Kafka work is timed; the cycles between windows keep renewing the lease.
 func benchPulseNotDue(b *testing.B, n Neli) {
-	interval, deadline := hooks.MinPollInterval(n), n.Deadline()
+	interval, deadline := DefaultMinPollInterval, n.Deadline()
 	window := 1000 // Pulse calls per timed window, resized to a quarter of the interval's worth
 	dueCycles := 0
 	b.ReportAllocs()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	. "github.com/goneli/goneli"
-	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -210,7 +209,8 @@ func TestSequentialCloseLeavesPromptly(t *testing.T) {
 	log := newTestLog(t)
 	group := groupName(t)
 	var members []Neli
-	for _, name := range []string{"a", "b", "c"} {
+	names := []string{"a", "b", "c"}
+	for _, name := range names {
 		members = append(members, contender(t, testConfig(b, group, name, log), r))
 	}
 	r.await(t, "a leader", has[LeaderAcquired](""))
@@ -219,7 +219,7 @@ func TestSequentialCloseLeavesPromptly(t *testing.T) {
 	for i := len(members) - 1; i >= 0; i-- {
 		// Close returns once the consumer has closed, which is after its LeaveGroup was answered.
 		if err := members[i].Close(); err != nil {
-			t.Errorf("Close of %s: %v", hooks.Name(members[i]), err)
+			t.Errorf("Close of %s: %v", names[i], err)
 		}
 	}
 	mu.Lock()

@@ -2,6 +2,7 @@ package coretest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"sync/atomic"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	. "github.com/goneli/goneli"
-	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -145,6 +145,17 @@ func closedOrNil(c chan error) chan error {
 	return out
 }
 
+// heartbeatV1 encodes a heartbeat in the record format's first version, which every later
+// version's reader accepts: "NL", the version byte, then tenure, sequence, wall-clock send time,
+// monotonic send time, tenure start and token, each eight bytes big-endian.
+func heartbeatV1(tenure, seq uint64, wall, token int64) []byte {
+	b := append([]byte(nil), 'N', 'L', 1)
+	for _, v := range []uint64{tenure, seq, uint64(wall), 0, uint64(wall), uint64(token)} {
+		b = binary.BigEndian.AppendUint64(b, v)
+	}
+	return b
+}
+
 // ghostHeartbeat writes a heartbeat of a leader named "ghost" with the given token, as the last
 // leader before a log restart left it.
 func ghostHeartbeat(t *testing.T, addr, topic string, token int64) {
@@ -156,7 +167,7 @@ func ghostHeartbeat(t *testing.T, addr, topic string, token int64) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
 	defer cancel()
-	rec := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("ghost"), Value: hooks.Heartbeat(1, 1, time.Now().UnixNano(), time.Now().UnixNano(), token)}
+	rec := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("ghost"), Value: heartbeatV1(1, 1, time.Now().UnixNano(), token)}
 	if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
 		t.Fatal(err)
 	}

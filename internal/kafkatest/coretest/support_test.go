@@ -21,7 +21,6 @@ import (
 	"time"
 
 	. "github.com/goneli/goneli"
-	"github.com/goneli/goneli/internal/hooks"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/goneli/goneli/internal/testkit"
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -213,15 +212,39 @@ func newNeli(t *testing.T, config Config, r *recorder) Neli {
 	return n
 }
 
-// awaitClientsClosed waits for Kafka clients that went on closing after Close returned.
-func awaitClientsClosed(t *testing.T, n any) {
+// awaitClientsClosed waits for Kafka clients that went on closing after Close returned: Await
+// returns once they have, or at the close bound. A client still closing when the package's tests
+// end fails them in TestMain (goleak).
+func awaitClientsClosed(t *testing.T, n interface{ Await() }) {
 	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		n.Await()
+		close(done)
+	}()
 	select {
-	case <-hooks.ClientsClosed(n):
+	case <-done:
 	case <-time.After(awaitLimit):
-		t.Errorf("%s: Kafka clients still closing %v after Close", hooks.Name(n), awaitLimit)
+		t.Errorf("Await has not returned %v after Close", awaitLimit)
 	}
 }
+
+// awaitLogged waits until a line of log contains s.
+func awaitLogged(t *testing.T, log *testLog, s string) {
+	t.Helper()
+	limit := time.After(awaitLimit)
+	for !log.Contains(s) {
+		select {
+		case <-limit:
+			t.Fatalf("no log line with %q within %v", s, awaitLimit)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// lateRebalanceLog is in the log line of an instance whose consumer's Close served a rebalance
+// event, which the close sequence exists to prevent (issue 16).
+const lateRebalanceLog = "rebalance event reached a closing consumer"
 
 // contender is an instance that pulses in the background for the rest of the test.
 func contender(t *testing.T, config Config, r *recorder) Neli {
