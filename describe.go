@@ -114,11 +114,8 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	defer admin.Close()
 
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
-	var d groupDescriber = admin
-	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
-		d = w
-	}
-	desc, err := describeGroup(ctx, d, config.LeaderGroupID, bound)
+	w, _ := newWireDescriber(adminConf, !timing.classic)
+	desc, err := describeGroup(ctx, preferWire(w, admin), config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)

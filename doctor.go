@@ -409,10 +409,10 @@ func (d *doctor) checkSession(ctx context.Context) {
 		return
 	}
 	ids := slices.Sorted(maps.Keys(d.brokers))
-	cd := wireConfigs{d: d, run: ctx}
+	cd := wireConfigs{d: d}
 	ht := *d.config.HeartbeatTimeout
 	if !d.timing.classic {
-		t := readConsumerGroupTiming(cd, d.config.LeaderGroupID, ids, ht)
+		t := readConsumerGroupTiming(ctx, cd, d.config.LeaderGroupID, ids, ht)
 		warning, err := t.judge(d.config.LeaderGroupID, ht)
 		switch {
 		case err != nil:
@@ -560,7 +560,7 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 // checkTopicConfig reads the leader topic's settings.
 func (d *doctor) checkTopicConfig(ctx context.Context, t topicInfo) {
 	topic := d.config.LeaderTopic
-	res, err := wireConfigs{d: d, run: ctx}.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	res, err := wireConfigs{d: d}.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
 	if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
 		err = res[0].Error
 	}
@@ -799,17 +799,11 @@ func (d *doctor) closeConns() {
 // the KIP-848 session check of New reads the same settings here.
 type wireConfigs struct {
 	d *doctor
-	// run is Check's context, which also bounds the requests of readConsumerGroupTiming: that
-	// makes its own context, of the lease's length, and could otherwise outlast Check's deadline.
-	run context.Context
 }
 
 // DescribeConfigs sends one DescribeConfigs request for resources, which must all go to the same
-// broker; options are ignored (ctx and the run's context bound it).
+// broker; options are ignored (ctx bounds it).
 func (w wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(w.run, cancel)()
 	w.d.describing.Lock()
 	defer w.d.describing.Unlock()
 	conn := w.d.boot

@@ -141,6 +141,15 @@ func rolesDigestOf(clientID string) string {
 	return clientID[i+len(rolesSuffix):]
 }
 
+// preferWire is the describer of the group: goneli's own connection (groupwire.go) where there is
+// one, which librdkafka's admin client cannot abort the process on, else the admin client.
+func preferWire(wire *wireDescriber, admin groupDescriber) groupDescriber {
+	if wire != nil {
+		return wire
+	}
+	return admin
+}
+
 // describeGroup asks the coordinator for the group, waiting at most timeout.
 func describeGroup(ctx context.Context, d groupDescriber, group string, timeout time.Duration) (kafka.ConsumerGroupDescription, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)

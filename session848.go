@@ -57,9 +57,9 @@ type consumerGroupTiming struct {
 }
 
 // readConsumerGroupTiming describes the group's config resource and every broker's, at once and
-// within timeout.
-func readConsumerGroupTiming(cd configDescriber, group string, brokers []int32, timeout time.Duration) consumerGroupTiming {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout+time.Second)
+// within timeout, or until ctx ends.
+func readConsumerGroupTiming(ctx context.Context, cd configDescriber, group string, brokers []int32, timeout time.Duration) consumerGroupTiming {
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
 	defer cancel()
 	brokers = slices.Clone(brokers)
 	slices.Sort(brokers)
@@ -195,7 +195,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 	ht := *d.config.HeartbeatTimeout
 	var t consumerGroupTiming
 	if cd, ok := admin.(configDescriber); ok {
-		t = readConsumerGroupTiming(cd, d.config.LeaderGroupID, brokers, ht)
+		t = readConsumerGroupTiming(context.Background(), cd, d.config.LeaderGroupID, brokers, ht)
 	} else {
 		t.problems = []string{"the KafkaAdmin cannot describe configs"}
 	}

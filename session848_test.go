@@ -91,7 +91,7 @@ func TestConsumerGroupTiming(t *testing.T) {
 			if _, ok := tc.settings["broker 2"]; ok {
 				brokers = []int32{2, 1}
 			}
-			warning, err := readConsumerGroupTiming(f, "g", brokers, time.Second).judge("g", lease)
+			warning, err := readConsumerGroupTiming(context.Background(), f, "g", brokers, time.Second).judge("g", lease)
 			var ce *ConfigError
 			switch {
 			case tc.refused == nil && err != nil:
@@ -115,7 +115,7 @@ func TestConsumerGroupTiming(t *testing.T) {
 // as librdkafka takes one broker resource per request.
 func TestConsumerGroupTimingRequests(t *testing.T) {
 	f := &fakeConfigs{settings: map[string]map[string]string{}}
-	readConsumerGroupTiming(f, "g", []int32{3, 1, 2}, time.Second)
+	readConsumerGroupTiming(context.Background(), f, "g", []int32{3, 1, 2}, time.Second)
 	got := map[string]bool{}
 	for _, req := range f.asked {
 		got[strings.Join(req, ",")] = true
