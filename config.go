@@ -38,15 +38,15 @@ const (
 	// names none.
 	DefaultBootstrapServers = "localhost:9092"
 
-	// MinHeartbeatTimeout is the smallest HeartbeatTimeout Validate accepts. The group session
-	// timeout is derived as twice the HeartbeatTimeout, and librdkafka cannot hold a group session
-	// shorter than about a second without spurious rebalances.
+	// MinHeartbeatTimeout is the smallest HeartbeatTimeout Validate accepts. librdkafka cannot hold
+	// a group session shorter than about a second without spurious rebalances (SessionTimeout), and
+	// a lease must outlast a few group heartbeats and renewals.
 	MinHeartbeatTimeout = 500 * time.Millisecond
 
-	// MaxHeartbeatTimeout is the largest HeartbeatTimeout Validate accepts. The group session is
-	// twice the lease, and librdkafka allows sessions of at most an hour. Brokers also refuse
-	// sessions over their group.max.session.timeout.ms (30 min by default), so leases above 15 min
-	// need that raised.
+	// MaxHeartbeatTimeout is the largest HeartbeatTimeout Validate accepts. The rebalance timeout is
+	// twice the lease and the group session about 1.15 times it (SessionTimeout); brokers refuse
+	// sessions over their group.max.session.timeout.ms (30 min by default), so leases above about
+	// 26 min need that raised.
 	MaxHeartbeatTimeout = 30 * time.Minute
 
 	// MaxAddressLength is the longest Config.Address Validate accepts, in bytes. Every heartbeat
@@ -330,7 +330,7 @@ func (c Config) Validate() error {
 	case *c.HeartbeatTimeout < MinHeartbeatTimeout:
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at least %v", MinHeartbeatTimeout)
 	case *c.HeartbeatTimeout > MaxHeartbeatTimeout:
-		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at most %v: the group session is twice the lease, and librdkafka allows at most 1h", MaxHeartbeatTimeout)
+		bad("HeartbeatTimeout", *c.HeartbeatTimeout, "must be at most %v: brokers allow group sessions of at most 30 min by default, and the rebalance timeout is twice the lease", MaxHeartbeatTimeout)
 	case c.MinPollInterval != nil && *c.HeartbeatTimeout < 3**c.MinPollInterval:
 		leaseInRange = true
 		bad("HeartbeatTimeout", *c.HeartbeatTimeout,
@@ -439,8 +439,8 @@ func (c Config) groupTiming() (groupTiming, error) {
 		// them on the client.
 		t.classic = false
 	}
-	t.interval = clampDuration(ht/10, 100*time.Millisecond, 3*time.Second)
-	t.session = 2 * ht
+	t.interval = groupHeartbeatInterval(ht)
+	t.session = SessionTimeout(ht)
 	t.commit = clampDuration(*c.MinPollInterval/4, 10*time.Millisecond, time.Second)
 
 	if t.classic {
@@ -466,21 +466,76 @@ func (c Config) groupTiming() (groupTiming, error) {
 					ht, t.session.Milliseconds(), floor.Milliseconds())}
 		}
 	}
-	t.maxPoll = t.session
-	if !t.classic && t.maxPoll < 2*ht {
-		t.maxPoll = 2 * ht
+	// The rebalance timeout bounds how long a revoked leader's barrier may hold its successor back
+	// and how long Close waits; it is kept at twice the lease, whatever the session, so that a
+	// barrier gets as long as it did when the session was derived as twice the lease. It must be at
+	// least the session timeout (the package doc's fourth assumption).
+	floor := t.session
+	if !t.classic {
+		floor = 2 * ht
 	}
+	t.maxPoll = max(floor, 2*ht)
 	if v, ok, err := c.kafkaMillis("max.poll.interval.ms"); err != nil {
 		return t, err
 	} else if ok {
-		if v < t.maxPoll {
+		if v < floor {
 			return t, &ConfigError{Field: `KafkaConfig["max.poll.interval.ms"]`, Value: v.Milliseconds(),
 				Reason: fmt.Sprintf("must be at least %d (the session timeout): it is also the rebalance timeout, "+
-					"after which a leader that has not released partition 0 is expelled", t.maxPoll.Milliseconds())}
+					"after which a leader that has not released partition 0 is expelled", floor.Milliseconds())}
 		}
 		t.maxPoll = v
 	}
 	return t, nil
+}
+
+// expelBound is how long after its last group heartbeat, or after a rebalance began that it has
+// not rejoined, the coordinator may keep a member: the session timeout where it is known, and never
+// more than the rebalance timeout. Under KIP-848 the broker's session counts once New has read it.
+func (t groupTiming) expelBound() time.Duration {
+	switch {
+	case t.classic:
+		return min(t.session, t.maxPoll)
+	case t.brokerSession > 0:
+		return min(t.brokerSession, t.maxPoll)
+	}
+	return t.maxPoll
+}
+
+// commitWindow is the lease's window for explicit commits (commitWindow in lease.go) under this
+// timing: what the coordinator's bound on keeping a silent member leaves beyond a lease of ht and
+// two group heartbeat intervals.
+func (t groupTiming) commitWindow(ht time.Duration) time.Duration {
+	hb := t.interval
+	if !t.classic && t.brokerInterval > 0 {
+		hb = t.brokerInterval
+	}
+	return commitWindow(t.expelBound(), ht, hb)
+}
+
+// SessionTimeout is the group session timeout (session.timeout.ms) that goneli derives for a lease of
+// heartbeatTimeout under the classic group protocol, unless KafkaConfig sets one: the lease, plus
+// two group heartbeat intervals (heartbeat.interval.ms, a tenth of the lease within 100 ms and 3 s),
+// plus a margin of a twentieth of the lease (at least 50 ms) for the clocks of the leader and the
+// coordinator running at different rates, and never less than a second, below which librdkafka
+// rebalances spuriously. It is 6.25 s at the default lease of 5 s, 1.25 s at a lease of 1 s and 1 s
+// at the shortest lease, 500 ms. A crashed or cut-off leader is replaced about this long after its last group
+// heartbeat. The package doc gives the argument. Brokers refuse sessions below their
+// group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
+// it where it can read it.
+func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
+	return max(heartbeatTimeout+2*groupHeartbeatInterval(heartbeatTimeout)+sessionMargin(heartbeatTimeout), time.Second)
+}
+
+// groupHeartbeatInterval is the heartbeat.interval.ms goneli derives for a lease.
+func groupHeartbeatInterval(ht time.Duration) time.Duration {
+	return clampDuration(ht/10, 100*time.Millisecond, 3*time.Second)
+}
+
+// sessionMargin is what a derived session keeps beyond the lease and two group heartbeat
+// intervals: 4% of the session at any lease, against clocks whose rates differ by a few hundred
+// parts per million at worst when disciplined by NTP, which slews by at most 500.
+func sessionMargin(ht time.Duration) time.Duration {
+	return max(ht/20, 50*time.Millisecond)
 }
 
 // prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,

@@ -182,7 +182,7 @@ func TestValidate(t *testing.T) {
 		{"fetch.min.bytes not a number", func(c *Config) { c.KafkaConfig["fetch.min.bytes"] = "lots" }, `KafkaConfig["fetch.min.bytes"]`, "whole number"},
 		{"long fetch wait", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = "3000" }, `KafkaConfig["fetch.wait.max.ms"]`, "at most HeartbeatTimeout/3 (1666)"},
 		{"fetch wait not a number", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = 2.5 }, `KafkaConfig["fetch.wait.max.ms"]`, "int or a string"},
-		{"max poll below session", func(c *Config) { c.KafkaConfig["max.poll.interval.ms"] = 9000 }, `KafkaConfig["max.poll.interval.ms"]`, "at least 10000"},
+		{"max poll below session", func(c *Config) { c.KafkaConfig["max.poll.interval.ms"] = 6000 }, `KafkaConfig["max.poll.interval.ms"]`, "at least 6250"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,13 +243,16 @@ func TestSafeOverridesAreAccepted(t *testing.T) {
 }
 
 func TestDerivedGroupTiming(t *testing.T) {
+	// The session is the lease, two group heartbeat intervals and a twentieth of the lease (at
+	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease; explicit commits may renew for
+	// what the session leaves beyond the lease and two intervals.
 	for _, tc := range []struct {
-		lease, session, interval time.Duration
+		lease, session, interval, window time.Duration
 	}{
-		{5 * time.Second, 10 * time.Second, 500 * time.Millisecond},
-		{time.Second, 2 * time.Second, 100 * time.Millisecond},
-		{500 * time.Millisecond, time.Second, 100 * time.Millisecond},
-		{60 * time.Second, 120 * time.Second, 3 * time.Second},
+		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 250 * time.Millisecond},
+		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond},
+		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 300 * time.Millisecond},
+		{60 * time.Second, 69 * time.Second, 3 * time.Second, 3 * time.Second},
 	} {
 		c := validConfig()
 		c.HeartbeatTimeout, c.RenewInterval = Duration(tc.lease), nil
@@ -258,9 +261,15 @@ func TestDerivedGroupTiming(t *testing.T) {
 			t.Fatalf("lease %v: %v", tc.lease, err)
 		}
 		timing, _ := c.groupTiming()
-		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != tc.session {
+		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != 2*tc.lease {
 			t.Errorf("lease %v: session %v interval %v maxPoll %v; want %v %v %v",
-				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, tc.session)
+				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, 2*tc.lease)
+		}
+		if got := SessionTimeout(tc.lease); got != tc.session {
+			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)
+		}
+		if got := timing.commitWindow(tc.lease); got != tc.window {
+			t.Errorf("lease %v: explicit commits may renew for %v after the last automatic one, want %v", tc.lease, got, tc.window)
 		}
 		if timing.session < tc.lease+2*timing.interval {
 			t.Errorf("lease %v: derived timing breaks its own safety margin", tc.lease)

@@ -49,8 +49,8 @@
 // network cuts and broker outages, on four assumptions:
 //
 //   - Clock rates. The contenders and the group coordinator measure time at the same rate, to well
-//     within the margin between HeartbeatTimeout and the session timeout (by default 10% would
-//     be safe). Wall-clock agreement is not needed: leases run on the monotonic clock. A host
+//     within the margin the session timeout keeps beyond HeartbeatTimeout and two group heartbeat
+//     intervals (by default 4% of the session). Wall-clock agreement is not needed: leases run on the monotonic clock. A host
 //     that suspends stops that clock, and is not covered.
 //   - librdkafka sends its group heartbeats every heartbeat.interval.ms on the same coordinator
 //     connection as its offset commits.
@@ -64,26 +64,36 @@
 //     last second, and the coordinator holds its JoinGroup until the rebalance completes, which
 //     holds back every later request on that connection. The coordinator accepts a commit with
 //     the current generation until then, and while librdkafka waits to rejoin goneli sends the
-//     stalled offsets' commits itself, but only within 0.8 x HeartbeatTimeout of the last
-//     automatic commit at the default timing (commitWindow: the rebalance timeout minus
+//     stalled offsets' commits itself, but only within a window of the last automatic commit
+//     (commitWindow: the session timeout, or the rebalance timeout if shorter, minus
 //     HeartbeatTimeout minus two group heartbeat intervals; nothing if the settings leave no
-//     room). So a member's last renewal comes at most that window plus a heartbeat interval after
-//     a rebalance began, and its lease runs out a heartbeat interval before the rebalance timeout
-//     could expel it. One qualification: while the coordinator is unreachable
+//     room). At the default timing that is the session's margin, a twentieth of the lease, so
+//     a leader at a short lease can be fenced by librdkafka's wait of up to a second to rejoin and
+//     lead again once the rebalance ends; a session.timeout.ms of twice the lease widens the window
+//     to 0.8 x HeartbeatTimeout, at the cost of failover. So a member's last renewal comes at most
+//     that window plus a heartbeat interval after it was last heard from, and its lease runs out a
+//     heartbeat interval before the coordinator could expel it. One qualification: while the coordinator is unreachable
 //     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
 //     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
 //     a late commit from renewing a lease the group has moved on from is librdkafka's own session
 //     timeout, which revokes the assignment no later than the coordinator could expel the member,
-//     provided max.poll.interval.ms is at least session.timeout.ms (goneli makes them equal).
+//     provided max.poll.interval.ms is at least session.timeout.ms (goneli derives it as twice
+//     the lease, and refuses one below the session).
 //     The three-broker chaos kind leave-cut aims at that margin, which can be as short as a
 //     heartbeat interval; it found no overlap in 16 faults.
 //
 // The argument: a renewal rests on a commit that reached the coordinator after the heartbeat was
 // sent, so the coordinator heard from the member at most one heartbeat interval before that send
-// time and cannot expel it for a session timeout after. goneli derives the session timeout as
-// twice HeartbeatTimeout and the heartbeat interval as a tenth of it, and refuses overrides that
-// leave less than HeartbeatTimeout plus two heartbeat intervals, so a lease always runs out before
-// a successor can be assigned. Under the KIP-848 consumer protocol (group.protocol=consumer) the
+// time and cannot expel it for a session timeout after. goneli derives the heartbeat interval as a
+// tenth of HeartbeatTimeout (within 100 ms and 3 s) and the session timeout as HeartbeatTimeout
+// plus two heartbeat intervals plus a margin of a twentieth of HeartbeatTimeout (SessionTimeout:
+// 6.25 s at the default lease, 1.25 s at 1 s), raised to the broker's group.min.session.timeout.ms
+// where New can read it, and refuses overrides that leave less than HeartbeatTimeout plus two
+// heartbeat intervals, so a lease always runs out before a successor can be assigned. One interval
+// covers the time between the member's last group heartbeat and the heartbeat's send time, one is
+// slack for the group heartbeat on the wire; delivery delays only help (a renewal is measured from
+// the send time, the coordinator's session from when it heard the member), and the margin covers
+// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the KIP-848 consumer protocol (group.protocol=consumer) the
 // broker sets both, and New enforces the same condition on them: the group's session timeout
 // (the group's consumer.session.timeout.ms where the broker describes group configs, else the
 // smallest group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout
@@ -146,10 +156,11 @@
 //
 // Under the classic group protocol every rebalance stops the leader's renewals until it completes.
 // Most complete within milliseconds, but one that waits for a member that died without leaving
-// lasts until that member's session times out (twice HeartbeatTimeout), and the leader is fenced
-// half-way through: a follower that crashes, freezes or is cut off, followed by any join before
-// its session ends, costs about one HeartbeatTimeout without a leader (measured with a 3 s lease:
-// fenced 3.2 s after the join, a new leader 2.8 s later). The classic protocol offers no safe
+// lasts until that member's session times out (SessionTimeout, about 1.25 x HeartbeatTimeout), and
+// the leader can be fenced before it ends: a follower that crashes, freezes or is cut off, followed
+// by any join before its session ends, can cost the rest of that session without a leader
+// (measured with a 3 s lease and the session of twice the lease that goneli derived before: fenced
+// 3.2 s after the join, a new leader 2.8 s later). The classic protocol offers no safe
 // proof of ownership while the leader's own JoinGroup is held by the coordinator. The KIP-848
 // consumer protocol (KafkaConfig["group.protocol"]="consumer", Kafka 4.0 or later) has no such
 // barrier: there the leader renewed throughout.

@@ -448,15 +448,15 @@ func (d *doctor) checkSession(ctx context.Context) {
 	}
 	session := d.timing.session
 	switch {
+	case lo.from != "" && session < lo.value && d.timing.userSession:
+		d.add("session", CheckFail, fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.value.Milliseconds()),
+			"the group session, %v (session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused", session, lo.value, lo.from)
 	case lo.from != "" && session < lo.value:
-		fix := fmt.Sprintf("raise the lease (--heartbeat-timeout) to at least %v, or lower group.min.session.timeout.ms to %d or less", lo.value/2, session.Milliseconds())
-		if d.timing.userSession {
-			fix = fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.value.Milliseconds())
-		}
-		d.add("session", CheckFail, fix, "the group session, %v (twice the lease %v, or session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused",
-			session, ht, lo.value, lo.from)
+		d.add("session", CheckWarn, fmt.Sprintf("lower group.min.session.timeout.ms to %d or less for failover in about a lease", session.Milliseconds()),
+			"the group session that the lease %v implies, %v, is below the broker's minimum, %v (%s): New raises it to that, so a crashed leader is replaced after about %v",
+			ht, session, lo.value, lo.from, lo.value)
 	case hi.from != "" && session > hi.value:
-		d.add("session", CheckFail, fmt.Sprintf("lower the lease to at most %v, or raise group.max.session.timeout.ms", hi.value/2),
+		d.add("session", CheckFail, "lower the lease (--heartbeat-timeout), or raise group.max.session.timeout.ms",
 			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.value, hi.from)
 	case lo.from == "" || hi.from == "":
 		d.add("session", CheckWarn, "grant DescribeConfigs on the cluster to check it, or compare by hand",

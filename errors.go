@@ -22,7 +22,7 @@ var ErrNonLivePulse = errors.New("goneli: cannot pulse in non-live state")
 var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
 
 // SessionTimeoutError is the fatal error Pulse returns when the group coordinator refuses the
-// group session that goneli derives from HeartbeatTimeout (twice the lease), because it lies
+// group session that goneli derives from HeartbeatTimeout (SessionTimeout), or session.timeout.ms, because it lies
 // outside the broker's group.min.session.timeout.ms to group.max.session.timeout.ms (6 s to
 // 30 min under Kafka's defaults). librdkafka would retry the JoinGroup for ever; the refusal comes
 // with the first answer to it, so the error comes from the first Pulse after that answer,
@@ -34,9 +34,11 @@ type SessionTimeoutError struct {
 }
 
 func (e *SessionTimeoutError) Error() string {
-	advice := "raise HeartbeatTimeout (to at least 3s under Kafka's defaults) or lower the broker's group.min.session.timeout.ms"
+	advice := "raise HeartbeatTimeout (to at least 4.8s under Kafka's defaults) or KafkaConfig[\"session.timeout.ms\"], " +
+		"or lower the broker's group.min.session.timeout.ms; New raises a derived session to that minimum itself where " +
+		"it may describe the brokers' configs (DescribeConfigs on the cluster)"
 	if e.Session > 30*time.Minute {
-		advice = "lower HeartbeatTimeout (to at most 15m under Kafka's defaults) or raise the broker's group.max.session.timeout.ms"
+		advice = "lower HeartbeatTimeout (to at most 26m under Kafka's defaults) or raise the broker's group.max.session.timeout.ms"
 	}
 	return fmt.Sprintf("goneli: the broker refuses a group session of %v (derived from HeartbeatTimeout %v, or set as "+
 		"KafkaConfig[\"session.timeout.ms\"]): it lies outside the broker's group.min.session.timeout.ms to "+

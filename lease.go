@@ -254,20 +254,27 @@ func commitStall(poll time.Duration) time.Duration {
 }
 
 // commitWindow is how long after librdkafka's last automatic commit a lease may still renew on
-// explicit ones, for a rebalance timeout (max.poll.interval.ms) rebalance and a group heartbeat
-// interval hb; zero where the settings leave no room.
+// explicit ones, for a coordinator that may expel a member it has not heard from for expel (the
+// session timeout, or the rebalance timeout if shorter: groupTiming.expelBound) and a group
+// heartbeat interval hb; zero where the settings leave no room.
 //
-// librdkafka stops auto-committing within a group heartbeat interval of a rebalance's start, and
-// the coordinator, which accepts commits until the member rejoins, expels a member that has not
-// rejoined once the rebalance timeout has passed. A renewal made within the window after the last
-// automatic commit rests on a heartbeat sent at most hb + window after the rebalance began, so
-// its lease ends by hb + window + HeartbeatTimeout = rebalance - hb: before a member that never
-// rejoined could be expelled and its partition handed on. goneli's defaults (rebalance timeout
-// 2 x HeartbeatTimeout, heartbeat interval a tenth of it) give 0.8 x HeartbeatTimeout, which
-// covers librdkafka's wait of up to a second to rejoin at leases from about 1.2 s up, and most
-// of it below.
+// librdkafka stops auto-committing, and may stop its group heartbeats, within a group heartbeat
+// interval of a rebalance's start, and the coordinator, which accepts commits until the member
+// rejoins, may expel a member that has not rejoined once expel has passed since it last heard from
+// it. A renewal made within the window after the last automatic commit rests on a heartbeat sent
+// at most hb + window after that, so its lease ends by hb + window + HeartbeatTimeout = expel - hb:
+// before the member could be expelled and its partition handed on. goneli's default session
+// leaves a window of its margin, a twentieth of the lease; a session of twice the lease leaves
+// 0.8 x HeartbeatTimeout, which covers librdkafka's wait of up to a second to rejoin at leases
+// from about 1.2 s up.
 func commitWindow(rebalance, lease, hb time.Duration) time.Duration {
 	return max(0, rebalance-lease-2*hb)
+}
+
+// useCommitWindow replaces the window, before the first tenure, once New has read the broker's
+// timing.
+func (l *lease) useCommitWindow(w time.Duration) {
+	l.window = w
 }
 
 // stalled returns the newest stored offset if any stored offset has waited for its commit for the

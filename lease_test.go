@@ -338,7 +338,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	r := newRig(t)
 	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
 	if r.l.window != 800*time.Millisecond {
-		t.Fatalf("window %v at the default timing, want 0.8 x HeartbeatTimeout", r.l.window)
+		t.Fatalf("window %v for a session of twice the lease, want 0.8 x HeartbeatTimeout", r.l.window)
 	}
 	r.acquire()
 	r.renewal(10*time.Millisecond, 10*time.Millisecond)

@@ -30,6 +30,11 @@ func (d *driver) join() error {
 	if err := d.prepareGroup(); err != nil {
 		return err
 	}
+	// What New read of the broker's session (fitSession, checkConsumerGroupSession) bounds how long
+	// a lease may renew on explicit commits.
+	for _, p := range d.parts {
+		p.lease.useCommitWindow(d.timing.commitWindow(*d.config.HeartbeatTimeout))
+	}
 	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
@@ -69,6 +74,7 @@ func (d *driver) prepareGroup() error {
 		}
 		return err
 	}
+	d.fitSession(admin, brokers)
 	d.check.count.Add(1)
 	if !d.timing.classic {
 		if err := d.checkConsumerGroupSession(admin, brokers); err != nil {

@@ -365,7 +365,7 @@ func groupInterval(lease time.Duration) time.Duration {
 	return max(100*time.Millisecond, min(lease/10, 3*time.Second))
 }
 
-func sessionTimeout(lease time.Duration) time.Duration { return 2 * lease }
+func sessionTimeout(lease time.Duration) time.Duration { return goneli.SessionTimeout(lease) }
 
 // settle waits before a trial's fault, for two reasons. The group must be in a steady state: a
 // leader that leaves within about a second of another member joining (as the replacement from

@@ -48,12 +48,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// Timing of the members: a 1 s lease gives a 2 s session timeout and a 100 ms group heartbeat.
+// Timing of the members: a 1 s lease gives a 1.25 s session timeout (goneli.SessionTimeout) and a
+// 100 ms group heartbeat.
 const (
 	lease        = time.Second
 	pollInterval = 50 * time.Millisecond
-	session      = 2 * lease
 )
+
+var session = goneli.SessionTimeout(lease)
 
 // The group the members contend in, and its leader topic.
 const (
@@ -781,7 +783,7 @@ func (h *harness) inject(kind string) verdict.Fault {
 		h.broker.Net.Heal(clientID)
 	case kindNoRejoin:
 		// A rebalance the leader cannot rejoin: the coordinator expels it after the rebalance
-		// timeout (max.poll.interval.ms, the session timeout here) although its commits and group
+		// timeout (max.poll.interval.ms, twice the lease) although its commits and group
 		// heartbeats go on being answered until then.
 		if p == nil {
 			f.Detail = "no leader to block"

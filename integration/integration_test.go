@@ -81,7 +81,8 @@ func broker(t *testing.T) target {
 			t.Fatalf("GONELI_KAFKA=%s: cannot connect (%v); start the cluster or unset GONELI_KAFKA", v, err)
 		}
 		_ = conn.Close()
-		// A stock broker rejects sessions under 6 s; the session is twice the lease.
+		// A stock broker rejects sessions under 6 s; New raises the 3.75 s that a 3 s lease implies
+		// to the broker's minimum where it can read it.
 		return target{servers: v, lease: 3 * time.Second}
 	}
 }

@@ -16,10 +16,10 @@
 // # Timing
 //
 // Broker.Config gives a lease (HeartbeatTimeout) of Lease, 1 s, where goneli's default is 5 s, so
-// that failovers take seconds rather than tens of seconds. With it, the group session is 2 s and
+// that failovers take seconds rather than tens of seconds. With it, the group session is 1.25 s and
 // the group heartbeat 100 ms; on an idle machine a first leader is elected within about a second of
 // New, a graceful handover (Close) takes well under a second, and a leader that is cut off, or
-// that crashes, is succeeded after about its session, 2 to 3 s. A machine loaded by other tests,
+// that crashes, is succeeded after about its session, 1.5 to 3 s. A machine loaded by other tests,
 // or the race detector, stretches all of these, and the cgo client (librdkafka) runs threads of
 // its own that the Go scheduler does not pace. So wait for events, not for durations: AwaitLeader
 // and WaitLeader poll until the state they wait for holds, and DefaultTimeout (30 s) is a bound

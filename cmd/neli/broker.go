@@ -24,7 +24,7 @@ func runBroker(args []string, stdout, stderr io.Writer) (int, error) {
 	listen := fs.String("listen", "127.0.0.1:9092", "loopback address to listen on; port 0 picks a free one")
 	topics := fs.String("topics", "", "comma-separated topics to create up front, one partition each")
 	minSession := fs.Duration("group-min-session-timeout", kafkatest.DefaultGroupMinSessionTimeout,
-		"the broker's group.min.session.timeout.ms; a lease needs a session of twice its length")
+		"the broker's group.min.session.timeout.ms; a lease needs a session of about 1.25 times its length")
 	err := parse(fs, args, stdout)
 	if err == nil && fs.NArg() > 0 {
 		err = badUsage("unexpected argument %q", fs.Arg(0))
@@ -40,7 +40,7 @@ func runBroker(args []string, stdout, stderr io.Writer) (int, error) {
 		return 0, err
 	}
 
-	opts := []kfake.Opt{kfake.Ports(port), kfake.GroupMinSessionTimeout(*minSession)}
+	opts := append([]kfake.Opt{kfake.Ports(port)}, kafkatest.MinSession(*minSession)...)
 	var seed []string
 	for _, t := range strings.Split(*topics, ",") {
 		if t = strings.TrimSpace(t); t != "" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -113,15 +114,15 @@ func runDemo(args []string, stdout, stderr io.Writer) (int, error) {
 		defer b.Close()
 		d.addr = b.Addr
 		d.say("embedded Kafka-protocol broker (kfake) listening on %s", b.Addr)
-		d.say("lease (HeartbeatTimeout) %v, group session timeout %v: short, which the embedded broker allows,", o.heartbeatTimeout, 2*o.heartbeatTimeout)
-		d.say("so a crashed or frozen leader is replaced within about %v", 2*o.heartbeatTimeout)
+		d.say("lease (HeartbeatTimeout) %v, group session timeout %v: short, which the embedded broker allows,", o.heartbeatTimeout, d.session())
+		d.say("so a crashed or frozen leader is replaced within about %v", d.session())
 	} else {
 		if err := o.checkReachable(); err != nil {
 			return 0, err
 		}
 		d.addr = o.kafka
-		d.say("Kafka at %s; lease (HeartbeatTimeout) %v, group session timeout %v", o.kafka, o.heartbeatTimeout, 2*o.heartbeatTimeout)
-		d.say("(the broker's group.min.session.timeout.ms must be at most %d)", (2 * o.heartbeatTimeout).Milliseconds())
+		d.say("Kafka at %s; lease (HeartbeatTimeout) %v, group session timeout %v", o.kafka, o.heartbeatTimeout, d.session())
+		d.say("(the broker's group.min.session.timeout.ms must be at most %d)", d.session().Milliseconds())
 	}
 	return d.run(), nil
 }
@@ -208,8 +209,6 @@ func unexplainedFences(fences []fenceAt, thaws map[string][]time.Time, lease tim
 	}
 	return out
 }
-
-func (d *demo) session() time.Duration { return 2 * d.o.heartbeatTimeout }
 
 // hold is how long a leader is left alone before the next disruption, so the timeline shows it
 // leading.
@@ -430,17 +429,28 @@ func (d *demo) exited(p *fleet.Proc) {
 	d.spawn()
 }
 
+// session is the members' group session timeout: twice the lease unless -X sets one. goneli's own
+// default, about 1.25 leases (goneli.SessionTimeout), replaces a crashed leader sooner, but leaves
+// a leader little room to renew while librdkafka waits up to a second to rejoin a rebalance, and
+// at the demo's 1 s lease such a wait would fence it now and then (a fence the demo's check flags).
+func (d *demo) session() time.Duration {
+	if v, ok := d.o.resolved["session.timeout.ms"]; ok {
+		if ms, err := strconv.Atoi(fmt.Sprint(v)); err == nil {
+			return time.Duration(ms) * time.Millisecond
+		}
+	}
+	return 2 * d.o.heartbeatTimeout
+}
+
 // memberEnv passes the Kafka settings from -F, -X and the environment, other than the bootstrap
-// servers, to a member through its environment rather than its arguments, which ps shows.
+// servers, to a member through its environment rather than its arguments, which ps shows, with the
+// demo's session timeout.
 func (d *demo) memberEnv() []string {
-	props := map[string]string{}
+	props := map[string]string{"session.timeout.ms": strconv.Itoa(int(d.session().Milliseconds()))}
 	for k, v := range d.o.resolved {
 		if k != "bootstrap.servers" {
 			props[k] = fmt.Sprint(v)
 		}
-	}
-	if len(props) == 0 {
-		return nil
 	}
 	b, _ := json.Marshal(props) // cannot fail: strings only
 	return []string{member.KafkaConfigEnv + "=" + string(b)}

@@ -43,7 +43,7 @@ func parseDoctor(args []string, stdout io.Writer) (doctorOptions, error) {
 	fs.Lookup("roles").Usage = "check for N numbered roles, as 'neli run --roles N' (default: a single leader)"
 	fs.Lookup("role").Usage = "check for the role NAME, as 'neli run --role NAME'; repeat for more roles"
 	fs.Lookup("name").Usage = "the name 'neli run' would use; only its client.id is seen by the broker"
-	fs.Lookup("heartbeat-timeout").Usage = "the lease the contenders will use; the broker must allow a group session of twice this"
+	fs.Lookup("heartbeat-timeout").Usage = "the lease the contenders will use; the broker must allow the group session it implies (about 1.25 x the lease)"
 	if err := o.parseFlags(fs, args, stdout); err != nil {
 		return o, err
 	}

@@ -216,7 +216,7 @@ func (c *common) validate() error {
 		return badUsage("--heartbeat-timeout %v is too short: the minimum is %v", c.heartbeatTimeout, goneli.MinHeartbeatTimeout)
 	}
 	if c.heartbeatTimeout > goneli.MaxHeartbeatTimeout {
-		return badUsage("--heartbeat-timeout %v is too long: the maximum is %v, as the group session is twice the lease and librdkafka allows at most 1h", c.heartbeatTimeout, goneli.MaxHeartbeatTimeout)
+		return badUsage("--heartbeat-timeout %v is too long: the maximum is %v, as the rebalance timeout is twice the lease and brokers allow sessions of at most 30 min by default", c.heartbeatTimeout, goneli.MaxHeartbeatTimeout)
 	}
 	if _, err := logrusLevel(c.logLevel); err != nil {
 		return err

@@ -20,7 +20,7 @@ func main() {
 	defer done()
 
 	// Without this, a SIGTERM kills the process and the successor waits out the group session
-	// (about twice HeartbeatTimeout) instead of taking over at once.
+	// (about 1.25 x HeartbeatTimeout) instead of taking over at once.
 	ctx, stop := signal.NotifyContext(env.Ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

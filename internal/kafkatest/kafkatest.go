@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +31,15 @@ type Broker struct {
 // DefaultGroupMinSessionTimeout is lowered from Kafka's 6 s so that tests can use short leases.
 const DefaultGroupMinSessionTimeout = 500 * time.Millisecond
 
+// MinSession sets the cluster's group.min.session.timeout.ms to d, both the one it enforces and the
+// one DescribeConfigs reports: kfake.GroupMinSessionTimeout alone changes only the first, and kfake
+// then describes Kafka's default, 6000, which goneli's New would take for the broker's minimum and
+// raise its session to. Give it after Start's defaults, which set 500 ms so.
+func MinSession(d time.Duration) []kfake.Opt {
+	return []kfake.Opt{kfake.GroupMinSessionTimeout(d),
+		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": strconv.Itoa(int(d.Milliseconds()))})}
+}
+
 // Start runs a one-broker cluster on a free loopback port (or the port given with kfake.Ports).
 // Options given here are applied after the defaults, so kfake.NumBrokers or kfake.Ports with
 // several ports start several nodes, every one behind the same Netem.
@@ -41,11 +51,7 @@ func Start(opts ...kfake.Opt) (*Broker, error) {
 // of the one it replaces keeps its faults: a client cut off from the old broker is cut off from
 // the new one, as a real partition of the network would keep it.
 func StartNet(nm *Netem, opts ...kfake.Opt) (*Broker, error) {
-	all := append([]kfake.Opt{
-		kfake.NumBrokers(1),
-		kfake.GroupMinSessionTimeout(DefaultGroupMinSessionTimeout),
-		kfake.ListenFn(nm.Listen),
-	}, opts...)
+	all := append(append([]kfake.Opt{kfake.NumBrokers(1), kfake.ListenFn(nm.Listen)}, MinSession(DefaultGroupMinSessionTimeout)...), opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {
 		return nil, err

@@ -34,7 +34,7 @@ func TestBlockingFencedBarrierDelaysOnlyEvents(t *testing.T) {
 	pulse(t, n)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
 
-	// Cut until the lease runs out, which is sooner than the group session (twice the lease), so
+	// Cut until the lease runs out, which is sooner than the group session (about 1.25 leases), so
 	// the tenure outlives the cut.
 	b.Net.Cut("goneli-a", kafkatest.Blackhole)
 	r.await(t, "a to be fenced", has[LeaderFenced]("a"))

@@ -371,8 +371,10 @@ func TestLeaderTopicRecreated(t *testing.T) {
 // (issue 30, the demo's unexplained fence: a leader that joined one rebalance and saw the next one
 // start 111 ms later waited 894 ms for its JoinGroup, without a commit, and its 1 s lease ran
 // out). The group accepts commits of the current generation all that time, and the lease asks for
-// them explicitly once its offsets have waited two polls, within 0.8 leases of the last automatic
-// commit (lease.stalled). Here a's automatic commits come only every 1.5 leases, a gap that
+// them explicitly once its offsets have waited two polls, within a window of the last automatic
+// commit that the session leaves (lease.stalled, commitWindow): 0.8 leases for the session of twice
+// the lease that a sets here, as a user whose leader must ride out rebalances at a short lease
+// would. Here a's automatic commits come only every 1.5 leases, a gap that
 // librdkafka's wait opens only when rebalances come in a particular order: a must come through
 // that, and through rebalances, on explicit commits without a fence.
 func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
@@ -383,6 +385,7 @@ func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
 		return testConfig(b, group, name, log)
 	}
 	ca := config("a")
+	ca.KafkaConfig["session.timeout.ms"] = int((2 * lease).Milliseconds())
 	ca.KafkaConsumerProvider = func(conf *KafkaConfigMap) (KafkaConsumer, error) {
 		sparse := KafkaConfigMap{}
 		for k, v := range *conf {
