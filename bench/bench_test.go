@@ -250,3 +250,43 @@ func TestParseOptionsRoles(t *testing.T) {
 		}
 	}
 }
+
+// The docs' pages come from the committed results: --render writes the page and rewrites the
+// README's summary between its markers, leaving the rest of the file alone, and a report from
+// before the session was recorded names no session rather than today's.
+func TestRenderMarkdown(t *testing.T) {
+	dir := t.TempDir()
+	md, readme := filepath.Join(dir, "docs", "results.md"), filepath.Join(dir, "README.md")
+	if err := os.MkdirAll(filepath.Dir(md), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, after := "# title\n\n"+summaryBegin+"\nstale\n", summaryEnd+"\n\nthe rest\n"
+	if err := os.WriteFile(readme, []byte(before+after), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseOptions([]string{"--render", "results.json", "--md", md, "--readme", readme}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := renderFile(o.render, o); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(md)
+	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | ~1090 ms | 309 ms |",
+		"| Failover and fencing (3 contenders)", "session timeout + rebalance"} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if bytes.Contains(page, []byte("private (anonymous)")) {
+		t.Error("page shows private memory, which the report did not measure")
+	}
+	got, _ := os.ReadFile(readme)
+	s := string(got)
+	if !strings.HasPrefix(s, before[:len(before)-len("stale\n")]) || !strings.HasSuffix(s, after) || strings.Contains(s, "stale") {
+		t.Errorf("README outside the markers changed, or the old summary stayed:\n%s", s)
+	}
+	if !strings.Contains(s, "[docs/results.md](docs/results.md)") || !strings.Contains(s, "| graceful handoff, 1 s lease | ~1120 ms | 68 ms |") {
+		t.Errorf("README summary:\n%s", s)
+	}
+}

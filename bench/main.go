@@ -6,6 +6,8 @@
 //	go run ./bench --short               # a smoke run of well under a minute
 //	go run ./bench --kafka host:9092     # against a real cluster (no fencing trials)
 //	go run ./bench --render bench.json --svg failover.svg
+//	go run ./bench --render bench/results.json --md docs/performance-results.md --readme README.md
+//	                                     # the docs' tables from the committed figures
 //	go run ./bench --roles-scenarios     # adds the roles scenarios (goneli.NewRoles)
 //	go run ./bench --short --roles-scenarios --contenders "" --trials 0 --fence-trials 0 --roles-trials 2
 //	                                     # only the roles scenarios, small: about a minute
@@ -40,6 +42,8 @@ type options struct {
 	out         string
 	svg         string
 	render      string
+	md          string
+	readme      string
 	short       bool
 	trials      int
 	fenceTrials int
@@ -70,7 +74,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.kafka, "kafka", "", "bootstrap servers of a Kafka cluster (default: an embedded kfake broker)")
 	fs.StringVar(&o.out, "out", "bench.json", "write the figures as JSON here (\"\" for none)")
 	fs.StringVar(&o.svg, "svg", "", "also render the failover timelines as SVG here")
-	fs.StringVar(&o.render, "render", "", "only render --svg from this JSON report, then exit")
+	fs.StringVar(&o.render, "render", "", "only render --svg, --md and --readme from this JSON report, then exit")
+	fs.StringVar(&o.md, "md", "", "also write the tables as a Markdown page here (docs/performance-results.md)")
+	fs.StringVar(&o.readme, "readme", "", "also put the summary table into this file, between its "+summaryBegin+" and "+summaryEnd+" lines")
 	fs.BoolVar(&o.short, "short", false, "smoke run: few trials, HeartbeatTimeout 1s only, small groups")
 	fs.IntVar(&o.trials, "trials", 20, "trials per handoff and failover series (0 skips them)")
 	fs.IntVar(&o.crashTrials, "crash-trials", -1, "trials per crash failover series (default: --trials; 0 skips them)")
@@ -160,7 +166,7 @@ func main() {
 		os.Exit(2)
 	}
 	if o.render != "" {
-		if err := renderFile(o.render, o.svg); err != nil {
+		if err := renderFile(o.render, o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
 			os.Exit(1)
 		}
@@ -260,17 +266,37 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 			errs = append(errs, fmt.Errorf("writing %s: %w", o.out, err))
 		}
 	}
+	if err := writeRendered(rep, o, o.out); err != nil {
+		errs = append(errs, err)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// writeRendered writes what o asks for besides the JSON: the SVG, the Markdown page and the
+// README's summary. source names the JSON file the page says it was rendered from.
+func writeRendered(rep *Report, o options, source string) error {
+	var errs []error
 	if o.svg != "" {
 		if err := os.WriteFile(o.svg, renderSVG(rep), 0o644); err != nil {
 			errs = append(errs, fmt.Errorf("writing %s: %w", o.svg, err))
 		}
 	}
-	return rep, errors.Join(errs...)
+	if o.md != "" {
+		if err := os.WriteFile(o.md, markdownPage(rep, source), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("writing %s: %w", o.md, err))
+		}
+	}
+	if o.readme != "" {
+		if err := replaceSummary(o.readme, rep, o.md); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
-func renderFile(in, out string) error {
-	if out == "" {
-		return errors.New("--render needs --svg")
+func renderFile(in string, o options) error {
+	if o.svg == "" && o.md == "" && o.readme == "" {
+		return errors.New("--render needs --svg, --md or --readme")
 	}
 	b, err := os.ReadFile(in)
 	if err != nil {
@@ -280,10 +306,10 @@ func renderFile(in, out string) error {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	return os.WriteFile(out, renderSVG(&rep), 0o644)
+	return writeRendered(&rep, o, in)
 }
 
-// printTable renders the report as Markdown tables, ready for the README.
+// printTable renders the report as Markdown tables (markdownPage puts them on a page).
 func printTable(w io.Writer, rep *Report) {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(w, format+"\n", args...) }
 	p("")
@@ -310,7 +336,7 @@ func printTable(w io.Writer, rep *Report) {
 	for _, s := range rep.Series {
 		lease := time.Duration(s.HeartbeatTimeoutMs) * time.Millisecond
 		p("| %s | %v | %d | %s | %s | %s | %s |", seriesTitle(s.Name), lease, s.N,
-			msStr(s.Median), msStr(s.P90), msStr(s.Max), seriesBound(s.Name, lease))
+			msStr(s.Median), msStr(s.P90), msStr(s.Max), seriesBound(s, lease))
 	}
 	if len(rep.Cost) > 0 {
 		p("")
@@ -325,6 +351,9 @@ func printTable(w io.Writer, rep *Report) {
 				followerMem(c))
 		}
 		for _, c := range rep.Cost {
+			if !anonMeasured(rep.Cost) {
+				break // a report from before RssAnon was sampled
+			}
 			follower := "-"
 			if c.Instances > 1 {
 				follower = fmt.Sprintf("%.1f", c.FollowerAnonMB)
@@ -414,20 +443,24 @@ func seriesTitle(name string) string {
 	return name
 }
 
-// seriesBound names what the figure is bounded by, with the derived values for this lease.
-func seriesBound(name string, lease time.Duration) string {
-	iv, sess := groupInterval(lease), sessionTimeout(lease)
-	switch name {
+// seriesBound names what the figure is bounded by, with the derived values for this lease. The
+// session is the one the run recorded: a report from before it was recorded names none.
+func seriesBound(s Series, lease time.Duration) string {
+	iv, sess := groupInterval(lease), "session timeout"
+	if s.SessionTimeoutMs > 0 {
+		sess = fmt.Sprintf("session timeout (%v)", time.Duration(s.SessionTimeoutMs)*time.Millisecond)
+	}
+	switch s.Name {
 	case seriesHandoff, seriesRolesHandoff, seriesRolesHandoffAll:
 		return fmt.Sprintf("group heartbeat interval (%v) + first own heartbeat round trip", iv)
 	case seriesHandoffLeft:
 		return "LeaveGroup round trip, client shutdown"
 	case seriesFailover, seriesCrashGap, seriesRolesFailover, seriesRolesFailoverAll, seriesRolesCrashGap:
-		return fmt.Sprintf("session timeout (%v) + rebalance", sess)
+		return sess + " + rebalance"
 	case seriesFenceFenced, seriesFenceLastAct:
 		return fmt.Sprintf("lease (%v) after the last confirmed heartbeat", lease)
 	case seriesFenceNext, seriesFenceGap:
-		return fmt.Sprintf("session timeout (%v) after the last group heartbeat", sess)
+		return sess + " after the last group heartbeat"
 	}
 	return ""
 }

@@ -54,10 +54,14 @@ type FirstLeader struct {
 
 // Series is one figure measured over repeated trials.
 type Series struct {
-	Name               string    `json:"name"`        // see the series* constants
-	Description        string    `json:"description"` // what is measured, from when to when
-	HeartbeatTimeoutMs int64     `json:"heartbeat_timeout_ms"`
-	SamplesMs          []float64 `json:"samples_ms"`
+	Name               string `json:"name"`        // see the series* constants
+	Description        string `json:"description"` // what is measured, from when to when
+	HeartbeatTimeoutMs int64  `json:"heartbeat_timeout_ms"`
+	// SessionTimeoutMs is the group session timeout the members derived from the lease. It is
+	// recorded because the derivation changes between releases, and the table's "bounded by"
+	// column must name the session of the run, not today's (0 in reports that predate it).
+	SessionTimeoutMs int64     `json:"session_timeout_ms,omitempty"`
+	SamplesMs        []float64 `json:"samples_ms"`
 	Stat
 }
 

@@ -516,7 +516,7 @@ func printRolesTables(w io.Writer, rr *RolesReport) {
 		for _, s := range rr.Series {
 			lease := time.Duration(s.HeartbeatTimeoutMs) * time.Millisecond
 			p("| %s | %v | %d | %s | %s | %s | %s |", seriesTitle(s.Name), lease, s.N,
-				msStr(s.Median), msStr(s.P90), msStr(s.Max), seriesBound(s.Name, lease))
+				msStr(s.Median), msStr(s.P90), msStr(s.Max), seriesBound(s, lease))
 		}
 	}
 	for _, g := range rr.Group {

@@ -487,7 +487,8 @@ func (f *memberFleet) state() string {
 }
 
 func newSeries(name, description string, lease time.Duration) Series {
-	return Series{Name: name, Description: description, HeartbeatTimeoutMs: lease.Milliseconds()}
+	return Series{Name: name, Description: description, HeartbeatTimeoutMs: lease.Milliseconds(),
+		SessionTimeoutMs: sessionTimeout(lease).Milliseconds()}
 }
 
 // waitSuccessor waits for the first act of a member other than old that began after t0.
