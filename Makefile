@@ -40,6 +40,8 @@ release-check:
 # then restarts all three brokers at once, and the draw adds coord-move, part-move, broker-cut,
 # node-leave, rolling-restart and leave-cut. The summary says how many brokers were used. `go test ./chaos/` (CI) adds TestChaosBrokers, one short trial on
 # three brokers (coord-move, broker-cut, rolling-restart, leave-cut); CHAOS_BROKERS skips it.
+# CHAOS_REPORT=docs/chaos-results.md appends the summary to that page as a Markdown section, the
+# page the docs publish runs on (docs/chaos.md).
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50
 chaos:

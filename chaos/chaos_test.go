@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -301,6 +302,39 @@ func runTrials(t *testing.T, s settings) {
 			t.Errorf("writing summary: %v", err)
 		}
 	}
+	// The docs publish runs only through this page, so that no figure is copied by hand.
+	if path := os.Getenv("CHAOS_REPORT"); path != "" {
+		run := RunInfo{Seed: s.seed, Commit: gitCommit(), Settings: chaosSettings(), Date: start}
+		if err := sum.AppendMarkdown(path, run); err != nil {
+			t.Errorf("writing report: %v", err)
+		}
+	}
+}
+
+// chaosSettings lists the CHAOS_* variables that shape a run, to say how to run it again; those
+// that only say where output goes are left out.
+func chaosSettings() []string {
+	var settings []string
+	for _, kv := range os.Environ() {
+		key, _, _ := strings.Cut(kv, "=")
+		switch {
+		case !strings.HasPrefix(key, "CHAOS_"), key == "CHAOS_REPORT", key == "CHAOS_SUMMARY", key == "CHAOS_LOGDIR":
+			continue
+		}
+		settings = append(settings, kv)
+	}
+	slices.Sort(settings)
+	return settings
+}
+
+// gitCommit is the commit of the repository the suite runs in (with "-dirty" if it has changes),
+// or "" where git cannot tell: test binaries carry no VCS stamp.
+func gitCommit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=7").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // librdkafkaAborts counts the known aborts of the trials under way (only one run of trials is

@@ -164,20 +164,54 @@ func (s Summary) Print(w io.Writer) {
 		t.infos, t.longestInfo.Round(time.Millisecond))
 	fmt.Fprintf(w, "worst leaderless gap: %v (after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapAfter)
 	fmt.Fprintf(w, "%-15s %6s %8s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "moved", "resumed", "unaff.", "median", "max (injection to next leader action)")
+	for _, r := range t.kindRows(false) {
+		fmt.Fprintf(w, "%-15s %6d %8d %8d %8d %8d %10s  %s\n", r.kind, r.faults, r.leader, r.moved, r.resumed, r.unaffected, r.median, r.max)
+	}
+	s.printViolations(w)
+}
+
+// kindRow is one fault kind's line of the summary. With roles, its outcomes and failover times
+// count every role a fault hit, and hit says how many roles that was.
+type kindRow struct {
+	kind                                            string
+	faults, leader, hit, moved, resumed, unaffected int
+	median, max                                     string
+}
+
+// kindRows aggregates the faults of each kind, per fault or, with roles, per role hit.
+func (t totals) kindRows(roles bool) []kindRow {
+	var rows []kindRow
 	for _, k := range t.kinds {
 		var ds []time.Duration
 		counts := map[verdict.Outcome]int{}
-		for _, f := range t.byKind[k] {
-			counts[f.Outcome]++
-			if f.Outcome == verdict.FailedOver || f.Outcome == verdict.Resumed {
-				ds = append(ds, f.Failover)
+		row := kindRow{kind: k, faults: len(t.byKind[k])}
+		count := func(o verdict.Outcome, d time.Duration) {
+			counts[o]++
+			if o == verdict.FailedOver || o == verdict.Resumed {
+				ds = append(ds, d)
 			}
 		}
-		med, mx := medianMax(ds)
-		fmt.Fprintf(w, "%-15s %6d %8d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), len(t.byKind[k])-counts[verdict.NotLeader],
-			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
+		for _, f := range t.byKind[k] {
+			if !roles {
+				count(f.Outcome, f.Failover)
+				continue
+			}
+			if len(f.Roles) > 0 {
+				row.leader++
+			}
+			for _, rr := range f.Roles {
+				row.hit++
+				count(rr.Outcome, rr.Failover)
+			}
+		}
+		if !roles {
+			row.leader = row.faults - counts[verdict.NotLeader]
+		}
+		row.moved, row.resumed, row.unaffected = counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected]
+		row.median, row.max = medianMax(ds)
+		rows = append(rows, row)
 	}
-	s.printViolations(w)
+	return rows
 }
 
 // printRoles is Print for members with roles.
@@ -193,25 +227,9 @@ func (s Summary) printRoles(w io.Writer, t totals) {
 		t.infos, t.longestInfo.Round(time.Millisecond))
 	fmt.Fprintf(w, "worst leaderless gap of one role: %v (role %s, after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapRole, t.gapAfter)
 	fmt.Fprintf(w, "%-15s %6s %8s %6s %8s %8s %8s %10s  %s\n", "kind", "faults", "leader", "roles", "moved", "resumed", "unaff.", "median", "max (injection to next action, per role hit)")
-	for _, k := range t.kinds {
-		var ds []time.Duration
-		counts := map[verdict.Outcome]int{}
-		hit, leader := 0, 0
-		for _, f := range t.byKind[k] {
-			if len(f.Roles) > 0 {
-				leader++
-			}
-			for _, rr := range f.Roles {
-				hit++
-				counts[rr.Outcome]++
-				if rr.Outcome == verdict.FailedOver || rr.Outcome == verdict.Resumed {
-					ds = append(ds, rr.Failover)
-				}
-			}
-		}
-		med, mx := medianMax(ds)
-		fmt.Fprintf(w, "%-15s %6d %8d %6d %8d %8d %8d %10s  %s\n", k, len(t.byKind[k]), leader, hit,
-			counts[verdict.FailedOver], counts[verdict.Resumed], counts[verdict.Unaffected], med, mx)
+	for _, r := range t.kindRows(true) {
+		fmt.Fprintf(w, "%-15s %6d %8d %6d %8d %8d %8d %10s  %s\n", r.kind, r.faults, r.leader, r.hit,
+			r.moved, r.resumed, r.unaffected, r.median, r.max)
 	}
 	fmt.Fprintf(w, "%-6s %8s %8s %10s  %s\n", "role", "spans", "overlaps", "worst gap", "after")
 	for _, r := range t.roles {

@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -78,5 +80,97 @@ func TestSummaryPrintsRoleFigures(t *testing.T) {
 	}
 	if s.Overlaps() != 1 {
 		t.Errorf("Overlaps() = %d, want 1", s.Overlaps())
+	}
+}
+
+// singleLeaderSummary is the trial of TestSummaryPrintsFigures: a sigkill of the leader, and an
+// overlap of b and c.
+func singleLeaderSummary() Summary {
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(n int) int64 { return t0.Add(time.Duration(n) * time.Millisecond).UnixNano() }
+	act := func(from, to int) member.Line {
+		return member.Line{At: ms(to), Event: member.EventAct, From: ms(from), To: ms(to)}
+	}
+	ev := func(at int, event string) member.Line { return member.Line{At: ms(at), Event: event} }
+	lines := map[string][]member.Line{
+		"a": {ev(0, member.EventAcquired), act(1, 100), ev(101, member.EventRevoked)},
+		"b": {ev(150, member.EventAcquired), act(200, 300), ev(301, member.EventRevoked)},
+		"c": {ev(310, member.EventAcquired), act(300, 320), ev(330, member.EventRevoked)},
+	}
+	faults := []verdict.Fault{{Kind: "sigkill", Victim: "a", WasLeader: true, At: time.Unix(0, ms(100))}}
+	return Summary{Brokers: 3, Trials: 1, Reports: []verdict.Report{verdict.Check(lines, nil, faults)}}
+}
+
+// The Markdown report holds Print's figures as tables, with what it takes to replay the run.
+func TestSummaryMarkdown(t *testing.T) {
+	var out bytes.Buffer
+	run := RunInfo{Seed: 42, Commit: "abc1234", Settings: []string{"CHAOS_BROKERS=3", "CHAOS_FAULTS=1"}, Date: time.Date(2026, 11, 26, 3, 4, 0, 0, time.UTC)}
+	singleLeaderSummary().Markdown(&out, run)
+	for _, want := range []string{
+		"## single leader, 3 broker(s), 1 faults",
+		"Run 2026-11-26 03:04 UTC on commit abc1234: 1 trial(s) in 0s, seed 42 (trial *i* uses seed + *i*), with `CHAOS_BROKERS=3 CHAOS_FAULTS=1`.",
+		"| overlaps (two processes acting as leader at one instant) | 1 |",
+		"| worst leaderless gap | 100ms (after a `sigkill` fault) |",
+		"| kind | faults | hit the leader | moved | resumed | unaffected | median | max (injection to next leader action) |",
+		"| `sigkill` | 1 | 1 | 1 | 0 | 0 | 100ms | 100ms |",
+		"```\n  OVERLAP b and c from ",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestSummaryMarkdownRoles(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(n int) int64 { return t0.Add(time.Duration(n) * time.Millisecond).UnixNano() }
+	act := func(role string, from, to int) member.Line {
+		return member.Line{At: ms(to), Event: member.EventAct, From: ms(from), To: ms(to), Role: role}
+	}
+	ev := func(role string, at int, event string) member.Line {
+		return member.Line{At: ms(at), Event: event, Role: role}
+	}
+	lines := map[string][]member.Line{
+		"a": {ev("0", 0, member.EventAcquired), ev("1", 0, member.EventAcquired), act("0", 1, 100), act("1", 1, 100)},
+		"b": {ev("0", 250, member.EventAcquired), act("0", 300, 600), ev("1", 450, member.EventAcquired), act("1", 500, 600),
+			ev("0", 700, member.EventRevoked), ev("1", 700, member.EventRevoked)},
+	}
+	faults := []verdict.Fault{{Kind: "sigkill", Victim: "a", WasLeader: true, At: time.Unix(0, ms(100)),
+		Roles: map[string]string{"0": "a", "1": "a"}}}
+	s := Summary{Brokers: 1, Trials: 1, Reports: []verdict.Report{verdict.Check(lines, map[string]time.Time{"a": time.Unix(0, ms(100))}, faults)}}
+	var out bytes.Buffer
+	s.Markdown(&out, RunInfo{Seed: 7})
+	for _, want := range []string{
+		"## 2 roles, 1 broker(s), 1 faults",
+		"| overlaps per role | 0=0 1=0 |",
+		"| worst leaderless gap of one role | 400ms (role 1, after a `sigkill` fault) |",
+		"| `sigkill` | 1 | 1 | 2 | 2 | 0 | 0 | 200ms | 400ms |",
+		"| 1 | 2 | 0 | 400ms | `sigkill` |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "OVERLAP") || strings.Contains(out.String(), "on commit") {
+		t.Errorf("report names an overlap or a commit it does not have:\n%s", out.String())
+	}
+}
+
+// Runs append their sections to one page, which the first one starts.
+func TestSummaryAppendMarkdown(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chaos-results.md")
+	s := singleLeaderSummary()
+	for range 2 {
+		if err := s.AppendMarkdown(path, RunInfo{Seed: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	if !strings.HasPrefix(page, "# Chaos results\n") || strings.Count(page, "# Chaos results") != 1 || strings.Count(page, "\n## single leader") != 2 {
+		t.Errorf("page:\n%s", page)
 	}
 }
