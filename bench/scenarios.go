@@ -629,7 +629,13 @@ func topRequests(byKey map[string]float64, n int) string {
 	for k, v := range byKey {
 		all = append(all, kv{k, v})
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v > all[j].v })
+	// Ties go by name, so that rendering one report twice gives the same page.
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].v != all[j].v {
+			return all[i].v > all[j].v
+		}
+		return all[i].k < all[j].k
+	})
 	var parts []string
 	for i := 0; i < len(all) && i < n; i++ {
 		parts = append(parts, fmt.Sprintf("%s %.1f", all[i].k, all[i].v))
