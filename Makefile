@@ -11,7 +11,7 @@ demo:
 vet:
 	go vet work
 
-# go mod tidy in every module (README, "Modules"; plain `go mod tidy` cannot resolve the v0.0.0
+# go mod tidy in every module (docs/modules.md; plain `go mod tidy` cannot resolve the v0.0.0
 # requirements between them).
 tidy:
 	./.ci/tidy

@@ -34,7 +34,7 @@ type AuthorizationError struct {
 func (e *AuthorizationError) Error() string {
 	who := grantee(e.Principal)
 	return fmt.Sprintf("goneli: the broker refuses %s %s on %s %s (%s: %v); grant it, for example: %s "+
-		"(the README's Production notes list every ACL goneli needs)",
+		"(docs/operations.md lists every ACL goneli needs, under ACLs)",
 		who, e.Operation, e.Resource, e.Name, e.Client, e.Err, aclGrantCommand(who, []string{e.Operation}, e.Resource, e.Name, e.Prefixed))
 }
 

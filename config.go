@@ -71,7 +71,7 @@ type Config struct {
 	// commits to the group coordinator), fetch.min.bytes other than 1 (a fetch would hold every
 	// heartbeat back for its whole wait) and fetch.wait.max.ms above HeartbeatTimeout/3 (a
 	// heartbeat that came back that late would leave no renewal to spare).
-	// See the README for the full list of derived settings.
+	// See docs/configuration.md for the full list of derived settings.
 	KafkaConfig KafkaConfigMap
 
 	// LeaderTopic is the topic whose partition 0 confers leadership. Default: LeaderGroupID
@@ -237,7 +237,7 @@ var ownedKafkaKeys = map[string]string{
 		"before InitTransactions, so no heartbeat would go out and no instance would ever lead",
 	"group.instance.id": "static membership lets a replacement with the same instance id take partition 0 at once, " +
 		"without a rebalance, while the member it replaced may still hold a lease, so two instances would lead; " +
-		"leave it unset (see the README's Static membership section)",
+		"leave it unset (see Static membership in docs/operations.md)",
 }
 
 var topicName = regexp.MustCompile(`^[a-zA-Z0-9._\-]{1,249}$`)

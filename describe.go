@@ -93,7 +93,7 @@ var ErrNoSuchGroup = errors.New("goneli: no such group")
 // leader, so it should be the group's own. Describe returns within ctx's deadline or
 // DescribeTimeout, whichever comes first; an error wrapping ErrNoSuchGroup if the coordinator does
 // not know the group, and an *AuthorizationError if the broker refuses what reading the leader
-// topic needs (see the README's ACLs).
+// topic needs (see docs/operations.md, "ACLs").
 func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	config, timing, err := config.prepare()
 	if err != nil {

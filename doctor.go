@@ -211,7 +211,7 @@ func (d *doctor) checkConfig(config Config, roles []string) bool {
 	report := func(err error) {
 		for _, e := range unjoin(err) {
 			bad++
-			fix := "fix the setting (see the README's Configuration section)"
+			fix := "fix the setting (see docs/configuration.md)"
 			if errors.As(e, &ce) {
 				fix = "fix " + ce.Field
 			}
@@ -263,7 +263,7 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 	w, err := newWireDescriber(adminConf, false)
 	if err != nil {
 		d.add("reach", CheckWarn, "run the doctor where the cluster can be reached with PLAINTEXT, SSL (PEM) or SASL PLAIN/SCRAM, "+
-			"or check the cluster by hand against the README's Production notes",
+			"or check the cluster by hand against the production notes of docs/operations.md",
 			"cannot check the cluster: %v; only the configuration was checked", err)
 		return false
 	}

@@ -824,7 +824,7 @@ func (d *driver) logKafkaError(client string, e kafka.Error) {
 	hint := ""
 	if e.Code() == kafka.ErrInconsistentGroupProtocol {
 		hint = fmt.Sprintf(" (members of group %s use another assignment strategy; goneli v0.5.0 members use librdkafka's "+
-			"eager default and cannot share a group with cooperative-sticky ones: see the README's Migrating section)", d.config.LeaderGroupID)
+			"eager default and cannot share a group with cooperative-sticky ones: see docs/migrating.md)", d.config.LeaderGroupID)
 	}
 	d.throttle.log(d.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", d.config.Name, client, e, hint)
 }

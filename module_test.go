@@ -13,7 +13,7 @@ import (
 // (groupwire.go: librdkafka 2.11.1 aborted the process on its own admin request during broker
 // restarts); and its tests goleak, which requires nothing. Whatever else a test would bring in (the
 // embedded broker, franz-go's client) belongs with the tests in internal/kafkatest, a module of its
-// own (README, "Modules").
+// own (docs/modules.md).
 func TestModuleRequiresOnlyWhatTheCoreNeeds(t *testing.T) {
 	want := []string{"github.com/confluentinc/confluent-kafka-go/v2", "github.com/obsidiandynamics/libstdgo", "github.com/twmb/franz-go/pkg/kmsg", "go.uber.org/goleak"}
 	if got := testkit.DirectRequirements(t, "go.mod"); !slices.Equal(got, want) {

@@ -180,7 +180,7 @@ func (o *observer) close() error {
 // with an empty Name means that the role's last leader released it, or that its heartbeats have
 // not been seen for HeartbeatTimeout. onChange runs on
 // Watch's goroutine. Watch returns ctx.Err() when ctx ends, an *AuthorizationError if the broker
-// refuses what it needs (see the README's ACLs), or an error if config is invalid or the consumer
+// refuses what it needs (see docs/operations.md, "ACLs"), or an error if config is invalid or the consumer
 // cannot be created.
 func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error {
 	if onChange == nil {

@@ -135,7 +135,7 @@ func defaultKinds(brokers int) []string {
 // takes about 3 s per fault.
 const shortExtra = 3
 
-// settings are read from the environment; see the README's "Chaos testing" section.
+// settings are read from the environment; see docs/chaos.md.
 type settings struct {
 	seed    uint64
 	trials  int
@@ -850,7 +850,7 @@ func (h *harness) inject(kind string) verdict.Fault {
 			// Offsets, groups and the log are gone. The leader topic is created afresh, empty, as
 			// an operator would, with a partition per role: goneli creates it (or adds partitions)
 			// only in New and NewRoles, so without it the running members would wait for it for
-			// ever (see the README), and a role without its partition would never be led.
+			// ever (see docs/safety.md, Liveness), and a role without its partition would never be led.
 			if err := os.RemoveAll(h.data); err != nil {
 				h.t.Fatal(err)
 			}

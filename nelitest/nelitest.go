@@ -31,7 +31,7 @@
 // a group and their sessions when it stops, which Kafka would keep. Restart therefore waits, if
 // need be, until a lease has passed since Stop, so that no lease granted by the old broker is still
 // running when the new one assigns the leader's partition: goneli's safety argument needs that
-// (README, "Safety"). Test against a real cluster as well before relying on behaviour that the
+// (docs/safety.md). Test against a real cluster as well before relying on behaviour that the
 // broker's implementation decides, such as the exact order of a rebalance.
 package nelitest
 
@@ -244,7 +244,7 @@ func (b *Broker) register(name string) string {
 }
 
 // clientKey is the Netem's key of a client: the base of the contender it belongs to. goneli names
-// each of an instance's clients after it (README, "neli status": goneli-a--roles-ce27a023 is a's
+// each of an instance's clients after it (docs/curator.md, "The leader's address, and `neli status`": goneli-a--roles-ce27a023 is a's
 // consumer under RunRoles; goneli-a-observer its leader observer), so that one Cut covers an
 // instance's every connection. Where several bases fit ("a" and "a-2" both fit goneli-a-2) the
 // longest wins: a-2's own clients begin with it, and a's never do unless a-2 is named like one of

@@ -117,7 +117,7 @@ func TestKafkaSettingsReachTheClients(t *testing.T) {
 }
 
 // neli run, watch and status reach a broker that requires SASL/SCRAM, with the settings in a file
-// and the password in the environment, as the README shows.
+// and the password in the environment, as docs/operations.md shows.
 func TestSASLSCRAM(t *testing.T) {
 	b := kafkatest.StartT(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "scheduler", "s3cret-pw"))
 	file := writeFile(t, "bootstrap.servers="+b.Addr+"\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanisms=SCRAM-SHA-256\nsasl.username=scheduler\n")

@@ -12,11 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// The README's ACL list (Production notes, ACLs), tested on the embedded broker with ACLs
-// enforced: a SASL user granted exactly that list runs a contender, Watch, Describe and Check; with
-// each grant removed in turn, whatever needs it fails with an error that names it.
+// The ACL list of docs/operations.md ("ACLs"; it was the README's, hence the names below), tested
+// on the embedded broker with ACLs enforced: a SASL user granted exactly that list runs a
+// contender, Watch, Describe and Check; with each grant removed in turn, whatever needs it fails
+// with an error that names it.
 
-// aclGrant is one entry of the README's list.
+// aclGrant is one entry of that list.
 type aclGrant struct {
 	name string // for the subtest
 	acl  kfake.ACL

@@ -150,7 +150,7 @@ func TestCheckMissingGrant(t *testing.T) {
 	if c := resultOf(t, r, "acl-topic"); !strings.Contains(c.Fix, "kafka-acls.sh --add --allow-principal User:alice --operation Write --topic grant.neli") {
 		t.Errorf("fix %q; want the kafka-acls command that grants Write", c.Fix)
 	}
-	// Reading the broker's session bounds takes DescribeConfigs on the cluster, which the README
+	// Reading the broker's session bounds takes DescribeConfigs on the cluster, which docs/operations.md
 	// does not ask of a classic group: a warning, not a failure.
 	wantCheck(t, r, "session", CheckWarn, "could not read the broker's group.min/max.session.timeout.ms")
 }

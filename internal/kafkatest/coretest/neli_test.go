@@ -38,7 +38,7 @@ func TestSingleLeaderAmongSeveral(t *testing.T) {
 		config := testConfig(b, group, fmt.Sprintf("n%d", i), log)
 		// The members join while the first one leads. Each join's rebalance holds up renewals
 		// for up to about a second (librdkafka rejoins at most once a second and does not commit
-		// meanwhile), which can fence a 1 s lease once; see the README's Safety section. A 3 s
+		// meanwhile), which can fence a 1 s lease once; see docs/safety.md. A 3 s
 		// lease keeps this test about a stable group.
 		config.HeartbeatTimeout = Duration(3 * time.Second)
 		n := newNeli(t, config, r)

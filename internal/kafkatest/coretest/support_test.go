@@ -1,6 +1,6 @@
 // Package coretest holds the tests of package goneli that need a Kafka broker: they run on the
 // embedded one (kafkatest). They live in this module, not goneli's, so that a program importing
-// goneli has nothing of the embedded broker in its module graph; the README's "Modules" says more.
+// goneli has nothing of the embedded broker in its module graph; docs/modules.md says more.
 // They import goneli with a dot so that they read as they did inside the package, and reach the
 // few internals they check through goneli/internal/hooks. The log, task log and wait limit come
 // from goneli/internal/testkit; the recorder and checkGrammar, which name goneli's Event, have a
