@@ -317,18 +317,18 @@ func printTable(w io.Writer, rep *Report) {
 		rep.Started.Format("2006-01-02 15:04 MST"), rep.GoVersion, rep.Broker, rep.CPUs, rep.LoadStart, rep.LoadEnd,
 		rep.Finished.Sub(rep.Started).Round(time.Second))
 	p("")
-	p("| Time to first leader (default settings) | contenders | runs | median | max |")
-	p("|---|---|---|---|---|")
+	p("| Time to first leader (default settings) | contenders | runs | median | p90 | max |")
+	p("|---|---|---|---|---|---|")
 	for _, fl := range rep.FirstLeader {
 		if fl.LaunchToAcquired.N == 0 {
 			continue
 		}
-		p("| processes launched -> first `acquired` | %d | %d | %s | %s |", fl.Contenders, fl.LaunchToAcquired.N,
-			msStr(fl.LaunchToAcquired.Median), msStr(fl.LaunchToAcquired.Max))
-		p("| leader's `started` -> its `acquired` | %d | %d | %s | %s |", fl.Contenders, fl.StartedToAcquired.N,
-			msStr(fl.StartedToAcquired.Median), msStr(fl.StartedToAcquired.Max))
-		p("| processes launched -> all `started` | %d | %d | %s | %s |", fl.Contenders, fl.LaunchToAllStarted.N,
-			msStr(fl.LaunchToAllStarted.Median), msStr(fl.LaunchToAllStarted.Max))
+		p("| processes launched -> first `acquired` | %d | %d | %s | %s | %s |", fl.Contenders, fl.LaunchToAcquired.N,
+			msStr(fl.LaunchToAcquired.Median), msStr(fl.LaunchToAcquired.P90), msStr(fl.LaunchToAcquired.Max))
+		p("| leader's `started` -> its `acquired` | %d | %d | %s | %s | %s |", fl.Contenders, fl.StartedToAcquired.N,
+			msStr(fl.StartedToAcquired.Median), msStr(fl.StartedToAcquired.P90), msStr(fl.StartedToAcquired.Max))
+		p("| processes launched -> all `started` | %d | %d | %s | %s | %s |", fl.Contenders, fl.LaunchToAllStarted.N,
+			msStr(fl.LaunchToAllStarted.Median), msStr(fl.LaunchToAllStarted.P90), msStr(fl.LaunchToAllStarted.Max))
 	}
 	p("")
 	p("| Failover and fencing (%d contenders) | HeartbeatTimeout | trials | median | p90 | max | bounded by |", rep.GroupSize)

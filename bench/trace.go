@@ -242,8 +242,8 @@ func printPhases(w func(format string, args ...any), traces []PhaseTrace) {
 	for _, t := range traces {
 		lease := time.Duration(t.HeartbeatTimeoutMs) * time.Millisecond
 		w("")
-		w("| %s, HeartbeatTimeout %v: phase | trials | median since start | median step |", t.Name, lease)
-		w("|---|---|---|---|")
+		w("| %s, HeartbeatTimeout %v: phase | trials | median since start | median step | p90 since start |", t.Name, lease)
+		w("|---|---|---|---|---|")
 		// Phases are listed in protocol order; the step is the difference of the medians, which
 		// is what the phase adds in a typical trial.
 		prev := 0.0
@@ -257,7 +257,8 @@ func printPhases(w func(format string, args ...any), traces []PhaseTrace) {
 				step = fmt.Sprintf("%+.0f ms", m-prev)
 				prev = m
 			}
-			w("| %s | %d | %.0f ms | %s |", ph, len(t.SamplesMs[ph]), m, step)
+			// The p90 column shows in which phase the slower trials lose their time.
+			w("| %s | %d | %.0f ms | %s | %s |", ph, len(t.SamplesMs[ph]), m, step, msStr(summarise(t.SamplesMs[ph]).P90))
 		}
 	}
 }
