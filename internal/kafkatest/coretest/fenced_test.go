@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // childFencedEnv, when set in a child (see runChild), names the topic its FencedProducer writes to.
@@ -316,5 +319,63 @@ func TestFencedWriteOfFrozenLeaderProcess(t *testing.T) {
 	got := committed(t, b, topic, "f-end")
 	if want := "child-1 f-1 f-end"; strings.Join(got, " ") != want {
 		t.Fatalf("read_committed saw %q, want %q", got, want)
+	}
+}
+
+// BenchmarkFencedSend measures a Send on the embedded broker: its latency, and the requests the
+// broker receives per Send, by kind. The figures back the cost stated in FencedProducer's doc.
+func BenchmarkFencedSend(b *testing.B) {
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			const topic = "out"
+			broker, err := kafkatest.Start(kfake.SeedTopics(1, topic))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer broker.Close()
+			var l fixedLead
+			l.token.Store(1)
+			f, err := NewFencedProducer(&l, FencedConfig{TransactionalID: "bench", KafkaConfig: KafkaConfigMap{"bootstrap.servers": broker.Addr}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			msgs := make([]*kafka.Message, n)
+			for i := range msgs {
+				msgs[i] = record(topic, strings.Repeat("x", 100))
+			}
+			ctx := context.Background()
+			if err := f.Send(ctx, msgs...); err != nil { // initialises
+				b.Fatal(err)
+			}
+			var mu sync.Mutex
+			counts := map[string]int{}
+			broker.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
+				broker.KeepControl()
+				mu.Lock()
+				counts[kmsg.NameForKey(req.Key())]++
+				mu.Unlock()
+				return nil, nil, false
+			})
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := f.Send(ctx, msgs...); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/send")
+			mu.Lock()
+			defer mu.Unlock()
+			total := 0
+			var kinds []string
+			for k, c := range counts {
+				total += c
+				kinds = append(kinds, fmt.Sprintf("%s=%.2f", k, float64(c)/float64(b.N)))
+			}
+			sort.Strings(kinds)
+			b.ReportMetric(float64(total)/float64(b.N), "requests/send")
+			b.Logf("per Send of %d record(s), over %d: %s", n, b.N, strings.Join(kinds, " "))
+		})
 	}
 }
