@@ -146,6 +146,8 @@ type part struct {
 	// acquiring is the epoch of the newest LeaderAcquired whose barrier call has begun
 	// (acquisitionStands). Written and read on the role's dispatcher goroutine.
 	acquiring atomic.Uint64
+	// hooks are the FencedProducers bound to the role, initialised at each LeaderAcquired.
+	hooks acquireHooks
 }
 
 // release is a tenure that gave its partition up while the barrier still had its LeaderRevoked:

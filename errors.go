@@ -180,3 +180,42 @@ func (e *GroupConflictError) Error() string {
 		"every contender of a group must use the same LeaderTopic and the same roles in the same order, and no other consumer may use the group",
 		e.Group, e.Topic, mine, sb.String())
 }
+
+// ErrWriteFenced is matched (errors.Is) by every *FencedWriteError.
+var ErrWriteFenced = errors.New("goneli: write fenced: the tenure it was made for is over")
+
+// ErrFencedProducerClosed is returned by a FencedProducer's Send and Transaction after Close.
+var ErrFencedProducerClosed = errors.New("goneli: the fenced producer is closed")
+
+// FencedWriteError is the error of a FencedProducer write that was refused because its tenure is
+// over: the transaction was aborted, or the broker refused it, and read_committed consumers never
+// see its records.
+type FencedWriteError struct {
+	TransactionalID string
+	// Token is the tenure the write was made for; 0 if the instance did not lead when it began.
+	Token int64
+	// Broker is true when the broker fenced the producer: a later tenure, on this instance or
+	// another, initialised the transactional id. It is false when the local lease had already
+	// ended (or never was held), which was found before anything was committed.
+	Broker bool
+	// Err is the broker's error, when Broker is true.
+	Err error
+}
+
+func (e *FencedWriteError) Error() string {
+	if e.Broker {
+		return fmt.Sprintf("goneli: write fenced by the broker: a successor's producer has initialised transactional id %s, "+
+			"so the transaction of tenure token %d was refused and aborted (%v)", e.TransactionalID, e.Token, e.Err)
+	}
+	if e.Token == 0 {
+		return fmt.Sprintf("goneli: write fenced: this instance does not lead, so nothing was written through transactional id %s", e.TransactionalID)
+	}
+	return fmt.Sprintf("goneli: write fenced: the local lease of tenure token %d had ended before the commit, "+
+		"so the transaction through transactional id %s was aborted", e.Token, e.TransactionalID)
+}
+
+// Is makes errors.Is(err, ErrWriteFenced) true.
+func (e *FencedWriteError) Is(target error) bool { return target == ErrWriteFenced }
+
+// Unwrap returns the broker's error, if any.
+func (e *FencedWriteError) Unwrap() error { return e.Err }

@@ -10,10 +10,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli"
 )
 
-// The Examples of New, Run, RunRoles, NewRoles and Watch have no Output: they need a Kafka broker,
+// The Examples of New, Run, RunRoles, NewRoles, NewFencedProducer and Watch have no Output: they need a Kafka broker,
 // and this module keeps the embedded one out of its go.mod (module_test.go), so `go test` compiles
 // them without running them. The ones that do run use the mock, which stands in for an instance in
 // tests. Examples that run on the embedded broker are in internal/kafkatest/coretest and nelitest.
@@ -115,6 +116,44 @@ func ExampleNew() {
 	// Without Close, the successor would wait for this process's group session to expire.
 	if err := n.Close(); err != nil {
 		log.Print(err)
+	}
+	if err := p.Await(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A leader that writes its results to Kafka through a FencedProducer: once a successor leads, no
+// write of this instance's tenure can commit, even if this process was paused mid-transaction.
+func ExampleNewFencedProducer() {
+	n, err := goneli.NewCurator(goneli.Config{
+		KafkaConfig:   goneli.KafkaConfigMap{"bootstrap.servers": "kafka-1:9092"},
+		LeaderGroupID: "billing-scheduler",
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer n.Close()
+	// Every contender of the group shares the transactional id, derived from LeaderGroupID.
+	f, err := goneli.NewFencedProducer(n, goneli.FencedConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Before n.Close, so that the producer is not used after its leadership is gone.
+	defer f.Close()
+
+	topic := "invoices"
+	p, err := n.Background(func() {
+		// One Send is one transaction: the records commit together, or none does.
+		err := f.Send(context.Background(),
+			&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("invoice 1")},
+			&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: kafka.PartitionAny}, Value: []byte("invoice 2")})
+		if errors.Is(err, goneli.ErrWriteFenced) {
+			// Another instance leads, or will before this one could commit: nothing was written.
+			log.Print(err)
+		}
+	})
+	if err != nil {
+		log.Fatal(err)
 	}
 	if err := p.Await(); err != nil {
 		log.Fatal(err)

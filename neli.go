@@ -380,8 +380,12 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 		if _, ok := e.(LeaderAcquired); ok {
 			l := p.lease
 			epoch := l.epoch
+			token := e.(LeaderAcquired).Token
 			call = func() {
 				p.acquiring.Store(epoch)
+				// Before the barrier and IsLeader: once this instance leads, no earlier tenure's
+				// FencedProducer can commit.
+				p.hooks.run(token)
 				n.barrier(e)
 				l.acquiredDelivered(epoch)
 				for _, s := range []chan struct{}{n.leaderSignal, p.signal} {

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/kafkatest"
@@ -62,7 +63,13 @@ var session = goneli.SessionTimeout(lease)
 const (
 	group = "chaos"
 	topic = group + ".neli"
+	// writesTopic is where the members' leader tasks write through their FencedProducers.
+	writesTopic = group + ".writes"
 )
+
+// writesOn reports whether the members write through FencedProducers and every trial checks what
+// was committed (checkWrites); CHAOS_WRITES=0 turns it off.
+func writesOn() bool { return os.Getenv("CHAOS_WRITES") != "0" }
 
 // awaitLimit bounds every wait for the group to recover. Under the race detector on two shared
 // cores a failover takes a few seconds; this much longer wait only turns a stuck group into a
@@ -294,6 +301,8 @@ func runTrials(t *testing.T, s settings) {
 		})
 	}
 	sum.LibrdkafkaAborts = int(librdkafkaAborts.Swap(0))
+	sum.WritesChecked = writesOn()
+	sum.CommittedWrites, sum.InterleavedWrites = int(committedWrites.Swap(0)), int(interleavedWrites.Swap(0))
 	var out bytes.Buffer
 	sum.Print(&out)
 	t.Logf("chaos: seed %d\n%s", s.seed, out.String())
@@ -336,6 +345,11 @@ func gitCommit() string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// committedWrites and interleavedWrites count, over the trials under way, the records that the
+// members' FencedProducers committed and those of them that followed a record of a later tenure
+// of their role (checkWrites).
+var committedWrites, interleavedWrites atomic.Int32
 
 // librdkafkaAborts counts the known aborts of the trials under way (only one run of trials is
 // under way at a time).
@@ -493,6 +507,9 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	h.awaitSettled()
 	h.stopping.Store(true)
 	h.stopAll()
+	if writesOn() {
+		h.checkWrites()
+	}
 	r := verdict.Check(h.fleet.ByProcess(), h.fleet.Deaths(), h.faults)
 	h.writeTimeline()
 	for _, o := range r.Overlaps {
@@ -513,6 +530,10 @@ func (h *harness) sleep(lo, hi time.Duration) time.Duration {
 
 func (h *harness) startBroker(extra ...kfake.Opt) {
 	opts := append([]kfake.Opt{kfake.DataDir(h.data)}, extra...)
+	if writesOn() {
+		// Seeded only into a fresh data directory: a restarted broker keeps what it had.
+		opts = append(opts, kfake.SeedTopics(1, writesTopic))
+	}
 	if h.ports != nil {
 		// Node i comes back on its old port: the members' bootstrap list and the addresses
 		// librdkafka learnt from metadata stay right.
@@ -609,6 +630,9 @@ func (h *harness) start(slot int) {
 	}
 	if len(h.roles) > 0 {
 		args = append(args, "-roles", strconv.Itoa(len(h.roles)))
+	}
+	if writesOn() {
+		args = append(args, "-writes", writesTopic)
 	}
 	// CHAOS_MEMBER_ARGS adds member flags, for example "-log-level debug -X debug=cgrp".
 	args = append(args, strings.Fields(os.Getenv("CHAOS_MEMBER_ARGS"))...)
@@ -1116,4 +1140,52 @@ func (h *harness) scanLogs() {
 			}
 		}
 	}
+}
+
+// checkWrites reads what the members' leader tasks committed to writesTopic, as a read_committed
+// consumer, and counts the records that follow a record of a later tenure of their role: fenced
+// writes promise none. Tokens strictly increase from tenure to tenure of a role, so in the
+// partition's order each role's tokens must never go down.
+func (h *harness) checkWrites() {
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": h.bootstrap(), "group.id": group + ".writes-check",
+		"isolation.level": "read_committed", "enable.partition.eof": true, "enable.auto.commit": false,
+		"enable.metrics.push": false, "log_level": 3})
+	if err != nil {
+		h.t.Fatalf("write check: %v", err)
+	}
+	defer c.Close()
+	wt := writesTopic
+	if err := c.Assign([]kafka.TopicPartition{{Topic: &wt, Partition: 0, Offset: kafka.OffsetBeginning}}); err != nil {
+		h.t.Fatalf("write check: %v", err)
+	}
+	high := map[string]member.WriteRecord{}
+	var n, bad int
+	limit := time.Now().Add(awaitLimit)
+	for time.Now().Before(limit) {
+		switch e := c.Poll(100).(type) {
+		case *kafka.Message:
+			var w member.WriteRecord
+			if err := json.Unmarshal(e.Value, &w); err != nil {
+				h.t.Errorf("write check: record at offset %v: %v", e.TopicPartition.Offset, err)
+				continue
+			}
+			n++
+			if last, ok := high[w.Role]; ok && w.Token < last.Token {
+				bad++
+				h.t.Errorf("INTERLEAVED WRITE: at offset %v, %s's record %d of role %q, token %d, follows %s's record %d of token %d",
+					e.TopicPartition.Offset, w.Member, w.Seq, w.Role, w.Token, last.Member, last.Seq, last.Token)
+				continue
+			}
+			high[w.Role] = w
+		case kafka.PartitionEOF:
+			// At the last stable offset: everything committed has been read.
+			h.t.Logf("write check: %d committed records, %d interleaved", n, bad)
+			committedWrites.Add(int32(n))
+			interleavedWrites.Add(int32(bad))
+			return
+		case kafka.Error:
+			h.t.Logf("write check: %v", e)
+		}
+	}
+	h.t.Errorf("write check: no end of %s within %v (%d records read)", writesTopic, awaitLimit, n)
 }

@@ -41,6 +41,11 @@ type Summary struct {
 	// knownAbort in chaos_test.go). The harness restarts such a member as after a crash, and the
 	// trial fails: goneli must keep librdkafka from aborting.
 	LibrdkafkaAborts int
+	// WritesChecked is set when the members wrote through FencedProducers; CommittedWrites counts
+	// the records read back as committed and InterleavedWrites those that followed a record of a
+	// later tenure of their role, which fenced writes promise never happens.
+	WritesChecked                      bool
+	CommittedWrites, InterleavedWrites int
 }
 
 // Overlaps counts safety violations over all trials.
@@ -141,6 +146,13 @@ func (s Summary) printOverlaps(w io.Writer) {
 	}
 }
 
+// printWrites writes the fenced-write check's figures, when it ran.
+func (s Summary) printWrites(w io.Writer) {
+	if s.WritesChecked {
+		fmt.Fprintf(w, "interleaved committed writes: %d (of %d committed records)\n", s.InterleavedWrites, s.CommittedWrites)
+	}
+}
+
 // printViolations writes every broken event order.
 func (s Summary) printViolations(w io.Writer) {
 	for _, r := range s.Reports {
@@ -160,6 +172,7 @@ func (s Summary) Print(w io.Writer) {
 	}
 	s.printHead(w, t, "chaos summary", "leader")
 	s.printOverlaps(w)
+	s.printWrites(w)
 	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals (information only; a frozen or cut process hears late): %d, longest %v\n",
 		t.infos, t.longestInfo.Round(time.Millisecond))
 	fmt.Fprintf(w, "worst leaderless gap: %v (after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapAfter)
@@ -223,6 +236,7 @@ func (s Summary) printRoles(w io.Writer, t totals) {
 	}
 	fmt.Fprintf(w, "overlaps per role: %s\n", strings.Join(parts, " "))
 	s.printOverlaps(w)
+	s.printWrites(w)
 	fmt.Fprintf(w, "overlaps of acquired..fenced/revoked intervals of one role (information only; a frozen or cut process hears late): %d, longest %v\n",
 		t.infos, t.longestInfo.Round(time.Millisecond))
 	fmt.Fprintf(w, "worst leaderless gap of one role: %v (role %s, after a %s fault)\n", t.gap.Round(time.Millisecond), t.gapRole, t.gapAfter)

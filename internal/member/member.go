@@ -70,6 +70,19 @@ type Options struct {
 	// Roles, if not empty, are the roles to contend for with goneli.NewRoles; otherwise the
 	// member contends for the single leadership of goneli.New.
 	Roles []string
+	// Writes, if set, is a topic that each led role's task writes numbered records to through a
+	// goneli.FencedProducer, one every WriteEvery (see WriteRecord).
+	Writes     string
+	WriteEvery time.Duration
+}
+
+// WriteRecord is the value of a record a member writes to Options.Writes: which member wrote it,
+// for which role and tenure (the fencing token), and its number within the member's role.
+type WriteRecord struct {
+	Member string `json:"m"`
+	Role   string `json:"r,omitempty"`
+	Token  int64  `json:"t"`
+	Seq    int64  `json:"s"`
 }
 
 // flushEvery is how often an open span of actions is reported, bounding what a SIGKILL can hide.
@@ -107,6 +120,8 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", 0, "poll and heartbeat interval (0: goneli's default for the lease)")
 	fs.DurationVar(&o.Task, "task", time.Millisecond, "simulated work per leader task run")
 	fs.Var(&kafkaKV, "X", "extra librdkafka setting key=value (repeatable)")
+	fs.StringVar(&o.Writes, "writes", "", "topic that the leader task writes numbered records to through a FencedProducer (empty: no writes)")
+	fs.DurationVar(&o.WriteEvery, "write-every", 20*time.Millisecond, "interval between the leader task's writes")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "goneli log level on stderr")
 	var numbered int
 	var named roleFlag
@@ -225,6 +240,12 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		w.write(Line{Event: EventError, Info: err.Error()})
 		return err
 	}
+	wr, err := newWriters(o, w.name, c.leads)
+	if err != nil {
+		_ = c.close()
+		w.write(Line{Event: EventError, Info: err.Error()})
+		return err
+	}
 	w.write(Line{Event: EventStarted})
 	// Each run reads the clock, then checks that role's IsLeader, and reports the reading only if
 	// the check passed.
@@ -232,12 +253,14 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		t := time.Now()
 		if isLeader() {
 			acts[role].act(t)
+			wr.write(role)
 		}
 		if o.Task > 0 {
 			time.Sleep(o.Task)
 		}
 	})
 	if err != nil {
+		wr.close()
 		_ = c.close()
 		w.write(Line{Event: EventError, Info: err.Error()})
 		return err
@@ -250,6 +273,8 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			p.Close()
 			_ = p.Await()
 			acts.flush()
+			// Before the instance: a FencedProducer must not outlive its leadership.
+			wr.close()
 			if err := c.close(); err != nil {
 				w.write(Line{Event: EventError, Info: err.Error()})
 				return err
@@ -260,6 +285,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			acts.flush()
 			if err := p.Error(); err != nil {
 				w.write(Line{Event: EventError, Info: err.Error()})
+				wr.close()
 				_ = c.close()
 				return err
 			}
@@ -273,6 +299,8 @@ type contender struct {
 	// background starts the pulser with a task that runs for each led role (role "" without
 	// roles), given the role's IsLeader.
 	background func(task func(role string, isLeader func() bool)) (goneli.Pulser, error)
+	// leads gives each role's Leadership ("" without roles), for fenced writes.
+	leads map[string]goneli.Leadership
 }
 
 // contend joins the group: with goneli.New if roles is empty, with goneli.NewRoles otherwise.
@@ -284,7 +312,7 @@ func contend(config goneli.Config, roles []string, barrier goneli.Barrier) (cont
 		}
 		return contender{close: n.Close, background: func(task func(string, func() bool)) (goneli.Pulser, error) {
 			return n.Background(func() { task("", n.IsLeader) })
-		}}, nil
+		}, leads: map[string]goneli.Leadership{"": n.(goneli.Curator)}}, nil
 	}
 	rs, err := goneli.NewRoles(config, roles, barrier)
 	if err != nil {
@@ -292,12 +320,14 @@ func contend(config goneli.Config, roles []string, barrier goneli.Barrier) (cont
 	}
 	// Looked up once: the map is only read from here on, by every role's task goroutine.
 	isLeader := map[string]func() bool{}
+	leads := map[string]goneli.Leadership{}
 	for _, r := range rs.All() {
 		isLeader[r.Name()] = r.IsLeader
+		leads[r.Name()] = r
 	}
 	return contender{close: rs.Close, background: func(task func(string, func() bool)) (goneli.Pulser, error) {
 		return rs.Background(func(role string) { task(role, isLeader[role]) })
-	}}, nil
+	}, leads: leads}, nil
 }
 
 type writer struct {

@@ -342,7 +342,17 @@ func runChild(addr, group, name string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	leading, once := make(chan struct{}), sync.Once{}
+	if topic := os.Getenv(childFencedEnv); topic != "" {
+		go fencedChild(n.(Curator), topic, name, leading, func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintln(out, line)
+			out.Flush()
+		})
+	}
 	p, _ := n.Background(func() {
+		once.Do(func() { close(leading) })
 		if panics == "task" {
 			panic("task panics on purpose")
 		}
