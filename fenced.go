@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/fencetrace"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
@@ -200,6 +201,10 @@ func (f *FencedProducer) acquired(token int64) {
 	}
 	if err := f.ensure(ctx, token); err != nil {
 		f.log.W()("goneli %s: fenced producer %s: initialising at acquisition: %v; retried at the next write", f.name, f.txid, err)
+		return
+	}
+	if h := fencetrace.Get(); h != nil && h.Initialised != nil {
+		h.Initialised(f.txid, token)
 	}
 }
 
@@ -364,7 +369,11 @@ func (f *FencedProducer) Transaction(ctx context.Context, fn func(tx *FencedTx) 
 	}
 	opCtx, cancel = f.opContext(ctx)
 	defer cancel()
+	trace := fencetrace.Get()
 	for {
+		if trace != nil && trace.Committing != nil {
+			trace.Committing(f.txid, token, time.Now())
+		}
 		err := f.p.CommitTransaction(opCtx)
 		if err == nil {
 			return nil

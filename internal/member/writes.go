@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/internal/fencetrace"
 )
 
 // writers are a member's fenced writers, one per role; nil when Options.Writes is empty. The map
@@ -19,18 +21,46 @@ type writers map[string]*roleWriter
 // roleWriter writes one role's numbered records; only the role's task goroutine uses it.
 type roleWriter struct {
 	f            *goneli.FencedProducer
+	out          *writer
 	member, role string
 	topic        string
 	every        time.Duration
 	last         time.Time
 	seq          int64
+	// committing is when the transaction under way last called CommitTransaction; fencetrace
+	// reports it from within Transaction, on the task's goroutine.
+	committing time.Time
 }
 
-func newWriters(o Options, member string, leads map[string]goneli.Leadership) (writers, error) {
+// initialised records, per role, the last tenure that the role's FencedProducer initialised for
+// at acquisition; fencetrace reports it just before the barrier hears of LeaderAcquired.
+type initialised struct {
+	mu     sync.Mutex
+	tokens map[string]int64
+}
+
+func (in *initialised) set(role string, token int64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.tokens[role] = token
+}
+
+// is reports whether role's producer initialised for token.
+func (in *initialised) is(role string, token int64) bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.tokens[role] == token
+}
+
+// newWriters makes a FencedProducer per led role and has fencetrace report their initialisations
+// to inits and their commit calls to the writers: a member is alone in its process, so the
+// process-wide hooks are its own.
+func newWriters(o Options, out *writer, leads map[string]goneli.Leadership, inits *initialised) (writers, error) {
 	if o.Writes == "" {
 		return nil, nil
 	}
 	ws := writers{}
+	byTx := map[string]*roleWriter{}
 	for role, l := range leads {
 		// A short transaction timeout lets the broker abort what a killed leader left open
 		// soon, should no successor initialise; read_committed readers wait for it until then.
@@ -40,8 +70,21 @@ func newWriters(o Options, member string, leads map[string]goneli.Leadership) (w
 			ws.close()
 			return nil, err
 		}
-		ws[role] = &roleWriter{f: f, member: member, role: role, topic: o.Writes, every: o.WriteEvery}
+		ws[role] = &roleWriter{f: f, out: out, member: out.name, role: role, topic: o.Writes, every: o.WriteEvery}
+		byTx[f.TransactionalID()] = ws[role]
 	}
+	fencetrace.Set(&fencetrace.Hooks{
+		Initialised: func(txid string, token int64) {
+			if w := byTx[txid]; w != nil {
+				inits.set(w.role, token)
+			}
+		},
+		Committing: func(txid string, _ int64, at time.Time) {
+			if w := byTx[txid]; w != nil {
+				w.committing = at
+			}
+		},
+	})
 	return ws, nil
 }
 
@@ -53,7 +96,10 @@ func (ws writers) write(role string) {
 		return
 	}
 	w.last = time.Now()
+	w.committing = time.Time{}
+	var token int64
 	err := w.f.Transaction(context.Background(), func(tx *goneli.FencedTx) error {
+		token = tx.Token()
 		v, _ := json.Marshal(WriteRecord{Member: w.member, Role: w.role, Token: tx.Token(), Seq: w.seq + 1})
 		return tx.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &w.topic, Partition: kafka.PartitionAny},
 			Key: []byte(w.role), Value: v})
@@ -61,6 +107,7 @@ func (ws writers) write(role string) {
 	switch {
 	case err == nil:
 		w.seq++
+		w.out.write(Line{At: w.committing.UnixNano(), Event: EventCommit, Role: w.role, Token: token})
 	case errors.Is(err, goneli.ErrWriteFenced):
 	default:
 		fmt.Fprintf(os.Stderr, "%s write of %s role %q: %v\n", time.Now().Format("15:04:05.000"), w.member, w.role, err)
@@ -68,6 +115,9 @@ func (ws writers) write(role string) {
 }
 
 func (ws writers) close() {
+	if ws != nil {
+		fencetrace.Set(nil)
+	}
 	for _, w := range ws {
 		_ = w.f.Close()
 	}

@@ -87,6 +87,9 @@ type Report struct {
 	Roles      []RoleReport // every role acted for, in role order (one, "", without roles)
 	Faults     []FaultResult
 	Violations []string // other broken promises (event order)
+	// LateCommits are fenced writes committed although a later tenure of their role had fenced
+	// them before their commit call: the broker should have refused each (see LateCommits).
+	LateCommits []LateCommit
 }
 
 // HasRoles reports whether the members contended for named roles rather than the single
@@ -124,6 +127,7 @@ func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults [
 			}
 		}
 	}
+	r.LateCommits = LateCommits(lines)
 	spans := ActSpans(lines)
 	r.Spans = len(spans)
 	r.Overlaps = Overlaps(spans)

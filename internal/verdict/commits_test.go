@@ -1,0 +1,105 @@
+package verdict
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/goneli/goneli/internal/member"
+)
+
+// acquired is an acquired line of role's tenure token; init says its producer initialised first.
+func acquired(role string, at int, token int64, init bool) member.Line {
+	return member.Line{At: ms(at).UnixNano(), Event: member.EventAcquired, Role: role, Token: token, Init: init}
+}
+
+// commit is a committed transaction of role's tenure token whose commit call began at at.
+func commit(role string, at int, token int64) member.Line {
+	return member.Line{At: ms(at).UnixNano(), Event: member.EventCommit, Role: role, Token: token}
+}
+
+func TestLateCommits(t *testing.T) {
+	type late struct {
+		who, role  string
+		token      int64
+		at         int
+		successor  string
+		succToken  int64
+		fencedAtMs int
+	}
+	for _, c := range []struct {
+		name  string
+		lines map[string][]member.Line
+		want  []late
+	}{
+		{"none", nil, nil},
+		{"one tenure", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 10, 5), commit("", 30, 5)},
+		}, nil},
+		{"handover after the last commit", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 10, 5), commit("", 30, 5)},
+			"b": {acquired("", 40, 6, true), commit("", 45, 6)},
+		}, nil},
+		// A commit called at the instant the successor's line was written is not after it.
+		{"commit at the fence's instant", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 40, 5)},
+			"b": {acquired("", 40, 6, true)},
+		}, nil},
+		{"frozen leader commits after the successor acquired", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 10, 5), commit("", 900, 5)},
+			"b": {acquired("", 500, 6, true), commit("", 510, 6)},
+		}, []late{{"a", "", 5, 900, "b", 6, 500}}},
+		// Without Init the successor's producer initialised only before its first commit: that is
+		// the fence.
+		{"fence at the successor's first commit", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 600, 5), commit("", 800, 5)},
+			"b": {acquired("", 500, 6, false), commit("", 700, 6)},
+		}, []late{{"a", "", 5, 800, "b", 6, 700}}},
+		{"successor never initialised", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 900, 5)},
+			"b": {acquired("", 500, 6, false)},
+		}, nil},
+		// The earliest later fence counts, even of a tenure after the next.
+		{"two successors", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 900, 5)},
+			"b": {acquired("", 600, 6, true)},
+			"c": {acquired("", 300, 7, false), commit("", 400, 7)},
+		}, []late{{"a", "", 5, 900, "c", 7, 400}}},
+		// A resumed leader's second acquired line of the same tenure fences nobody of that tenure.
+		{"same tenure resumed", map[string][]member.Line{
+			"a": {acquired("", 0, 5, true), commit("", 10, 5), acquired("", 300, 5, true), commit("", 400, 5)},
+		}, nil},
+		{"roles are apart", map[string][]member.Line{
+			"a": {acquired("0", 0, 5, true), commit("0", 900, 5)},
+			"b": {acquired("1", 500, 6, true), commit("1", 510, 6)},
+		}, nil},
+		{"late in one role", map[string][]member.Line{
+			"a": {acquired("0", 0, 5, true), acquired("1", 0, 6, true), commit("1", 800, 6), commit("0", 900, 5)},
+			"b": {acquired("1", 100, 7, true), acquired("0", 850, 8, true)},
+		}, []late{{"a", "1", 6, 800, "b", 7, 100}, {"a", "0", 5, 900, "b", 8, 850}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []late
+			for _, l := range LateCommits(c.lines) {
+				got = append(got, late{l.Who, l.Role, l.Token, int(l.At.Sub(t0).Milliseconds()), l.Successor, l.SuccessorToken,
+					int(l.FencedAt.Sub(t0).Milliseconds())})
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Errorf("got %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestCheckReportsLateCommits(t *testing.T) {
+	lines := map[string][]member.Line{
+		"a": {acquired("", 0, 5, true), act(1, 400), commit("", 10, 5), commit("", 900, 5)},
+		"b": {acquired("", 500, 6, true), act(501, 1000), commit("", 510, 6)},
+	}
+	r := Check(lines, nil, nil)
+	if len(r.LateCommits) != 1 || r.LateCommits[0].Who != "a" {
+		t.Fatalf("late commits %v, want a's at 900 ms", r.LateCommits)
+	}
+	if s := r.LateCommits[0].String(); s == "" {
+		t.Error("empty description")
+	}
+}
