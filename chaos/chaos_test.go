@@ -518,6 +518,9 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	for _, v := range r.Violations {
 		t.Errorf("%s", v)
 	}
+	for _, c := range r.LateCommits {
+		t.Errorf("LATE COMMIT: %v", c)
+	}
 	h.scanLogs()
 	return r
 }
@@ -1107,12 +1110,19 @@ func (h *harness) writeTimeline() {
 	}
 	var all []entry
 	for _, l := range h.fleet.Lines() {
+		if l.Event == member.EventCommit {
+			// One per transaction would swamp the timeline; the late ones are listed below.
+			continue
+		}
 		b, _ := json.Marshal(l)
 		at := l.At
 		if l.Event == member.EventAct {
 			at = l.From
 		}
 		all = append(all, entry{at, l.Name + " " + string(b)})
+	}
+	for _, c := range verdict.LateCommits(h.fleet.ByProcess()) {
+		all = append(all, entry{c.At.UnixNano(), "LATE COMMIT " + c.String()})
 	}
 	for _, f := range h.faults {
 		all = append(all, entry{f.At.UnixNano(), fmt.Sprintf("FAULT %s victim=%s leader=%v %s%s", f.Kind, f.Victim, f.WasLeader, f.Detail, rolesHit(f))})

@@ -90,6 +90,7 @@ type Report struct {
 	// LateCommits are fenced writes committed although a later tenure of their role had fenced
 	// them before their commit call: the broker should have refused each (see LateCommits).
 	LateCommits []LateCommit
+	Commits     int // committed fenced writes whose commit call was timed (member.EventCommit lines)
 }
 
 // HasRoles reports whether the members contended for named roles rather than the single
@@ -128,6 +129,13 @@ func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults [
 		}
 	}
 	r.LateCommits = LateCommits(lines)
+	for _, ls := range lines {
+		for _, l := range ls {
+			if l.Event == member.EventCommit {
+				r.Commits++
+			}
+		}
+	}
 	spans := ActSpans(lines)
 	r.Spans = len(spans)
 	r.Overlaps = Overlaps(spans)
