@@ -1168,8 +1168,7 @@ func (h *harness) checkWrites() {
 	if err := c.Assign([]kafka.TopicPartition{{Topic: &wt, Partition: 0, Offset: kafka.OffsetBeginning}}); err != nil {
 		h.t.Fatalf("write check: %v", err)
 	}
-	high := map[string]member.WriteRecord{}
-	var n, bad int
+	var order verdict.WriteOrder
 	limit := time.Now().Add(awaitLimit)
 	for time.Now().Before(limit) {
 		switch e := c.Poll(100).(type) {
@@ -1179,16 +1178,12 @@ func (h *harness) checkWrites() {
 				h.t.Errorf("write check: record at offset %v: %v", e.TopicPartition.Offset, err)
 				continue
 			}
-			n++
-			if last, ok := high[w.Role]; ok && w.Token < last.Token {
-				bad++
-				h.t.Errorf("INTERLEAVED WRITE: at offset %v, %s's record %d of role %q, token %d, follows %s's record %d of token %d",
-					e.TopicPartition.Offset, w.Member, w.Seq, w.Role, w.Token, last.Member, last.Seq, last.Token)
-				continue
+			if !order.Add(int64(e.TopicPartition.Offset), w) {
+				h.t.Errorf("INTERLEAVED WRITE: %v", order.Interleaved[len(order.Interleaved)-1])
 			}
-			high[w.Role] = w
 		case kafka.PartitionEOF:
 			// At the last stable offset: everything committed has been read.
+			n, bad := order.Records, len(order.Interleaved)
 			h.t.Logf("write check: %d committed records, %d interleaved", n, bad)
 			committedWrites.Add(int32(n))
 			interleavedWrites.Add(int32(bad))
@@ -1197,5 +1192,5 @@ func (h *harness) checkWrites() {
 			h.t.Logf("write check: %v", e)
 		}
 	}
-	h.t.Errorf("write check: no end of %s within %v (%d records read)", writesTopic, awaitLimit, n)
+	h.t.Errorf("write check: no end of %s within %v (%d records read)", writesTopic, awaitLimit, order.Records)
 }

@@ -103,3 +103,34 @@ func TestCheckReportsLateCommits(t *testing.T) {
 		t.Error("empty description")
 	}
 }
+
+func TestWriteOrder(t *testing.T) {
+	rec := func(who, role string, token, seq int64) member.WriteRecord {
+		return member.WriteRecord{Member: who, Role: role, Token: token, Seq: seq}
+	}
+	for _, c := range []struct {
+		name    string
+		records []member.WriteRecord
+		bad     []int64 // offsets of the interleaved records
+	}{
+		{"none", nil, nil},
+		{"one tenure after another", []member.WriteRecord{rec("a", "", 5, 1), rec("a", "", 5, 2), rec("b", "", 6, 1)}, nil},
+		{"an earlier tenure after a later one", []member.WriteRecord{rec("a", "", 5, 1), rec("b", "", 6, 1), rec("a", "", 5, 2), rec("b", "", 6, 2)}, []int64{2}},
+		{"roles are apart", []member.WriteRecord{rec("a", "0", 5, 1), rec("b", "1", 6, 1), rec("a", "0", 5, 2)}, nil},
+		{"interleaved in one role", []member.WriteRecord{rec("a", "0", 7, 1), rec("b", "1", 6, 1), rec("c", "0", 3, 1)}, []int64{2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var o WriteOrder
+			for i, r := range c.records {
+				o.Add(int64(i), r)
+			}
+			var bad []int64
+			for _, i := range o.Interleaved {
+				bad = append(bad, i.Offset)
+			}
+			if !reflect.DeepEqual(bad, c.bad) || o.Records != len(c.records) {
+				t.Errorf("interleaved at %v of %d, want %v of %d", bad, o.Records, c.bad, len(c.records))
+			}
+		})
+	}
+}
