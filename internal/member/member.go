@@ -65,6 +65,17 @@ const (
 	// EventCommit is a transaction of the fenced writes (-writes) that committed; At is when
 	// CommitTransaction was called (the last call, if it was retried), Token the tenure's.
 	EventCommit = "commit"
+	// EventRefused is a fenced write refused because its tenure (Token) had ended: Info is
+	// RefusedByBroker when the broker refused the commit (a successor's producer had initialised),
+	// RefusedLocally when goneli's own check aborted it first. A write attempted while the member
+	// did not lead at all writes nothing and is not reported.
+	EventRefused = "refused"
+)
+
+// EventRefused's Info.
+const (
+	RefusedByBroker = "broker"
+	RefusedLocally  = "local"
 )
 
 // Options configure a member.

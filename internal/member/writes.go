@@ -109,6 +109,14 @@ func (ws writers) write(role string) {
 		w.seq++
 		w.out.write(Line{At: w.committing.UnixNano(), Event: EventCommit, Role: w.role, Token: token})
 	case errors.Is(err, goneli.ErrWriteFenced):
+		var fe *goneli.FencedWriteError
+		if errors.As(err, &fe) && fe.Token != 0 {
+			how := RefusedLocally
+			if fe.Broker {
+				how = RefusedByBroker
+			}
+			w.out.write(Line{Event: EventRefused, Role: w.role, Token: fe.Token, Info: how})
+		}
 	default:
 		fmt.Fprintf(os.Stderr, "%s write of %s role %q: %v\n", time.Now().Format("15:04:05.000"), w.member, w.role, err)
 	}

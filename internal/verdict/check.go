@@ -19,6 +19,9 @@ type Fault struct {
 	At     time.Time
 	Healed time.Time // when the fault was undone (or the killed process restarted)
 	Detail string
+	// Reset says that the broker lost its state at At (its data was wiped): fencing tokens and
+	// transactional producers' epochs start over, so tenures before and after are not compared.
+	Reset bool
 }
 
 // Outcome says what leadership did after a fault that hit the leader.
@@ -128,7 +131,13 @@ func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults [
 			}
 		}
 	}
-	r.LateCommits = LateCommits(lines)
+	var resets []time.Time
+	for _, f := range faults {
+		if f.Reset {
+			resets = append(resets, f.At)
+		}
+	}
+	r.LateCommits = LateCommits(lines, resets...)
 	for _, ls := range lines {
 		for _, l := range ls {
 			if l.Event == member.EventCommit {

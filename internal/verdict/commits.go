@@ -44,17 +44,35 @@ type fence struct {
 // (member.Line.Init), and in any case by its own first commit call, since a FencedProducer
 // initialises before its tenure's first transaction. All members run on one host, so their wall
 // clocks agree. The result is sorted by commit time.
-func LateCommits(lines map[string][]member.Line) []LateCommit {
-	fences := map[string]map[int64]fence{} // by role, then token: the tenure's earliest fence
+//
+// resets are the instants at which the broker lost its state: tokens and producer epochs start
+// over there, so a fence only counts against commits up to the next reset.
+func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateCommit {
+	// Lines are keyed by era, the stretch between two resets, and role.
+	type key struct {
+		era  int
+		role string
+	}
+	era := func(at time.Time) int {
+		n := 0
+		for _, r := range resets {
+			if !at.Before(r) {
+				n++
+			}
+		}
+		return n
+	}
+	fences := map[key]map[int64]fence{} // then by token: the tenure's earliest fence
 	note := func(role, who string, token int64, at time.Time) {
 		if token == 0 {
 			return
 		}
-		if fences[role] == nil {
-			fences[role] = map[int64]fence{}
+		k := key{era(at), role}
+		if fences[k] == nil {
+			fences[k] = map[int64]fence{}
 		}
-		if f, ok := fences[role][token]; !ok || at.Before(f.at) {
-			fences[role][token] = fence{who: who, token: token, at: at}
+		if f, ok := fences[k][token]; !ok || at.Before(f.at) {
+			fences[k][token] = fence{who: who, token: token, at: at}
 		}
 	}
 	for _, who := range names(lines) {
@@ -66,18 +84,18 @@ func LateCommits(lines map[string][]member.Line) []LateCommit {
 		}
 	}
 	// For each role and token, the earliest fence of any later token: walk the tokens downwards.
-	firstLater := map[string]map[int64]fence{}
-	for role, byToken := range fences {
+	firstLater := map[key]map[int64]fence{}
+	for k, byToken := range fences {
 		tokens := make([]int64, 0, len(byToken))
 		for t := range byToken {
 			tokens = append(tokens, t)
 		}
 		sort.Slice(tokens, func(i, j int) bool { return tokens[i] > tokens[j] })
-		firstLater[role] = map[int64]fence{}
+		firstLater[k] = map[int64]fence{}
 		var earliest *fence
 		for _, t := range tokens {
 			if earliest != nil {
-				firstLater[role][t] = *earliest
+				firstLater[k][t] = *earliest
 			}
 			if f := byToken[t]; earliest == nil || f.at.Before(earliest.at) {
 				earliest = &f
@@ -91,7 +109,7 @@ func LateCommits(lines map[string][]member.Line) []LateCommit {
 				continue
 			}
 			at := time.Unix(0, l.At)
-			if f, ok := firstLater[l.Role][l.Token]; ok && at.After(f.at) {
+			if f, ok := firstLater[key{era(at), l.Role}][l.Token]; ok && at.After(f.at) {
 				out = append(out, LateCommit{Who: who, Role: l.Role, Token: l.Token, At: at,
 					Successor: f.who, SuccessorToken: f.token, FencedAt: f.at})
 			}

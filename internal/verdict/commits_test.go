@@ -3,6 +3,7 @@ package verdict
 import (
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/goneli/goneli/internal/member"
 )
@@ -27,59 +28,73 @@ func TestLateCommits(t *testing.T) {
 		fencedAtMs int
 	}
 	for _, c := range []struct {
-		name  string
-		lines map[string][]member.Line
-		want  []late
+		name   string
+		lines  map[string][]member.Line
+		resets []int
+		want   []late
 	}{
-		{"none", nil, nil},
+		{"none", nil, nil, nil},
 		{"one tenure", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 10, 5), commit("", 30, 5)},
-		}, nil},
+		}, nil, nil},
 		{"handover after the last commit", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 10, 5), commit("", 30, 5)},
 			"b": {acquired("", 40, 6, true), commit("", 45, 6)},
-		}, nil},
+		}, nil, nil},
 		// A commit called at the instant the successor's line was written is not after it.
 		{"commit at the fence's instant", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 40, 5)},
 			"b": {acquired("", 40, 6, true)},
-		}, nil},
+		}, nil, nil},
 		{"frozen leader commits after the successor acquired", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 10, 5), commit("", 900, 5)},
 			"b": {acquired("", 500, 6, true), commit("", 510, 6)},
-		}, []late{{"a", "", 5, 900, "b", 6, 500}}},
+		}, nil, []late{{"a", "", 5, 900, "b", 6, 500}}},
 		// Without Init the successor's producer initialised only before its first commit: that is
 		// the fence.
 		{"fence at the successor's first commit", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 600, 5), commit("", 800, 5)},
 			"b": {acquired("", 500, 6, false), commit("", 700, 6)},
-		}, []late{{"a", "", 5, 800, "b", 6, 700}}},
+		}, nil, []late{{"a", "", 5, 800, "b", 6, 700}}},
 		{"successor never initialised", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 900, 5)},
 			"b": {acquired("", 500, 6, false)},
-		}, nil},
+		}, nil, nil},
 		// The earliest later fence counts, even of a tenure after the next.
 		{"two successors", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 900, 5)},
 			"b": {acquired("", 600, 6, true)},
 			"c": {acquired("", 300, 7, false), commit("", 400, 7)},
-		}, []late{{"a", "", 5, 900, "c", 7, 400}}},
+		}, nil, []late{{"a", "", 5, 900, "c", 7, 400}}},
 		// A resumed leader's second acquired line of the same tenure fences nobody of that tenure.
 		{"same tenure resumed", map[string][]member.Line{
 			"a": {acquired("", 0, 5, true), commit("", 10, 5), acquired("", 300, 5, true), commit("", 400, 5)},
-		}, nil},
+		}, nil, nil},
 		{"roles are apart", map[string][]member.Line{
 			"a": {acquired("0", 0, 5, true), commit("0", 900, 5)},
 			"b": {acquired("1", 500, 6, true), commit("1", 510, 6)},
-		}, nil},
+		}, nil, nil},
 		{"late in one role", map[string][]member.Line{
 			"a": {acquired("0", 0, 5, true), acquired("1", 0, 6, true), commit("1", 800, 6), commit("0", 900, 5)},
 			"b": {acquired("1", 100, 7, true), acquired("0", 850, 8, true)},
-		}, []late{{"a", "1", 6, 800, "b", 7, 100}, {"a", "0", 5, 900, "b", 8, 850}}},
+		}, nil, []late{{"a", "1", 6, 800, "b", 7, 100}, {"a", "0", 5, 900, "b", 8, 850}}},
+		// A wiped broker starts tokens over: tenures on either side of it are not compared.
+		{"tokens start over after a reset", map[string][]member.Line{
+			"a": {acquired("", 0, 34, true), commit("", 100, 34)},
+			"b": {acquired("", 600, 2, true), commit("", 700, 2)},
+		}, []int{400}, nil},
+		{"late after a reset", map[string][]member.Line{
+			"a": {acquired("", 0, 34, true), acquired("", 500, 2, true), commit("", 900, 2)},
+			"b": {acquired("", 600, 3, true), commit("", 700, 3)},
+		}, []int{400}, []late{{"a", "", 2, 900, "b", 3, 600}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			var resets []time.Time
+			for _, r := range c.resets {
+				resets = append(resets, ms(r))
+			}
 			var got []late
-			for _, l := range LateCommits(c.lines) {
+			for _, l := range LateCommits(c.lines, resets...) {
 				got = append(got, late{l.Who, l.Role, l.Token, int(l.At.Sub(t0).Milliseconds()), l.Successor, l.SuccessorToken,
 					int(l.FencedAt.Sub(t0).Milliseconds())})
 			}
