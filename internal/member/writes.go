@@ -11,7 +11,6 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli"
-	"github.com/goneli/goneli/internal/fencetrace"
 )
 
 // writers are a member's fenced writers, one per role; nil when Options.Writes is empty. The map
@@ -27,13 +26,13 @@ type roleWriter struct {
 	every        time.Duration
 	last         time.Time
 	seq          int64
-	// committing is when the transaction under way last called CommitTransaction; fencetrace
-	// reports it from within Transaction, on the task's goroutine.
+	// committing is when the transaction under way last called CommitTransaction; the
+	// producer's trace reports it from within Transaction, on the task's goroutine.
 	committing time.Time
 }
 
 // initialised records, per role, the last tenure that the role's FencedProducer initialised for
-// at acquisition; fencetrace reports it just before the barrier hears of LeaderAcquired.
+// at acquisition; the producer's trace reports it just before the barrier hears of LeaderAcquired.
 type initialised struct {
 	mu     sync.Mutex
 	tokens map[string]int64
@@ -52,39 +51,31 @@ func (in *initialised) is(role string, token int64) bool {
 	return in.tokens[role] == token
 }
 
-// newWriters makes a FencedProducer per led role and has fencetrace report their initialisations
-// to inits and their commit calls to the writers: a member is alone in its process, so the
-// process-wide hooks are its own.
+// newWriters makes a FencedProducer per led role whose trace reports its initialisations to inits
+// and its commit calls to the role's writer.
 func newWriters(o Options, out *writer, leads map[string]goneli.Leadership, inits *initialised) (writers, error) {
 	if o.Writes == "" {
 		return nil, nil
 	}
 	ws := writers{}
-	byTx := map[string]*roleWriter{}
 	for role, l := range leads {
+		w := &roleWriter{out: out, member: out.name, role: role, topic: o.Writes, every: o.WriteEvery}
+		trace := &goneli.FencedTrace{
+			Initialised: func(token int64) { inits.set(role, token) },
+			// The writer's goroutine is the one that commits, so no lock is needed.
+			Committing: func(int64) { w.committing = time.Now() },
+		}
 		// A short transaction timeout lets the broker abort what a killed leader left open
 		// soon, should no successor initialise; read_committed readers wait for it until then.
-		f, err := goneli.NewFencedProducer(l, goneli.FencedConfig{Timeout: 5 * time.Second,
+		f, err := goneli.NewFencedProducer(l, goneli.FencedConfig{Timeout: 5 * time.Second, Trace: trace,
 			KafkaConfig: goneli.KafkaConfigMap{"transaction.timeout.ms": 10000}})
 		if err != nil {
 			ws.close()
 			return nil, err
 		}
-		ws[role] = &roleWriter{f: f, out: out, member: out.name, role: role, topic: o.Writes, every: o.WriteEvery}
-		byTx[f.TransactionalID()] = ws[role]
+		w.f = f
+		ws[role] = w
 	}
-	fencetrace.Set(&fencetrace.Hooks{
-		Initialised: func(txid string, token int64) {
-			if w := byTx[txid]; w != nil {
-				inits.set(w.role, token)
-			}
-		},
-		Committing: func(txid string, _ int64, at time.Time) {
-			if w := byTx[txid]; w != nil {
-				w.committing = at
-			}
-		},
-	})
 	return ws, nil
 }
 
@@ -123,9 +114,6 @@ func (ws writers) write(role string) {
 }
 
 func (ws writers) close() {
-	if ws != nil {
-		fencetrace.Set(nil)
-	}
 	for _, w := range ws {
 		_ = w.f.Close()
 	}
