@@ -46,6 +46,22 @@ type FencedConfig struct {
 	TransactionalID string
 	// Timeout bounds InitTransactions, each commit and abort, and Close. Default: 10 s.
 	Timeout time.Duration
+	// Trace, if set, hears of the producer's fencing steps as they happen, for metrics or an
+	// audit of which tenure could commit when. Default: nil.
+	Trace *FencedTrace
+}
+
+// FencedTrace follows one FencedProducer's steps, in the manner of net/http/httptrace. Its
+// functions are called synchronously on the goroutine taking the step, so they must return
+// quickly; any of them may be nil.
+type FencedTrace struct {
+	// Initialised is called once the producer has initialised for the tenure of token at
+	// LeaderAcquired, before the barrier hears of the acquisition: from then on, no earlier
+	// tenure of the group (role) can commit.
+	Initialised func(token int64)
+	// Committing is called just before each CommitTransaction of a transaction of token. A
+	// commit that begins after a successor's Initialised is refused by the broker.
+	Committing func(token int64)
 }
 
 // DefaultFencedTimeout is FencedConfig.Timeout's default.
@@ -89,6 +105,7 @@ type FencedProducer struct {
 	txid    string
 	conf    kafka.ConfigMap
 	timeout time.Duration
+	trace   *FencedTrace
 	log     scribe.Scribe
 	name    string
 	detach  func()
@@ -131,7 +148,7 @@ func NewFencedProducer(lead Leadership, cfg FencedConfig) (*FencedProducer, erro
 			}
 		}
 	}
-	f := &FencedProducer{lead: lead, timeout: cfg.Timeout, txid: cfg.TransactionalID, sem: make(chan struct{}, 1), detach: func() {}}
+	f := &FencedProducer{lead: lead, timeout: cfg.Timeout, trace: cfg.Trace, txid: cfg.TransactionalID, sem: make(chan struct{}, 1), detach: func() {}}
 	base := kafka.ConfigMap{}
 	var hooks *acquireHooks
 	f.log = scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(scribe.Nop)})
@@ -200,6 +217,10 @@ func (f *FencedProducer) acquired(token int64) {
 	}
 	if err := f.ensure(ctx, token); err != nil {
 		f.log.W()("goneli %s: fenced producer %s: initialising at acquisition: %v; retried at the next write", f.name, f.txid, err)
+		return
+	}
+	if f.trace != nil && f.trace.Initialised != nil {
+		f.trace.Initialised(token)
 	}
 }
 
@@ -365,6 +386,9 @@ func (f *FencedProducer) Transaction(ctx context.Context, fn func(tx *FencedTx) 
 	opCtx, cancel = f.opContext(ctx)
 	defer cancel()
 	for {
+		if f.trace != nil && f.trace.Committing != nil {
+			f.trace.Committing(token)
+		}
 		err := f.p.CommitTransaction(opCtx)
 		if err == nil {
 			return nil

@@ -511,12 +511,20 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 		h.checkWrites()
 	}
 	r := verdict.Check(h.fleet.ByProcess(), h.fleet.Deaths(), h.faults)
-	h.writeTimeline()
+	h.writeTimeline(r.LateCommits)
 	for _, o := range r.Overlaps {
 		t.Errorf("OVERLAP: %v", o)
 	}
 	for _, v := range r.Violations {
 		t.Errorf("%s", v)
+	}
+	for i, c := range r.LateCommits {
+		if i == 10 {
+			// A tenure that goes on committing when it should not does so every write interval.
+			t.Errorf("LATE COMMIT: and %d more (the summary lists them all)", len(r.LateCommits)-i)
+			break
+		}
+		t.Errorf("LATE COMMIT: %v", c)
 	}
 	h.scanLogs()
 	return r
@@ -777,7 +785,7 @@ func (h *harness) awaitSettled() {
 }
 
 func (h *harness) inject(kind string) verdict.Fault {
-	f := verdict.Fault{Kind: kind}
+	f := verdict.Fault{Kind: kind, Reset: kind == kindWipe}
 	var slot int
 	switch kind {
 	case kindStall, kindRestart, kindWipe, kindNoRejoin, kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling:
@@ -1100,19 +1108,26 @@ func (h *harness) stopAll() {
 }
 
 // writeTimeline saves every line and fault, merged by time, for reading after a failure.
-func (h *harness) writeTimeline() {
+func (h *harness) writeTimeline(late []verdict.LateCommit) {
 	type entry struct {
 		at   int64
 		text string
 	}
 	var all []entry
 	for _, l := range h.fleet.Lines() {
+		if l.Event == member.EventCommit {
+			// One per transaction would swamp the timeline; the late ones are listed below.
+			continue
+		}
 		b, _ := json.Marshal(l)
 		at := l.At
 		if l.Event == member.EventAct {
 			at = l.From
 		}
 		all = append(all, entry{at, l.Name + " " + string(b)})
+	}
+	for _, c := range late {
+		all = append(all, entry{c.At.UnixNano(), "LATE COMMIT " + c.String()})
 	}
 	for _, f := range h.faults {
 		all = append(all, entry{f.At.UnixNano(), fmt.Sprintf("FAULT %s victim=%s leader=%v %s%s", f.Kind, f.Victim, f.WasLeader, f.Detail, rolesHit(f))})
@@ -1158,8 +1173,7 @@ func (h *harness) checkWrites() {
 	if err := c.Assign([]kafka.TopicPartition{{Topic: &wt, Partition: 0, Offset: kafka.OffsetBeginning}}); err != nil {
 		h.t.Fatalf("write check: %v", err)
 	}
-	high := map[string]member.WriteRecord{}
-	var n, bad int
+	var order verdict.WriteOrder
 	limit := time.Now().Add(awaitLimit)
 	for time.Now().Before(limit) {
 		switch e := c.Poll(100).(type) {
@@ -1169,16 +1183,12 @@ func (h *harness) checkWrites() {
 				h.t.Errorf("write check: record at offset %v: %v", e.TopicPartition.Offset, err)
 				continue
 			}
-			n++
-			if last, ok := high[w.Role]; ok && w.Token < last.Token {
-				bad++
-				h.t.Errorf("INTERLEAVED WRITE: at offset %v, %s's record %d of role %q, token %d, follows %s's record %d of token %d",
-					e.TopicPartition.Offset, w.Member, w.Seq, w.Role, w.Token, last.Member, last.Seq, last.Token)
-				continue
+			if !order.Add(int64(e.TopicPartition.Offset), w) {
+				h.t.Errorf("INTERLEAVED WRITE: %v", order.Interleaved[len(order.Interleaved)-1])
 			}
-			high[w.Role] = w
 		case kafka.PartitionEOF:
 			// At the last stable offset: everything committed has been read.
+			n, bad := order.Records, len(order.Interleaved)
 			h.t.Logf("write check: %d committed records, %d interleaved", n, bad)
 			committedWrites.Add(int32(n))
 			interleavedWrites.Add(int32(bad))
@@ -1187,5 +1197,5 @@ func (h *harness) checkWrites() {
 			h.t.Logf("write check: %v", e)
 		}
 	}
-	h.t.Errorf("write check: no end of %s within %v (%d records read)", writesTopic, awaitLimit, n)
+	h.t.Errorf("write check: no end of %s within %v (%d records read)", writesTopic, awaitLimit, order.Records)
 }

@@ -57,6 +57,10 @@ func (s Summary) Markdown(w io.Writer, run RunInfo) {
 		p("| overlaps per role | %s |", strings.Join(parts, " "))
 	}
 	p("| act spans checked | %d |", t.spans)
+	if s.WritesChecked {
+		p("| interleaved committed writes (a record read_committed after one of a later tenure) | %d of %d records |", s.InterleavedWrites, s.CommittedWrites)
+		p("| commits after their tenure's end (commit called after a later tenure fenced it) | %d of %d commits |", s.LateCommits(), s.timedCommits())
+	}
 	p("| members aborted by librdkafka (confluentinc/librdkafka#4605) | %d |", s.LibrdkafkaAborts)
 	p("| overlaps of acquired..fenced/revoked intervals (information only) | %d, longest %v |", t.infos, t.longestInfo.Round(time.Millisecond))
 	if roles {
@@ -88,9 +92,10 @@ func (s Summary) Markdown(w io.Writer, run RunInfo) {
 	var problems bytes.Buffer
 	s.printOverlaps(&problems)
 	s.printViolations(&problems)
+	s.printLateCommits(&problems)
 	if problems.Len() > 0 {
 		p("")
-		p("Overlaps and event-order violations:")
+		p("Overlaps, event-order violations and late commits:")
 		p("")
 		p("```")
 		_, _ = w.Write(problems.Bytes())

@@ -146,10 +146,40 @@ func (s Summary) printOverlaps(w io.Writer) {
 	}
 }
 
+// LateCommits counts, over all trials, the fenced writes that committed although their commit
+// call began after a later tenure of their role had fenced them (verdict.LateCommits).
+func (s Summary) LateCommits() int {
+	n := 0
+	for _, r := range s.Reports {
+		n += len(r.LateCommits)
+	}
+	return n
+}
+
+// timedCommits counts the committed fenced writes whose commit call the members timed.
+func (s Summary) timedCommits() int {
+	n := 0
+	for _, r := range s.Reports {
+		n += r.Commits
+	}
+	return n
+}
+
 // printWrites writes the fenced-write check's figures, when it ran.
 func (s Summary) printWrites(w io.Writer) {
 	if s.WritesChecked {
 		fmt.Fprintf(w, "interleaved committed writes: %d (of %d committed records)\n", s.InterleavedWrites, s.CommittedWrites)
+		fmt.Fprintf(w, "commits after their tenure's end: %d (of %d commit calls timed)\n", s.LateCommits(), s.timedCommits())
+		s.printLateCommits(w)
+	}
+}
+
+// printLateCommits writes every late commit.
+func (s Summary) printLateCommits(w io.Writer) {
+	for _, r := range s.Reports {
+		for _, c := range r.LateCommits {
+			fmt.Fprintf(w, "  LATE COMMIT %v\n", c)
+		}
 	}
 }
 

@@ -174,3 +174,37 @@ func TestSummaryAppendMarkdown(t *testing.T) {
 		t.Errorf("page:\n%s", page)
 	}
 }
+
+func TestSummaryWriteFigures(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	ms := func(n int) int64 { return t0.Add(time.Duration(n) * time.Millisecond).UnixNano() }
+	acquired := func(at int, token int64) member.Line {
+		return member.Line{At: ms(at), Event: member.EventAcquired, Token: token, Init: true}
+	}
+	commit := func(at int, token int64) member.Line {
+		return member.Line{At: ms(at), Event: member.EventCommit, Token: token}
+	}
+	lines := map[string][]member.Line{
+		"a": {acquired(0, 5), commit(10, 5), commit(900, 5)}, // the second after b's tenure fenced it
+		"b": {acquired(500, 6), commit(510, 6)},
+	}
+	s := Summary{Brokers: 1, Trials: 1, Reports: []verdict.Report{verdict.Check(lines, nil, nil)},
+		WritesChecked: true, CommittedWrites: 3}
+	var out bytes.Buffer
+	s.Print(&out)
+	for _, want := range []string{"interleaved committed writes: 0 (of 3 committed records)",
+		"commits after their tenure's end: 1 (of 3 commit calls timed)", "  LATE COMMIT a's commit for tenure 5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	s.Markdown(&out, RunInfo{Date: t0})
+	for _, want := range []string{"| interleaved committed writes (a record read_committed after one of a later tenure) | 0 of 3 records |",
+		"| commits after their tenure's end (commit called after a later tenure fenced it) | 1 of 3 commits |",
+		"  LATE COMMIT a's commit for tenure 5"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -16,11 +16,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/goneli/goneli/internal/member"
 	"github.com/goneli/goneli/internal/verdict"
 	"github.com/sirupsen/logrus"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 const demoAbout = `Starts several contenders, each its own process, and disrupts their leaders one after the
@@ -32,10 +35,20 @@ instants at which each member's IsLeader returned true. Exits 0 if that check pa
 fence check besides flags any fence that no injected freeze explains; it does not change
 the exit status.
 
+Without --kafka, leaders also write: while it leads, each member commits a numbered record
+to the topic <leader topic>.writes every 100 ms through a FencedProducer, a transaction
+bound to its tenure. The freeze then lands in the middle of a commit, which the embedded
+broker holds until a successor leads; the frozen leader's late write is refused by the
+broker, and the timeline says so. At the end the demo reads the topic back as a
+read_committed consumer: it fails if a record of an earlier tenure follows one of a later
+tenure, or if any commit began after a successor had fenced its tenure.
+
 Without --kafka it starts an embedded Kafka-protocol broker (kfake) in this process and
 uses a 1 s lease. With --kafka it uses that cluster and a 3 s lease, the shortest that the
 broker's default group.min.session.timeout.ms (6 s) allows; pass --heartbeat-timeout to
-change it.`
+change it. With --kafka the members do not write: fenced writes would need a topic and
+transactional-id ACLs on that cluster, and only the embedded broker can hold a leader's
+commit for the freeze to land in.`
 
 // Demo defaults. The embedded broker accepts short sessions, so failovers take a second or two;
 // a stock Kafka rejects a session under 6 s, which a 3 s lease respects.
@@ -44,6 +57,12 @@ const (
 	realKafkaLease  = 3 * time.Second
 	embeddedRunTime = 30 * time.Second
 	realKafkaRun    = 60 * time.Second
+	// demoWriteEvery is how often a leading member commits a record: often enough that a freeze
+	// soon finds a commit to land in, seldom enough to keep the embedded broker's work small.
+	demoWriteEvery = 100 * time.Millisecond
+	// holdWait is how long a freeze waits for the leader's next commit before it freezes the
+	// leader wherever it is.
+	holdWait = 2 * time.Second
 )
 
 type demoOptions struct {
@@ -107,11 +126,19 @@ func runDemo(args []string, stdout, stderr io.Writer) (int, error) {
 		OnExit: func(p *fleet.Proc) { d.events <- memberEvent{exited: p} },
 	})
 	if o.kafka == "" {
-		b, err := kafkatest.Start()
+		var opts []kfake.Opt
+		if topic := o.writesTopic(); validTopic(topic) {
+			d.writes = topic
+			opts = append(opts, kfake.SeedTopics(1, topic))
+		}
+		b, err := kafkatest.Start(opts...)
 		if err != nil {
 			return 0, fmt.Errorf("cannot start the embedded broker: %w", err)
 		}
 		defer b.Close()
+		if d.writes != "" {
+			d.holder = holdCommits(b, d.events)
+		}
 		d.addr = b.Addr
 		d.say("embedded Kafka-protocol broker (kfake) listening on %s", b.Addr)
 		d.say("lease (HeartbeatTimeout) %v, group session timeout %v: short, which the embedded broker allows,", o.heartbeatTimeout, d.session())
@@ -125,6 +152,87 @@ func runDemo(args []string, stdout, stderr io.Writer) (int, error) {
 		d.say("(the broker's group.min.session.timeout.ms must be at most %d)", d.session().Milliseconds())
 	}
 	return d.run(), nil
+}
+
+// writesTopic is the topic the members write to: the leader topic's name with ".writes".
+func (o demoOptions) writesTopic() string {
+	if o.topic != "" {
+		return o.topic + ".writes"
+	}
+	return o.group + ".neli.writes"
+}
+
+// commitHold holds one leader's commit at the embedded broker, so that the demo can freeze the
+// leader in the middle of it: a leader frozen anywhere else finds its lease gone on waking and
+// writes nothing, and the broker's refusal would go unseen. While armed, the next EndTxn that
+// commits is held, which only a leader sends, until let through.
+type commitHold struct {
+	mu      sync.Mutex
+	armed   bool
+	release chan struct{} // closed to let the held commit through; nil when none is held
+}
+
+// holdCommits installs the hold on b's EndTxn requests; a held commit is announced on events.
+func holdCommits(b *kafkatest.Broker, events chan<- memberEvent) *commitHold {
+	h := &commitHold{}
+	b.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if r, ok := req.(*kmsg.EndTxnRequest); !ok || !r.Commit {
+			return nil, nil, false
+		}
+		release := h.catch()
+		if release == nil {
+			return nil, nil, false
+		}
+		events <- memberEvent{held: true}
+		// The broker goes on serving every other connection meanwhile; Close wakes this too.
+		b.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	return h
+}
+
+// catch disarms the hold and returns the channel that lets the commit through, or nil if the
+// hold was not armed.
+func (h *commitHold) catch() chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.armed {
+		return nil
+	}
+	h.armed = false
+	h.release = make(chan struct{})
+	return h.release
+}
+
+func (h *commitHold) arm() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.armed = true
+}
+
+// disarm reports whether the hold was still armed, that is, had caught no commit.
+func (h *commitHold) disarm() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	was := h.armed
+	h.armed = false
+	return was
+}
+
+// let lets the held commit through, if any, and reports whether one was held.
+func (h *commitHold) let() bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.release == nil {
+		return false
+	}
+	close(h.release)
+	h.release = nil
+	return true
 }
 
 // Disruption kinds.
@@ -148,12 +256,18 @@ type step struct {
 	successorAt int64 // Unix ns of the successor's LeaderAcquired
 	thawedAt    time.Time
 	timedOut    bool
+	// A freeze with fenced writes first waits, from waitFrom, for the leader's next commit to be
+	// held (commitHold); at stays zero until the freeze itself. held says it caught one.
+	waitFrom time.Time
+	held     bool
 }
 
-// memberEvent is a line a member printed or, if exited is set, the end of a member.
+// memberEvent is a line a member printed or, if exited is set, the end of a member, or, if held
+// is set, a leader's commit held at the broker.
 type memberEvent struct {
 	line   member.Line
 	exited *fleet.Proc
+	held   bool
 }
 
 type demo struct {
@@ -185,6 +299,15 @@ type demo struct {
 	// member was let go.
 	fences []fenceAt
 	thaws  map[string][]time.Time
+
+	// writes is the topic the members write to through FencedProducers, "" if they do not write
+	// (with --kafka); hold holds a leader's commit for a freeze to land in.
+	writes      string
+	holder      *commitHold
+	leaderToken int64
+	// commits counts the members' committed writes; refusedBroker and refusedLocal their late
+	// writes, refused by the broker or by goneli's check before the commit.
+	commits, refusedBroker, refusedLocal int
 }
 
 // fenceAt is one member's fence as its timeline shows it.
@@ -313,12 +436,23 @@ func (d *demo) advance(now, deadline time.Time) {
 		d.disrupt(s, now)
 		return
 	}
+	if s.at.IsZero() {
+		// Waiting for the leader's next commit; a leader that does not commit is frozen anyway.
+		if now.Sub(s.waitFrom) > holdWait && d.holder.disarm() {
+			d.sayAt(now, ">> %s committed nothing within %v", s.victim, holdWait)
+			d.freezeNow(s, now)
+		}
+		return
+	}
 	waited := now.Sub(s.at)
 	if s.successor == "" && !s.timedOut && waited > d.failoverLimit() {
 		s.timedOut = true
 		d.problem("no successor within %v of the %s of %s", d.failoverLimit(), s.kind, s.victim)
 	}
 	if s.kind == freeze && s.thawedAt.IsZero() && ((s.successor != "" && waited >= d.freezeFor()) || s.timedOut) {
+		if d.holder.let() {
+			d.sayAt(now, ">> the embedded broker lets %s's held commit through", s.victim)
+		}
 		d.signal(d.fleet.Proc(s.victim), syscall.SIGCONT)
 		s.thawedAt = now
 		if d.thaws == nil {
@@ -335,6 +469,12 @@ func (d *demo) advance(now, deadline time.Time) {
 
 func (d *demo) disrupt(s *step, now time.Time) {
 	p := d.fleet.Proc(d.leader)
+	if s.kind == freeze && d.holder != nil {
+		s.victim, s.waitFrom = p.Name, now
+		d.holder.arm()
+		d.sayAt(now, ">> waiting for leader %s's next commit, to freeze it in the middle (the embedded broker holds the commit)", p.Name)
+		return
+	}
 	s.victim, s.at = p.Name, now
 	// Whatever happens next, the victim is done acting as leader; the successor's
 	// LeaderAcquired names the next one.
@@ -352,6 +492,44 @@ func (d *demo) disrupt(s *step, now time.Time) {
 	}
 }
 
+// freezeNow freezes the victim of s, a freeze that waited for a commit to hold.
+func (d *demo) freezeNow(s *step, now time.Time) {
+	s.at = now
+	d.leader = ""
+	if s.held {
+		d.sayAt(now, ">> SIGSTOP to leader %s for %v while its commit (token %d) waits at the broker: its lease lapses while it cannot even notice",
+			s.victim, d.freezeFor(), d.leaderToken)
+	} else {
+		d.sayAt(now, ">> SIGSTOP to leader %s for %v: its lease lapses while it cannot even notice", s.victim, d.freezeFor())
+	}
+	d.signal(d.fleet.Proc(s.victim), syscall.SIGSTOP)
+}
+
+// commitHeld freezes the leader whose commit the broker now holds, or lets the commit through
+// if no freeze waits for it any more.
+func (d *demo) commitHeld() {
+	if d.cur < len(d.steps) {
+		if s := d.steps[d.cur]; s.kind == freeze && s.victim != "" && s.at.IsZero() {
+			s.held = true
+			d.freezeNow(s, time.Now())
+			return
+		}
+	}
+	d.holder.let()
+}
+
+// refused reports a member's late write.
+func (d *demo) refused(l member.Line) {
+	at := time.Unix(0, l.At)
+	if l.Info == member.RefusedByBroker {
+		d.refusedBroker++
+		d.sayAt(at, "%s: late write of tenure token %d refused by the broker (a successor leads)", l.Name, l.Token)
+		return
+	}
+	d.refusedLocal++
+	d.sayAt(at, "%s: late write of tenure token %d refused before its commit: its lease had ended", l.Name, l.Token)
+}
+
 // signal sends sig to p; SIGTERM and SIGKILL make p's exit expected, so that it is no problem.
 func (d *demo) signal(p *fleet.Proc, sig syscall.Signal) {
 	if _, err := d.fleet.Signal(p, sig); err != nil {
@@ -362,6 +540,10 @@ func (d *demo) signal(p *fleet.Proc, sig syscall.Signal) {
 func (d *demo) handle(ev memberEvent) {
 	if ev.exited != nil {
 		d.exited(ev.exited)
+		return
+	}
+	if ev.held {
+		d.commitHeld()
 		return
 	}
 	l := ev.line
@@ -378,6 +560,10 @@ func (d *demo) handle(ev memberEvent) {
 	case member.EventRevoked:
 		d.sayAt(at, "%s no longer leads (revoked)", l.Name)
 		d.lost(l.Name)
+	case member.EventCommit:
+		d.commits++
+	case member.EventRefused:
+		d.refused(l)
 	case member.EventClosed:
 		d.sayAt(at, "%s closed", l.Name)
 	case member.EventError:
@@ -392,12 +578,13 @@ func (d *demo) acquired(name string, l member.Line) {
 	at := time.Unix(0, l.At)
 	note := ""
 	if d.cur < len(d.steps) {
-		if s := d.steps[d.cur]; s.victim != "" && s.victim != name && s.successor == "" {
+		if s := d.steps[d.cur]; s.victim != "" && !s.at.IsZero() && s.victim != name && s.successor == "" {
 			s.successor, s.successorAt = name, l.At
 			note = fmt.Sprintf(": failover %d ms after the %s of %s", at.Sub(s.at).Milliseconds(), s.kind, s.victim)
 			if p := d.fleet.Proc(s.victim); p != nil && p.Stopped() {
 				note += fmt.Sprintf(" (%s is still frozen)", s.victim)
 			}
+			defer d.letHeld(s, l)
 		}
 	}
 	if d.firstAt == 0 {
@@ -405,8 +592,25 @@ func (d *demo) acquired(name string, l member.Line) {
 		d.holdUntil = time.Now().Add(d.hold())
 		note = fmt.Sprintf(": first leader, %d ms after the demo started", at.Sub(d.start).Milliseconds())
 	}
-	d.leader, d.since, d.lastNews = name, at, time.Now()
-	d.sayAt(at, "%s LEADS (tenure %s)%s", name, l.Info, note)
+	d.leader, d.since, d.lastNews, d.leaderToken = name, at, time.Now(), l.Token
+	token := ""
+	if l.Token != 0 {
+		token = fmt.Sprintf(", token %d", l.Token)
+	}
+	d.sayAt(at, "%s LEADS (tenure %s%s)%s", name, l.Info, token, note)
+}
+
+// letHeld lets the frozen victim's held commit through once its successor leads: the broker then
+// judges a commit that the successor's producer may already have fenced.
+func (d *demo) letHeld(s *step, l member.Line) {
+	if !s.held || !d.holder.let() {
+		return
+	}
+	why := "its producer has initialised, which fenced the commit"
+	if !l.Init {
+		why = "though its producer has not initialised yet"
+	}
+	d.sayAt(time.Unix(0, l.At), ">> the embedded broker lets %s's held commit through: %s leads with token %d, %s", s.victim, l.Name, l.Token, why)
 }
 
 func (d *demo) lost(name string) {
@@ -463,10 +667,14 @@ func (d *demo) spawn() {
 	if strings.EqualFold(d.o.logLevel, "off") {
 		tail.Out = nil
 	}
+	var writes []string
+	if d.writes != "" {
+		writes = []string{"-writes", d.writes, "-write-every", demoWriteEvery.String()}
+	}
 	_, err := d.fleet.Start(fleet.Spec{
 		Name: name,
 		Path: d.exe,
-		Args: []string{"member",
+		Args: append([]string{"member",
 			"-kafka", d.addr,
 			"-group", d.o.group,
 			"-topic", d.o.topic,
@@ -474,7 +682,7 @@ func (d *demo) spawn() {
 			"-heartbeat-timeout", d.o.heartbeatTimeout.String(),
 			"-log-level", strings.ToLower(d.o.logLevel),
 			"-task", "1ms",
-		},
+		}, writes...),
 		Env: d.memberEnv(),
 		// Members live in their own process group so that a Ctrl-C reaches only the demo, which
 		// then stops them in order; if the demo dies, the kernel kills them.
@@ -491,6 +699,10 @@ func (d *demo) spawn() {
 // too long. The event loop goes on meanwhile: the members' last lines and exits feed it.
 func (d *demo) stopAll() {
 	d.ending = true
+	if d.holder != nil {
+		d.holder.disarm()
+		d.holder.let()
+	}
 	limit := 2*d.session() + 5*time.Second
 	stopped := make(chan error)
 	go func() { stopped <- d.fleet.StopAll(limit) }()
@@ -606,16 +818,85 @@ func (d *demo) summary() bool {
 			d.say("  %s fenced at %+.3fs", f.who, f.at.Sub(d.start).Seconds())
 		}
 	}
+	writesOK := d.writeCheck(lines)
 	for _, p := range d.problems {
 		d.say("problem: %s", p)
 	}
-	passed := len(overlaps) == 0 && len(d.problems) == 0 && d.firstAt > 0
+	passed := len(overlaps) == 0 && len(d.problems) == 0 && d.firstAt > 0 && writesOK
 	if passed {
 		d.say("result: PASSED")
 	} else {
 		d.say("result: FAILED")
 	}
 	return passed
+}
+
+// writeCheck prints the fenced writes' figures and checks what was committed: read back as a
+// read_committed consumer, no record of an earlier tenure may follow one of a later tenure, and
+// no commit may have begun after a successor had fenced its tenure (verdict.LateCommits). It
+// reports whether both held; without writes there is nothing to check.
+func (d *demo) writeCheck(lines map[string][]member.Line) bool {
+	if d.writes == "" {
+		return true
+	}
+	d.say("fenced writes: %d committed; late writes refused: %d by the broker, %d by goneli before the commit",
+		d.commits, d.refusedBroker, d.refusedLocal)
+	late := verdict.LateCommits(lines)
+	order, err := readWrites(d.addr, d.writes)
+	if err != nil {
+		d.problem("reading %s back: %v", d.writes, err)
+		return false
+	}
+	if len(order.Interleaved) == 0 && len(late) == 0 {
+		d.say("write check: PASSED: %d records read back read_committed, tenures never interleaved, no commit after its tenure's end", order.Records)
+		return true
+	}
+	d.say("write check: FAILED: %d of %d records read back follow a later tenure's, %d commits began after their tenure's end",
+		len(order.Interleaved), order.Records, len(late))
+	for i, x := range order.Interleaved {
+		if i == 5 {
+			break
+		}
+		d.say("  interleaved: %v", x)
+	}
+	for i, c := range late {
+		if i == 5 {
+			break
+		}
+		d.say("  late commit: %v", c)
+	}
+	return false
+}
+
+// readWrites reads topic's partition 0 from the start to its last stable offset as a
+// read_committed consumer, checking the order of the members' records.
+func readWrites(addr, topic string) (verdict.WriteOrder, error) {
+	var order verdict.WriteOrder
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{"bootstrap.servers": addr, "group.id": topic + ".check",
+		"isolation.level": "read_committed", "enable.partition.eof": true, "enable.auto.commit": false,
+		"enable.metrics.push": false, "log_level": 3})
+	if err != nil {
+		return order, err
+	}
+	defer c.Close()
+	if err := c.Assign([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.OffsetBeginning}}); err != nil {
+		return order, err
+	}
+	limit := time.Now().Add(10 * time.Second)
+	for time.Now().Before(limit) {
+		switch e := c.Poll(100).(type) {
+		case *kafka.Message:
+			var w member.WriteRecord
+			if err := json.Unmarshal(e.Value, &w); err != nil {
+				return order, fmt.Errorf("record at offset %v: %w", e.TopicPartition.Offset, err)
+			}
+			order.Add(int64(e.TopicPartition.Offset), w)
+		case kafka.PartitionEOF:
+			// At the last stable offset: everything committed has been read.
+			return order, nil
+		}
+	}
+	return order, fmt.Errorf("no end within 10s (%d records read)", order.Records)
 }
 
 // missing lists the kinds of disruption that have not been applied at all.

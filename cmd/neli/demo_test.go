@@ -24,3 +24,41 @@ func TestUnexplainedFences(t *testing.T) {
 		t.Errorf("a fence on waking was flagged: %v", odd)
 	}
 }
+
+// The hold catches one commit per arming, and only while armed; let frees the caught commit once.
+func TestCommitHold(t *testing.T) {
+	var h commitHold
+	if h.catch() != nil {
+		t.Fatal("caught a commit while not armed")
+	}
+	h.arm()
+	release := h.catch()
+	if release == nil {
+		t.Fatal("armed, caught nothing")
+	}
+	if h.catch() != nil {
+		t.Error("caught a second commit on one arming")
+	}
+	if h.disarm() {
+		t.Error("disarm after a catch reports the hold still armed")
+	}
+	if !h.let() {
+		t.Fatal("let freed nothing")
+	}
+	select {
+	case <-release:
+	default:
+		t.Error("the caught commit is still held after let")
+	}
+	if h.let() {
+		t.Error("let freed a commit twice")
+	}
+	h.arm()
+	if !h.disarm() || h.catch() != nil {
+		t.Error("a disarmed hold still catches")
+	}
+	var none *commitHold
+	if none.let() {
+		t.Error("a demo without writes let a commit through")
+	}
+}

@@ -40,9 +40,16 @@ type Line struct {
 	To    int64  `json:"to,omitempty"`   // EventAct: last action of the span
 	Runs  int64  `json:"runs,omitempty"` // EventAct: task runs in the span
 	Info  string `json:"info,omitempty"` // tenure, reason or error text
-	// Role is the role an acquired, fenced, revoked or act line is about: empty for a member
-	// without roles (the single leader of goneli.New).
+	// Role is the role an acquired, fenced, revoked, act or commit line is about: empty for a
+	// member without roles (the single leader of goneli.New).
 	Role string `json:"role,omitempty"`
+	// Token is the fencing token of the tenure an acquired or commit line is about.
+	Token int64 `json:"token,omitempty"`
+	// Init, on an acquired line, says that the role's FencedProducer (-writes) initialised for
+	// the tenure before the line was written: from At on, the broker refuses every commit of an
+	// earlier tenure of the role. Without it (no writes, or the initialisation failed) the
+	// producer initialises before the tenure's first commit instead.
+	Init bool `json:"init,omitempty"`
 }
 
 // Events a member reports.
@@ -54,6 +61,21 @@ const (
 	EventAct      = "act"      // a span of leader actions, [From, To]; spans of one member never overlap
 	EventClosed   = "closed"   // Close returned after SIGTERM or SIGINT
 	EventError    = "error"    // a fatal error; the process exits non-zero
+
+	// EventCommit is a transaction of the fenced writes (-writes) that committed; At is when
+	// CommitTransaction was called (the last call, if it was retried), Token the tenure's.
+	EventCommit = "commit"
+	// EventRefused is a fenced write refused because its tenure (Token) had ended: Info is
+	// RefusedByBroker when the broker refused the commit (a successor's producer had initialised),
+	// RefusedLocally when goneli's own check aborted it first. A write attempted while the member
+	// did not lead at all writes nothing and is not reported.
+	EventRefused = "refused"
+)
+
+// EventRefused's Info.
+const (
+	RefusedByBroker = "broker"
+	RefusedLocally  = "local"
 )
 
 // Options configure a member.
@@ -223,10 +245,11 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		config.MinPollInterval = goneli.Duration(o.MinPollInterval)
 	}
 	acts := newRoleSpans(w, o.Roles)
+	inits := &initialised{tokens: map[string]int64{}}
 	barrier := func(e goneli.Event) {
 		switch e := e.(type) {
 		case goneli.LeaderAcquired:
-			w.write(Line{Event: EventAcquired, Info: e.Tenure, Role: e.Role})
+			w.write(Line{Event: EventAcquired, Info: e.Tenure, Role: e.Role, Token: e.Token, Init: inits.is(e.Role, e.Token)})
 		case goneli.LeaderFenced:
 			acts[e.Role].flush()
 			w.write(Line{Event: EventFenced, Info: e.Reason, Role: e.Role})
@@ -240,7 +263,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		w.write(Line{Event: EventError, Info: err.Error()})
 		return err
 	}
-	wr, err := newWriters(o, w.name, c.leads)
+	wr, err := newWriters(o, w, c.leads, inits)
 	if err != nil {
 		_ = c.close()
 		w.write(Line{Event: EventError, Info: err.Error()})

@@ -19,6 +19,9 @@ type Fault struct {
 	At     time.Time
 	Healed time.Time // when the fault was undone (or the killed process restarted)
 	Detail string
+	// Reset says that the broker lost its state at At (its data was wiped): fencing tokens and
+	// transactional producers' epochs start over, so tenures before and after are not compared.
+	Reset bool
 }
 
 // Outcome says what leadership did after a fault that hit the leader.
@@ -87,6 +90,10 @@ type Report struct {
 	Roles      []RoleReport // every role acted for, in role order (one, "", without roles)
 	Faults     []FaultResult
 	Violations []string // other broken promises (event order)
+	// LateCommits are fenced writes committed although a later tenure of their role had fenced
+	// them before their commit call: the broker should have refused each (see LateCommits).
+	LateCommits []LateCommit
+	Commits     int // committed fenced writes whose commit call was timed (member.EventCommit lines)
 }
 
 // HasRoles reports whether the members contended for named roles rather than the single
@@ -121,6 +128,20 @@ func Check(lines map[string][]member.Line, deaths map[string]time.Time, faults [
 		if err := EventOrder(lines[who], died); err != nil {
 			for _, e := range splitJoined(err) {
 				r.Violations = append(r.Violations, fmt.Sprintf("%s: %v", who, e))
+			}
+		}
+	}
+	var resets []time.Time
+	for _, f := range faults {
+		if f.Reset {
+			resets = append(resets, f.At)
+		}
+	}
+	r.LateCommits = LateCommits(lines, resets...)
+	for _, ls := range lines {
+		for _, l := range ls {
+			if l.Event == member.EventCommit {
+				r.Commits++
 			}
 		}
 	}

@@ -138,7 +138,12 @@ func TestFencedProducerFollowsTenures(t *testing.T) {
 	awaitLeader(t, "a to lead", a)
 	fa := newFenced(t, a, FencedConfig{})
 	c := contender(t, testConfig(b, group, "c", log), r).(Curator)
-	fc := newFenced(t, c, FencedConfig{})
+	// The trace's calls come on the dispatcher (Initialised) and on this goroutine (Committing).
+	inits, commits := make(chan int64, 4), make(chan int64, 8)
+	fc := newFenced(t, c, FencedConfig{Trace: &FencedTrace{
+		Initialised: func(token int64) { inits <- token },
+		Committing:  func(token int64) { commits <- token },
+	}})
 	if fa.TransactionalID() != "goneli-fenced."+group || fc.TransactionalID() != fa.TransactionalID() {
 		t.Fatalf("transactional ids %q and %q, want both goneli-fenced.%s", fa.TransactionalID(), fc.TransactionalID(), group)
 	}
@@ -164,6 +169,18 @@ func TestFencedProducerFollowsTenures(t *testing.T) {
 	assertFenced(t, "a's transaction across its tenure's end", err, false)
 	if err := fc.Send(ctx, record(topic, "c-1"), record(topic, "c-2")); err != nil {
 		t.Fatalf("successor's write: %v", err)
+	}
+	// c's producer initialised at its acquisition, for the token it then committed under.
+	select {
+	case token := <-inits:
+		if token != c.Token() {
+			t.Fatalf("trace: initialised for token %d, c leads with %d", token, c.Token())
+		}
+		if got := <-commits; got != token {
+			t.Fatalf("trace: committing token %d, want %d", got, token)
+		}
+	default:
+		t.Fatal("trace: c's producer did not report its initialisation at acquisition")
 	}
 	assertFenced(t, "a's write after its tenure", fa.Send(ctx, record(topic, "a-late")), false)
 	if err := fc.Send(ctx, record(topic, "c-end")); err != nil {
