@@ -58,6 +58,8 @@ type driver struct {
 	reach      reachability // whether Kafka answers, for Stats (reach.go)
 	watchdog   *watchdog
 	yield      yieldState
+	handover   handover      // when to hand the roles over (handover.go)
+	handOvers  atomic.Uint64 // hand-overs so far (Stats.HandOvers)
 	renewals   consumerRenewals
 	throttle   logThrottle
 	logs       *logForwarder
@@ -243,6 +245,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		for _, p := range d.parts {
 			d.apply(p, p.lease.due())
 		}
+		d.checkHandOver()
 		d.startGroupCheck()
 		d.startCommits()
 	}
@@ -625,8 +628,7 @@ func (d *driver) consumerRenewBackoff() time.Duration {
 func (d *driver) checkReadBack() {
 	lease := *d.config.HeartbeatTimeout
 	now := d.now()
-	if !d.live() || d.yield.unsubscribed || d.heart.p == nil || d.heart.delivered == 0 || now-d.heart.delivered >= lease ||
-		(d.renewals.count > 0 && now-d.renewals.last < d.consumerRenewBackoff()) {
+	if !d.mayRenewConsumer(now) {
 		return
 	}
 	for _, p := range d.parts {
@@ -636,6 +638,20 @@ func (d *driver) checkReadBack() {
 			return
 		}
 	}
+}
+
+// mayRenewConsumer reports whether checkReadBack would replace the consumer now, were a tenure to
+// read nothing back: the producer delivers, and no replacement was made too recently.
+func (d *driver) mayRenewConsumer(now time.Duration) bool {
+	return d.live() && !d.yield.unsubscribed && d.heart.p != nil && d.heart.delivered != 0 && now-d.heart.delivered < *d.config.HeartbeatTimeout &&
+		!(d.renewals.count > 0 && now-d.renewals.last < d.consumerRenewBackoff())
+}
+
+// consumerSuspect reports whether p's trouble is for checkReadBack rather than a hand-over: p has
+// read back none of its heartbeats for a lease although the producer delivers them, so the consumer
+// itself is suspect, and leaving the group on the same handle would not mend it.
+func (d *driver) consumerSuspect(p *part, now time.Duration) bool {
+	return d.mayRenewConsumer(now) && p.lease.unread() > *d.config.HeartbeatTimeout
 }
 
 // renewConsumer leaves the group and joins it again through a new consumer; the old one closes in

@@ -370,6 +370,13 @@ func (r *scriptRig) pulse(d time.Duration, lead bool) bool {
 	return r.n.IsLeader()
 }
 
+// subscribed reports whether the member is in the group.
+func (r *scriptRig) subscribed() bool {
+	r.consumer.mu.Lock()
+	defer r.consumer.mu.Unlock()
+	return r.consumer.subscribed
+}
+
 func (r *scriptRig) assign() {
 	r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0})}})
 }
@@ -500,6 +507,44 @@ func TestDriverSequences(t *testing.T) {
 				t.Errorf("events %s, want %s", got, want)
 			}
 			r.close()
+		}},
+		{"fenced while assigned: hands over after the bound, rejoins after the back-off", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			// The heartbeats come back but no commit is accepted: the group session holds, the
+			// lease cannot be renewed.
+			r.consumer.mu.Lock()
+			r.consumer.commitErr = kafka.NewError(kafka.ErrRequestTimedOut, "timed out", false)
+			r.consumer.mu.Unlock()
+			r.pulse(3*scriptLease/2, false)
+			s := r.n.Stats()
+			if s.Leader || s.NotLeadingSince.IsZero() || s.HandOvers != 0 || !r.subscribed() {
+				t.Fatalf("fenced: leader %v, not leading since %v, %d hand-overs, subscribed %v; want false, set, 0, true",
+					s.Leader, s.NotLeadingSince, s.HandOvers, r.subscribed())
+			}
+			r.pulse(scriptLease, false)
+			s = r.n.Stats()
+			if s.HandOvers != 1 || r.subscribed() || s.Assigned || !s.NotLeadingSince.IsZero() || s.YieldRemaining <= 0 {
+				t.Fatalf("after the bound: %d hand-overs, subscribed %v, assigned %v, not leading since %v, yield remaining %v; want 1, false, false, zero, some",
+					s.HandOvers, r.subscribed(), s.Assigned, s.NotLeadingSince, s.YieldRemaining)
+			}
+			r.pulse(s.YieldRemaining+scriptLease/10, false)
+			if !r.subscribed() {
+				t.Fatal("not back in the group after the back-off")
+			}
+			r.consumer.mu.Lock()
+			r.consumer.commitErr = nil
+			r.consumer.mu.Unlock()
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatalf("no leadership after rejoining; events %s", r.seen())
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderFenced LeaderRevoked LeaderAcquired LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
 		}},
 		{"close: LeaderRevoked, then leave with the owed commit answered, then close the clients", func(t *testing.T, r *scriptRig) {
 			r.assign()

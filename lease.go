@@ -87,6 +87,10 @@ type tenure struct {
 	conflict   *GroupConflictError
 
 	assigned time.Duration // when the tenure began
+	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
+	// fence, moved on while it waits for a predecessor or is held back by a group conflict, which
+	// no hand-over would mend (handover.go). ledFrom is when it last began to lead.
+	idleFrom, ledFrom time.Duration
 	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
 	// predecessor (sending nothing to read back): see unread.
 	readAt time.Duration
@@ -127,6 +131,9 @@ type leaseView struct {
 	rtt, lag time.Duration
 	conflict *GroupConflictError
 	counts   leaseCounts
+	// idle is, while assigned and not leading, since when the tenure has not led (tenure.idleFrom);
+	// led is, while leading, since when it has.
+	idle, led time.Duration
 }
 
 // leaseOut is what the driver must do after a transition.
@@ -198,7 +205,7 @@ func (l *lease) assign(vouched bool) leaseOut {
 	}
 	now := l.now()
 	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
-		releaseBy: now + l.releaseWait, assigned: now, readAt: now, verified: vouched}
+		releaseBy: now + l.releaseWait, assigned: now, readAt: now, idleFrom: now, verified: vouched}
 	l.publish()
 	return leaseOut{}
 }
@@ -215,6 +222,10 @@ func (l *lease) due() leaseOut {
 		return out
 	}
 	now := l.now()
+	if !l.t.leading && (l.waiting() || l.t.conflict != nil) {
+		l.t.idleFrom = now
+		l.publish()
+	}
 	// A tenure that waits for a predecessor sends one heartbeat, the one that shows when it has
 	// read the partition up to its own records, and no more until the wait is over: every record
 	// it writes meanwhile would push the predecessor's marker further from the end of the
@@ -514,6 +525,7 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		return
 	}
 	l.t.leading = true
+	l.t.ledFrom = now
 	if !l.t.acquired {
 		l.t.acquired = true
 		l.t.since = l.clock.Now().Round(0) // a wall time for events and heartbeats, not for leases
@@ -582,6 +594,7 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		return
 	}
 	l.t.leading = false
+	l.t.idleFrom = l.now()
 	l.c.fenced++
 	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }
@@ -636,6 +649,8 @@ func (l *lease) publish() {
 		lag:       l.lag,
 		conflict:  l.t.conflict,
 		counts:    l.c,
+		idle:      l.t.idleFrom,
+		led:       l.t.ledFrom,
 	}
 	if !l.t.acquired {
 		v.token, v.since = 0, time.Time{}

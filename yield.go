@@ -1,7 +1,9 @@
 package goneli
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -23,18 +25,7 @@ func (d *driver) yielding() bool {
 // requestYield keeps the instance out of the group for d from now (Curator.Yield). inCall says
 // whether the application is being called, perhaps the barrier making this very call.
 func (d *driver) requestYield(dur time.Duration, inCall bool) {
-	now := d.now()
-	until := int64(now + dur)
-	if until < int64(now) {
-		// A duration too long to add to the clock means for as long as the instance lives.
-		until = math.MaxInt64
-	}
-	for {
-		old := d.yield.until.Load()
-		if old >= until || d.yield.until.CompareAndSwap(old, until) {
-			break
-		}
-	}
+	d.extendYield(dur)
 	// However briefly it lasts, a yield leaves the group once: the time may be up before the next
 	// cycle, and a yield that then did nothing would hand nothing over. IsLeader is false from
 	// here on.
@@ -90,4 +81,56 @@ func (d *driver) resumeTenure() {
 			d.beginTenure(p)
 		}
 	}
+}
+
+// extendYield makes the yield last for at least dur from now. Safe without mu.
+func (d *driver) extendYield(dur time.Duration) {
+	now := d.now()
+	until := int64(now + dur)
+	if until < int64(now) {
+		// A duration too long to add to the clock means for as long as the instance lives.
+		until = math.MaxInt64
+	}
+	for {
+		old := d.yield.until.Load()
+		if old >= until || d.yield.until.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// checkHandOver hands every role over, through the yield, when a role this instance holds has gone
+// without leading for the hand-over bound (handover.go). Called with mu held, after the leases
+// have seen the time.
+func (d *driver) checkHandOver() {
+	if !d.live() || d.yield.unsubscribed || d.yielding() {
+		return
+	}
+	now := d.now()
+	roles := make([]roleLease, len(d.parts))
+	for i, p := range d.parts {
+		v := p.lease.load()
+		r := roleLease{assigned: v.assigned, leading: v.leading, since: v.idle}
+		if v.leading {
+			r.since = v.led
+		}
+		r.deferred = d.consumerSuspect(p, now)
+		roles[i] = r
+	}
+	backoff, ok := d.handover.decide(now, roles)
+	if !ok {
+		return
+	}
+	d.handOvers.Add(1)
+	var stuck []string
+	for i, r := range roles {
+		if r.assigned && !r.leading && !r.deferred && now-r.since >= d.handover.bound {
+			stuck = append(stuck, fmt.Sprintf("partition %d for %v", d.parts[i].id, (now-r.since).Round(time.Millisecond)))
+		}
+	}
+	d.log.W()("goneli %s: assigned but not leading (%s): handing over, and contending again in %v",
+		d.config.Name, strings.Join(stuck, ", "), backoff)
+	d.extendYield(backoff)
+	d.yield.requested.Store(true)
+	d.applyYield()
 }
