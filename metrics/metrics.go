@@ -135,6 +135,8 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 			g("heartbeat_rtt_seconds", "Send-to-read-back time of the newest confirmed heartbeat.", secs(func(s goneli.Stats) time.Duration { return s.HeartbeatRTT })),
 			g("renewal_lag_seconds", "Time from sending a heartbeat to the coordinator accepting its offset, for the newest renewal.", secs(func(s goneli.Stats) time.Duration { return s.RenewalLag })),
 			shared("yield_remaining_seconds", "Time left out of the group after Yield.", secs(func(s goneli.Stats) time.Duration { return s.YieldRemaining })),
+			g("assigned_not_leading_seconds", "How long the instance has owned the partition without leading it (Stats.NotLeadingSince); 0 while it leads or does not own it. After HeartbeatTimeout it hands over.",
+				secs(func(s goneli.Stats) time.Duration { return notLeadingFor(s) })),
 			shared("kafka_unreachable_seconds", "How long the instance has reached no Kafka broker (Stats.UnreachableSince); 0 while Kafka answers.",
 				secs(func(s goneli.Stats) time.Duration { return unreachableFor(s) })),
 		},
@@ -216,7 +218,9 @@ const DefaultTolerance = time.Second
 // HealthHandler answers 200 while c is healthy and 503 when it believes it leads but its lease ran
 // out more than tolerance ago (something holds up the pulse loop or the barrier, so it cannot fence
 // itself), once it is closing, or when it has reached no Kafka broker for more than tolerance
-// (Stats.UnreachableSince; the problem names since when and the last error). A restart does not
+// (Stats.UnreachableSince; the problem names since when and the last error), or when it has owned
+// partition 0 without leading for more than tolerance (Stats.NotLeadingSince: it cannot renew, and
+// hands over once HeartbeatTimeout has passed). A restart does not
 // bring Kafka back, so use it as a readiness check, or give a liveness check a long threshold. A tolerance of zero means DefaultTolerance. The body is a JSON
 // summary of the state.
 func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
@@ -231,7 +235,8 @@ func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
 }
 
 // RolesHealthHandler is HealthHandler for every role of r: it answers 503 if any role believes it
-// leads while its lease ran out more than tolerance ago, naming the roles, or once r is closing.
+// leads while its lease ran out more than tolerance ago, or has owned its partition without leading
+// it for more than tolerance, naming the roles, once r is closing, or while Kafka is unreachable.
 // The body lists the roles led and each role's leadership and token.
 func RolesHealthHandler(r goneli.Roles, tolerance time.Duration) http.Handler {
 	type role struct {
@@ -254,6 +259,14 @@ func RolesHealthHandler(r goneli.Roles, tolerance time.Duration) http.Handler {
 				Roles   []role   `json:"roles"`
 			}{v, leading, roles}
 		})
+}
+
+// notLeadingFor is how long s has reported its partition owned but not led.
+func notLeadingFor(s goneli.Stats) time.Duration {
+	if s.NotLeadingSince.IsZero() {
+		return 0
+	}
+	return max(time.Since(s.NotLeadingSince), 0)
 }
 
 // unreachableFor is how long s has reported Kafka unreachable.
@@ -279,11 +292,18 @@ func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body fun
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		all := read()
-		var overdue []string
+		var overdue, stuck []string
 		state := goneli.Closed // what a Roles without roles would be; NewRoles makes none
 		unreachable := ""
 		for _, s := range all {
 			state = s.State
+			if d := notLeadingFor(s); d > tolerance {
+				what := fmt.Sprintf("owns its partition but has not led it for %v", d.Round(time.Millisecond))
+				if s.Role != "" {
+					what = "role " + s.Role + " " + what
+				}
+				stuck = append(stuck, what)
+			}
 			if d := unreachableFor(s); d > tolerance {
 				unreachable = fmt.Sprintf("cannot reach Kafka since %s (%v ago): %s",
 					s.UnreachableSince.UTC().Format(time.RFC3339), d.Round(time.Millisecond), s.UnreachableReason)
@@ -304,6 +324,8 @@ func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body fun
 			status, problem = http.StatusServiceUnavailable, "not live: "+state.String()
 		case unreachable != "":
 			status, problem = http.StatusServiceUnavailable, unreachable
+		case len(stuck) > 0:
+			status, problem = http.StatusServiceUnavailable, strings.Join(stuck, "; ")
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
