@@ -493,7 +493,7 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 		for _, tp := range mine {
 			ending = append(ending, d.parts[tp.Partition])
 		}
-		d.endTenures(ending, lost)
+		d.endTenures(ending, lost, true)
 		return s.GiveBack(mine)
 	}
 	return nil
@@ -518,7 +518,12 @@ func (d *driver) beginTenure(p *part) {
 // once the barrier has returned (finishReleases). Only if the markers cannot be written in time is
 // the revocation held back, as a rebalance would be, for up to the rebalance timeout; it ends
 // early if Close begins, since Close may be waiting for it.
-func (d *driver) endTenures(parts []*part, lost bool) {
+//
+// markers is false for a hand-over (handover.go): the instance leaves the group because it cannot
+// renew, and its markers would most likely be as late as its heartbeats, so the revocation is held
+// back at once rather than after the markers' wait. That holds up nothing else, as the instance
+// is leaving the group with every role.
+func (d *driver) endTenures(parts []*part, lost, markers bool) {
 	var pending []release
 	for _, p := range parts {
 		out := p.lease.revoke(lost)
@@ -530,14 +535,16 @@ func (d *driver) endTenures(parts []*part, lost bool) {
 	if len(pending) == 0 {
 		return
 	}
-	// Released markers follow either way: a releasing marker that reaches the broker late must
-	// not leave a successor waiting for the rebalance timeout.
-	d.releases = append(d.releases, pending...)
-	if d.writeMarkers(pending, d.releaseFlush()) {
-		return
+	if markers {
+		// Released markers follow either way: a releasing marker that reaches the broker late
+		// must not leave a successor waiting for the rebalance timeout.
+		d.releases = append(d.releases, pending...)
+		if d.writeMarkers(pending, d.releaseFlush()) {
+			return
+		}
+		d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
+			d.config.Name, d.releaseFlush())
 	}
-	d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
-		d.config.Name, d.releaseFlush())
 	deadline := d.now() + d.timing.maxPoll
 	for _, r := range pending {
 		if !awaitDelivery(r.done, deadline-d.now(), d.life.closing) {
@@ -665,7 +672,7 @@ func (d *driver) renewConsumer(reason string) {
 	d.log.W()("goneli %s: replacing the Kafka consumer: %s", d.config.Name, reason)
 	d.renewals.last = d.now()
 	d.renewals.count++
-	d.endTenures(d.parts, false)
+	d.endTenures(d.parts, false, true)
 	d.group.member.left()
 	old, oldCommits := d.consumer, d.commits
 	if err := old.Unsubscribe(); err == nil {

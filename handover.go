@@ -8,7 +8,7 @@ import "time"
 // milliseconds, which the group heartbeats survive and a produce, fetch and commit round trip
 // does not. Its lease runs out, but the group, which only watches the session, leaves it the
 // partition, and nobody leads for as long as the gray failure lasts. So an assignee that has not
-// led for handOverBound hands the partition over: it leaves the group as a Yield does, so that a
+// led for Config.HandOverAfter hands the partition over: it leaves the group as a Yield does, so that a
 // healthy member is assigned the partition, and contends again after a back-off.
 //
 // When every member is equally sick, each assignee would hand over in turn and the partition would
@@ -17,16 +17,21 @@ import "time"
 // handOverMaxBackoff, and cooperative-sticky assignment leaves the partition where it is when a
 // member returns, so a returning member is not preferred over one that took over.
 //
+// A member alone in its group gains nothing from handing over, but cannot tell that it is alone:
+// what it knows of the group is from its last group check. Such a member leaves and rejoins with
+// the back-off as any other does; Config.HandOverAfter can put that off, or turn it off.
+//
 // The whole instance hands over, not one role: a role can be given up only by leaving the group,
 // which takes every role of the instance with it. A member that cannot renew one role while it
 // renews others therefore gives up the others too; they are revoked in order (LeaderRevoked) and
 // go to other members, and the instance may be given some of them again when it returns. Leaving
 // a role without a leader for as long as the fault lasts would be the worse trade.
 
-// handOverBound is how long a tenure may go without leading before its instance hands over: one
-// HeartbeatTimeout. A leader that stops renewing is fenced one lease after the send time of the
-// heartbeat behind its last renewal, and hands over one lease later; a fresh tenure, which normally
-// proves its first lease in a few round trips, hands over one lease after its assignment.
+// handOverBound is the default Config.HandOverAfter, how long a tenure may go without leading
+// before its instance hands over: one HeartbeatTimeout. A leader that stops renewing is fenced one
+// lease after the send time of the heartbeat behind its last renewal, and hands over one lease
+// later; a fresh tenure, which normally proves its first lease in a few round trips, hands over
+// one lease after its assignment.
 //
 // A shorter bound would hand over on the rebalances that stop a healthy leader's renewals for most
 // of a session (see the package doc, Liveness); a longer one would keep the role without a leader
@@ -51,8 +56,9 @@ type handover struct {
 	strikes int
 }
 
-func newHandover(lease time.Duration) handover {
-	return handover{bound: handOverBound(lease), backoff: handOverBackoff(lease), maxBackoff: handOverMaxBackoff(lease),
+// newHandover decides for a lease of HeartbeatTimeout and a Config.HandOverAfter of bound.
+func newHandover(lease, bound time.Duration) handover {
+	return handover{bound: bound, backoff: handOverBackoff(lease), maxBackoff: handOverMaxBackoff(lease),
 		settle: handOverSettle(lease)}
 }
 

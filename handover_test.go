@@ -50,7 +50,7 @@ func TestHandoverDecide(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHandover(lease)
+			h := newHandover(lease, handOverBound(lease))
 			for i, s := range tc.steps {
 				backoff, ok := h.decide(0, s.roles)
 				if ok != (s.backoff > 0) || backoff != s.backoff {

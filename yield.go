@@ -15,6 +15,9 @@ type yieldState struct {
 	requested atomic.Bool  // a Yield has yet to take this instance out of the group
 	// unsubscribed is set while the instance is out of the group for a yield. Guarded by mu.
 	unsubscribed bool
+	// handingOver says that the yield is a hand-over (checkHandOver) whose tenures have yet to
+	// end. Guarded by mu.
+	handingOver bool
 }
 
 // yielding reports whether a Yield keeps this instance from leading now. Safe without mu.
@@ -46,7 +49,8 @@ func (d *driver) applyYield() {
 	yielding := d.yield.until.Load() > int64(d.now())
 	switch {
 	case (yielding || d.yield.requested.Load()) && !d.yield.unsubscribed:
-		d.endTenures(d.parts, false)
+		d.endTenures(d.parts, false, !d.yield.handingOver)
+		d.yield.handingOver = false
 		d.group.member.left()
 		if err := d.consumer.Unsubscribe(); err != nil {
 			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
@@ -132,5 +136,6 @@ func (d *driver) checkHandOver() {
 		d.config.Name, strings.Join(stuck, ", "), backoff)
 	d.extendYield(backoff)
 	d.yield.requested.Store(true)
+	d.yield.handingOver = true
 	d.applyYield()
 }
