@@ -113,7 +113,8 @@ type Stats struct {
 	// NotLeadingSince is set while this instance owns the role's partition and does not lead it:
 	// since its assignment, or since it was fenced, whichever came last. It is zero while the
 	// instance leads, does not own the partition, waits for the previous holder to release it
-	// (Releasing) or will not lead for a group conflict (GroupConflict). A tenure normally leads
+	// (Releasing), or waits for the group check to clear it (one that failed, or found a
+	// GroupConflict), none of which a hand-over would mend. A tenure normally leads
 	// within a few round trips of its assignment and is renewed before its lease runs out, so
 	// a time more than moments ago means that this instance cannot renew: once it is
 	// HeartbeatTimeout ago, the instance hands every role over (HandOvers).
@@ -188,7 +189,7 @@ func (n *neli) statsOf(p *part) Stats {
 		s.Tenure = strconv.FormatUint(v.tenure, 16)
 		s.GroupConflict = v.conflict
 		s.Releasing = v.releasing
-		if !v.leading && !v.releasing && v.conflict == nil {
+		if !v.leading && !v.excused {
 			s.NotLeadingSince = n.d.base.Add(v.idle)
 		}
 	}

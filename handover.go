@@ -66,8 +66,7 @@ func newHandover(lease, bound time.Duration) handover {
 type roleLease struct {
 	assigned, leading bool
 	// since is, while leading, when the tenure last began to lead, and otherwise when it last
-	// began not to lead while assigned, not counting a wait for a predecessor or a group
-	// conflict (lease.idleFrom).
+	// began not to lead while assigned, not counting the time it was excused (lease.excused).
 	since time.Duration
 	// deferred says that something else deals with this role's trouble: the consumer is about
 	// to be replaced because it reads back nothing that the producer delivers (checkReadBack),

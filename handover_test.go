@@ -1,6 +1,7 @@
 package goneli
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -97,6 +98,20 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 		r.due()
 		if v := r.l.load(); v.idle != r.l.now() {
 			t.Fatalf("waiting: idle %v; want now, %v", v.idle, r.l.now())
+		}
+	})
+	t.Run("not while the group check has yet to clear it", func(t *testing.T) {
+		r := newRig(t)
+		r.assign()
+		r.check(groupCheck{err: errors.New("describe refused")})
+		r.wait(rigLease)
+		r.due()
+		if v := r.l.load(); v.idle != r.l.now() || !v.excused {
+			t.Fatalf("unchecked: idle %v, excused %v; want now, %v, and true", v.idle, v.excused, r.l.now())
+		}
+		r.verify()
+		if v := r.l.load(); v.excused {
+			t.Fatal("still excused once the check cleared the tenure")
 		}
 	})
 	t.Run("not while a group conflict holds it back", func(t *testing.T) {

@@ -88,8 +88,7 @@ type tenure struct {
 
 	assigned time.Duration // when the tenure began
 	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
-	// fence, moved on while it waits for a predecessor or is held back by a group conflict, which
-	// no hand-over would mend (handover.go). ledFrom is when it last began to lead.
+	// fence, moved on while it is excused (handover.go). ledFrom is when it last began to lead.
 	idleFrom, ledFrom time.Duration
 	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
 	// predecessor (sending nothing to read back): see unread.
@@ -132,8 +131,9 @@ type leaseView struct {
 	conflict *GroupConflictError
 	counts   leaseCounts
 	// idle is, while assigned and not leading, since when the tenure has not led (tenure.idleFrom);
-	// led is, while leading, since when it has.
+	// led is, while leading, since when it has. excused is lease.excused.
 	idle, led time.Duration
+	excused   bool
 }
 
 // leaseOut is what the driver must do after a transition.
@@ -222,7 +222,7 @@ func (l *lease) due() leaseOut {
 		return out
 	}
 	now := l.now()
-	if !l.t.leading && (l.waiting() || l.t.conflict != nil) {
+	if l.excused() {
 		l.t.idleFrom = now
 		l.publish()
 	}
@@ -383,6 +383,13 @@ func (l *lease) foreign(h heartbeat) leaseOut {
 	}
 	l.publish()
 	return out
+}
+
+// excused reports whether the tenure does not lead for a reason that no hand-over would mend: it
+// waits for a predecessor to release the partition, or for a group check to clear it (one that
+// failed or found a conflict is as likely to fail or find one for any other member).
+func (l *lease) excused() bool {
+	return l.t.active && !l.t.leading && (l.waiting() || !l.t.verified || l.t.conflict != nil)
 }
 
 // waiting reports whether the tenure still waits for a predecessor to release the partition.
@@ -651,6 +658,7 @@ func (l *lease) publish() {
 		counts:    l.c,
 		idle:      l.t.idleFrom,
 		led:       l.t.ledFrom,
+		excused:   l.excused(),
 	}
 	if !l.t.acquired {
 		v.token, v.since = 0, time.Time{}

@@ -55,6 +55,52 @@ func TestSlowLeaderHandsOver(t *testing.T) {
 	checkGrammar(t, events)
 }
 
+// When every member's heartbeats are as slow, handing over helps nobody, and the back-off keeps the
+// partition from circling the group: the k-th hand-over of a member comes at least the bound
+// (a lease) after it was assigned, and it stays out for two leases, then four, so in eight
+// seconds at a 1 s lease no member hands over more than twice (1 s, then 1+2+1 s; a third would
+// take 4+4+1 s).
+func TestEverySlowMemberHandsOverRarely(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	members := map[string]Curator{"a": contender(t, testConfig(b, group, "a", log), r).(Curator)}
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	for _, name := range []string{"c", "d"} {
+		members[name] = contender(t, testConfig(b, group, name, log), r).(Curator)
+	}
+	awaitStable(t, b, group, 3)
+
+	var slow atomic.Bool
+	slow.Store(true)
+	t.Cleanup(func() { slow.Store(false) })
+	b.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if slow.Load() {
+			b.SleepControl(func() { time.Sleep(400 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	from := len(r.snapshot())
+	time.Sleep(8 * time.Second)
+	slow.Store(false)
+	events := r.snapshot()
+	acquired := map[string]int{}
+	for _, e := range events[from:] {
+		if _, ok := e.what.(LeaderAcquired); ok {
+			acquired[e.who]++
+		}
+	}
+	handOvers := map[string]uint64{}
+	for who, m := range members {
+		if handOvers[who] = m.Stats().HandOvers; handOvers[who] > 2 {
+			t.Errorf("%s handed over %d times in 8 s; the back-off allows 2", who, handOvers[who])
+		}
+	}
+	t.Logf("in 8 s with every member slow: hand-overs %v, acquisitions %v", handOvers, acquired)
+	checkExclusive(t, events)
+	checkGrammar(t, events)
+}
+
 // acquiredByOther returns the first LeaderAcquired after index from of an instance other than who.
 func acquiredByOther(events []stamped, who string, from int) (int, *stamped) {
 	for i := max(from, 0); i < len(events); i++ {
