@@ -23,6 +23,17 @@ func TestSlowLeaderHandsOver(t *testing.T) {
 	a := leaderAndFollower(t, b, group, log, r)
 	contender(t, testConfig(b, group, "d", log), r)
 	awaitStable(t, b, group, 3)
+	// A join can cost the leader a renewal (see the package doc, Liveness); the fault is to find
+	// it leading.
+	r.await(t, "a to lead once the group is stable", func(events []stamped) bool {
+		for i := len(events) - 1; i >= 0; i-- {
+			if events[i].who == "a" {
+				_, ok := events[i].what.(LeaderAcquired)
+				return ok
+			}
+		}
+		return false
+	})
 
 	from := len(r.snapshot())
 	faulted := time.Now()
@@ -41,14 +52,19 @@ func TestSlowLeaderHandsOver(t *testing.T) {
 		return e != nil
 	})
 	_, e := acquiredByOther(events, "a", from)
-	_, fenced := first[LeaderFenced](events, "a", from)
-	_, revoked := first[LeaderRevoked](events, "a", from)
+	iRevoked, revoked := first[LeaderRevoked](events, "a", from)
+	var fenced *stamped
+	for i := from; i < iRevoked; i++ {
+		if _, ok := events[i].what.(LeaderFenced); ok && events[i].who == "a" {
+			fenced = &events[i] // the last fence before the hand-over
+		}
+	}
 	s := a.Stats()
 	slow.Store(false)
 	if fenced == nil || revoked == nil || s.HandOvers != 1 {
 		t.Fatalf("a must be fenced and hand over once before %s leads; %d hand-overs, events: %s", e.who, s.HandOvers, describe(events))
 	}
-	t.Logf("a fenced %v after the fault, revoked (handed over) %v after, %s leads %v after; a stays out for %v",
+	t.Logf("a last fenced %v after the fault, revoked (handed over) %v after, %s leads %v after; a stays out for %v",
 		fenced.at.Sub(faulted).Round(time.Millisecond), revoked.at.Sub(faulted).Round(time.Millisecond), e.who,
 		e.at.Sub(faulted).Round(time.Millisecond), s.YieldRemaining.Round(time.Millisecond))
 	checkExclusive(t, events)
