@@ -139,8 +139,8 @@ type Config struct {
 	RenewInterval *time.Duration
 
 	// HandOverAfter is how long this instance may own a role's partition without leading it
-	// (Stats.NotLeadingSince: since its assignment, or since it was fenced) before it hands every
-	// role over: it leaves the group as Yield does, so that a member that can renew is elected, and
+	// (Stats.NotLeadingSince: since its assignment, or since it was fenced; a tenure that has yet to
+	// lead is given twice this) before it hands every role over: it leaves the group as Yield does, so that a member that can renew is elected, and
 	// contends again after a back-off (see Stats.HandOvers). An instance that keeps its group
 	// session but cannot renew (a slow path to the broker that leads the leader topic's partition,
 	// say) would otherwise keep the role without a leader for as long as that lasts. It must be at

@@ -117,7 +117,8 @@ type Stats struct {
 	// GroupConflict), none of which a hand-over would mend. A tenure normally leads
 	// within a few round trips of its assignment and is renewed before its lease runs out, so
 	// a time more than moments ago means that this instance cannot renew: once it is
-	// HeartbeatTimeout ago, the instance hands every role over (HandOvers).
+	// Config.HandOverAfter ago (twice that for a tenure that has yet to lead), the instance hands
+	// every role over (HandOvers).
 	NotLeadingSince time.Time
 	// Releasing is set while this instance owns the role's partition but waits for the previous
 	// holder's barrier to return from LeaderRevoked (at most the rebalance timeout).

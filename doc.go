@@ -163,7 +163,8 @@
 // producer stuck on stale metadata, every packet delayed by a few hundred milliseconds. The group
 // watches only the session and would leave it the partition for as long as that lasts. So an
 // instance that has owned a role's partition without leading it for Config.HandOverAfter (one
-// lease by default; Stats.NotLeadingSince) hands over: it leaves the group as Yield does, and a
+// lease by default, twice that for a tenure that has yet to lead; Stats.NotLeadingSince) hands
+// over: it leaves the group as Yield does, and a
 // member that can renew is elected at the rebalance that its LeaveGroup starts. Its lease ran out
 // a lease after the heartbeat behind its last renewal was sent, so the role is without a leader
 // for about two leases and a rebalance: measured at a 1 s lease with the leader's heartbeats each

@@ -30,8 +30,10 @@ import "time"
 // handOverBound is the default Config.HandOverAfter, how long a tenure may go without leading
 // before its instance hands over: one HeartbeatTimeout. A leader that stops renewing is fenced one
 // lease after the send time of the heartbeat behind its last renewal, and hands over one lease
-// later; a fresh tenure, which normally proves its first lease in a few round trips, hands over
-// one lease after its assignment.
+// later. A tenure that has yet to lead is given twice the bound from its assignment (or from the
+// group check that cleared it): it normally proves its first lease in a few round trips, but the
+// proof waits for librdkafka's first automatic commit of the membership, whose interval the
+// settings or a rebalance can stretch.
 //
 // A shorter bound would hand over on the rebalances that stop a healthy leader's renewals for most
 // of a session (see the package doc, Liveness); a longer one would keep the role without a leader
@@ -65,6 +67,8 @@ func newHandover(lease, bound time.Duration) handover {
 // roleLease is what decide needs of one role's lease.
 type roleLease struct {
 	assigned, leading bool
+	// fresh says that the tenure has yet to lead.
+	fresh bool
 	// since is, while leading, when the tenure last began to lead, and otherwise when it last
 	// began not to lead while assigned, not counting the time it was excused (lease.excused).
 	since time.Duration
@@ -72,6 +76,14 @@ type roleLease struct {
 	// to be replaced because it reads back nothing that the producer delivers (checkReadBack),
 	// which a hand-over on the same handle would not mend.
 	deferred bool
+}
+
+// boundFor is how long r may go without leading (see handOverBound).
+func (h *handover) boundFor(r roleLease) time.Duration {
+	if r.fresh {
+		return 2 * h.bound
+	}
+	return h.bound
 }
 
 // decide reports whether the instance hands over now, and for how long it then stays out.
@@ -84,7 +96,7 @@ func (h *handover) decide(now time.Duration, roles []roleLease) (time.Duration, 
 			if now-r.since >= h.settle {
 				h.strikes = 0
 			}
-		case !r.deferred && now-r.since >= h.bound:
+		case !r.deferred && now-r.since >= h.boundFor(r):
 			stuck = true
 		}
 	}

@@ -23,6 +23,10 @@ func TestHandoverDecide(t *testing.T) {
 		{"leading, however long", []step{{roles: []roleLease{ledFor(time.Hour)}}}},
 		{"not leading for less than the bound", []step{{roles: []roleLease{stuckFor(lease - time.Millisecond)}}}},
 		{"not leading for the bound", []step{{roles: []roleLease{stuckFor(lease)}, backoff: 2 * lease}}},
+		{"a fresh tenure gets twice the bound", []step{
+			{roles: []roleLease{{assigned: true, fresh: true, since: -2*lease + time.Millisecond}}},
+			{roles: []roleLease{{assigned: true, fresh: true, since: -2 * lease}}, backoff: 2 * lease},
+		}},
 		{"deferred to the consumer's replacement", []step{{roles: []roleLease{{assigned: true, since: -time.Hour, deferred: true}}}}},
 		{"one stuck role of several hands over the instance", []step{
 			{roles: []roleLease{ledFor(time.Minute), stuckFor(2 * lease), {}}, backoff: 2 * lease},

@@ -114,7 +114,7 @@ func (d *driver) checkHandOver() {
 	roles := make([]roleLease, len(d.parts))
 	for i, p := range d.parts {
 		v := p.lease.load()
-		r := roleLease{assigned: v.assigned, leading: v.leading, since: v.idle}
+		r := roleLease{assigned: v.assigned, leading: v.leading, fresh: v.token == 0, since: v.idle}
 		if v.leading {
 			r.since = v.led
 		}
@@ -128,7 +128,7 @@ func (d *driver) checkHandOver() {
 	d.handOvers.Add(1)
 	var stuck []string
 	for i, r := range roles {
-		if r.assigned && !r.leading && !r.deferred && now-r.since >= d.handover.bound {
+		if r.assigned && !r.leading && !r.deferred && now-r.since >= d.handover.boundFor(r) {
 			stuck = append(stuck, fmt.Sprintf("partition %d for %v", d.parts[i].id, (now-r.since).Round(time.Millisecond)))
 		}
 	}
