@@ -8,8 +8,8 @@ import "time"
 // milliseconds, which the group heartbeats survive and a produce, fetch and commit round trip
 // does not. Its lease runs out, but the group, which only watches the session, leaves it the
 // partition, and nobody leads for as long as the gray failure lasts. So an assignee that has not
-// led for Config.HandOverAfter hands the partition over: it leaves the group as a Yield does, so that a
-// healthy member is assigned the partition, and contends again after a back-off.
+// led for Config.HandOverAfter hands the partition over: it leaves the group as a Yield does, so
+// that a healthy member is assigned the partition, and contends again after a back-off.
 //
 // When every member is equally sick, each assignee would hand over in turn and the partition would
 // circle the group, costing two rebalances per turn. The back-off therefore doubles with every
@@ -51,7 +51,7 @@ func handOverSettle(lease time.Duration) time.Duration     { return 4 * lease }
 
 // handover decides when an instance hands over and for how long it stays out. It is pure: the
 // driver tells it, every cycle, the time and what each of its roles' leases shows (decide), and
-// carries the decision out (driver.handOver).
+// carries the decision out (driver.checkHandOver).
 type handover struct {
 	bound, backoff, maxBackoff, settle time.Duration
 	// strikes counts the hand-overs since a tenure last led for settle without a break.
