@@ -43,8 +43,9 @@ type gauge struct {
 }
 
 type counter struct {
-	desc *prometheus.Desc
-	get  func(goneli.Stats) uint64
+	desc   *prometheus.Desc
+	get    func(goneli.Stats) uint64
+	shared bool // as for gauge
 }
 
 // NewCollector returns a collector for c. Every metric carries constLabels (for example the
@@ -64,8 +65,9 @@ func NewCollector(c goneli.Curator, constLabels prometheus.Labels) *Collector {
 
 // NewRolesCollector returns a collector for every role of r: the metrics of NewCollector, each
 // per-role one once per role with a "role" label naming it (goneli_leader{role="billing"}), so
-// that sum(goneli_leader) counts the roles led. goneli_live and goneli_yield_remaining_seconds
-// describe the whole instance and carry no role label. constLabels must not include "role".
+// that sum(goneli_leader) counts the roles led. goneli_live, goneli_yield_remaining_seconds,
+// goneli_kafka_unreachable_seconds and goneli_handovers_total describe the whole instance and
+// carry no role label. constLabels must not include "role".
 func NewRolesCollector(r goneli.Roles, constLabels prometheus.Labels) *Collector {
 	col := newCollector(func() []goneli.Stats { return rolesStats(r) }, true, constLabels)
 	col.leaders = func() []leaderSeen {
@@ -116,6 +118,9 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 	k := func(name, help string, get func(goneli.Stats) uint64) counter {
 		return counter{desc: d(name, help, false), get: get}
 	}
+	sharedK := func(name, help string, get func(goneli.Stats) uint64) counter {
+		return counter{desc: d(name, help, true), get: get, shared: true}
+	}
 	assignedHelp := "1 while the instance owns partition 0 of the leader topic."
 	if roles {
 		assignedHelp = "1 while the instance owns the role's partition of the leader topic."
@@ -146,6 +151,8 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 			k("heartbeats_stale_total", "Own heartbeats ignored as belonging to an earlier tenure or arriving out of order.", func(s goneli.Stats) uint64 { return s.StaleHeartbeats }),
 			k("heartbeats_late_total", "Own heartbeats confirmed too late to renew the lease.", func(s goneli.Stats) uint64 { return s.LateHeartbeats }),
 			k("commit_rejections_total", "Heartbeat offset commits refused by the group coordinator.", func(s goneli.Stats) uint64 { return s.CommitRejections }),
+			sharedK("handovers_total", "Times the instance left the group because it owned a partition it could not lead (Stats.HandOvers).",
+				func(s goneli.Stats) uint64 { return s.HandOvers }),
 		},
 		trans: d("transitions_total", "Leadership events delivered, by kind: acquired, fenced, revoked.", false, "kind"),
 		info:  d("leader_info", "1 for the leader this instance knows of (itself, or as observed), by its name and Config.Address.", false, "leader", "address"),
@@ -175,6 +182,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.get(all[0]))
 		}
 	}
+	for _, k := range c.counts {
+		if k.shared {
+			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(all[0])))
+		}
+	}
 	for _, s := range all {
 		// The role label comes first, as the descriptors list it.
 		var role []string
@@ -187,7 +199,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		for _, k := range c.counts {
-			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(s)), role...)
+			if !k.shared {
+				ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(s)), role...)
+			}
 		}
 		for _, t := range []struct {
 			kind string

@@ -98,7 +98,7 @@ type idleOwner struct {
 
 func (c idleOwner) Stats() goneli.Stats {
 	st := c.MockNeli.Stats()
-	st.Assigned, st.NotLeadingSince = true, c.since
+	st.Assigned, st.NotLeadingSince, st.HandOvers = true, c.since, 3
 	return st
 }
 
@@ -123,6 +123,9 @@ func TestHealthReportsAnOwnerThatDoesNotLead(t *testing.T) {
 		_, metrics := get(t, mustHandler(t, c), "/metrics")
 		if got := lines(metrics, "goneli_assigned_not_leading_seconds"); len(got) != 1 || (tc.ago == 0) != strings.HasSuffix(got[0], " 0") {
 			t.Errorf("not leading for %v: goneli_assigned_not_leading_seconds is %q", tc.ago, got)
+		}
+		if !has(metrics, "goneli_handovers_total 3") {
+			t.Errorf("goneli_handovers_total not 3: %q", lines(metrics, "goneli_handovers_total"))
 		}
 	}
 }
