@@ -11,6 +11,13 @@ import "time"
 // led for Config.HandOverAfter hands the partition over: it leaves the group as a Yield does, so
 // that a healthy member is assigned the partition, and contends again after a back-off.
 //
+// What marks such a member is that its own heartbeats do not come back promptly. One whose
+// heartbeats do come back but whose commits are not accepted is one that a rebalance holds up
+// (under the classic protocol a rebalance holds every renewal until it completes, and one that
+// waits for a member that died can last a session, or librdkafka's wait of up to a second to
+// rejoin): handing over would move leadership for a stall that ends by itself, within the
+// rebalance timeout, and that would stall a successor just as much. So such a member waits.
+//
 // When every member is equally sick, each assignee would hand over in turn and the partition would
 // circle the group, costing two rebalances per turn. The back-off therefore doubles with every
 // hand-over that follows the last without a tenure that led for handOverSettle in between, up to
@@ -76,6 +83,14 @@ type roleLease struct {
 	// to be replaced because it reads back nothing that the producer delivers (checkReadBack),
 	// which a hand-over on the same handle would not mend.
 	deferred bool
+	// readsBack says that the tenure's heartbeats come back promptly (lease.readsBack): what
+	// keeps it from leading is not its path to the partition.
+	readsBack bool
+}
+
+// stuck reports whether r, assigned and not leading, calls for a hand-over.
+func (h *handover) stuck(now time.Duration, r roleLease) bool {
+	return r.assigned && !r.leading && !r.deferred && !r.readsBack && now-r.since >= h.boundFor(r)
 }
 
 // boundFor is how long r may go without leading (see handOverBound).
@@ -96,7 +111,7 @@ func (h *handover) decide(now time.Duration, roles []roleLease) (time.Duration, 
 			if now-r.since >= h.settle {
 				h.strikes = 0
 			}
-		case !r.deferred && now-r.since >= h.boundFor(r):
+		case h.stuck(now, r):
 			stuck = true
 		}
 	}

@@ -27,6 +27,7 @@ func TestHandoverDecide(t *testing.T) {
 			{roles: []roleLease{{assigned: true, fresh: true, since: -2*lease + time.Millisecond}}},
 			{roles: []roleLease{{assigned: true, fresh: true, since: -2 * lease}}, backoff: 2 * lease},
 		}},
+		{"heartbeats come back promptly: a rebalance holds the commits", []step{{roles: []roleLease{{assigned: true, since: -time.Hour, readsBack: true}}}}},
 		{"deferred to the consumer's replacement", []step{{roles: []roleLease{{assigned: true, since: -time.Hour, deferred: true}}}}},
 		{"one stuck role of several hands over the instance", []step{
 			{roles: []roleLease{ledFor(time.Minute), stuckFor(2 * lease), {}}, backoff: 2 * lease},
@@ -133,4 +134,33 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 // foreignMarker reads a predecessor's marker of kind back from the partition.
 func (r *rig) foreignMarker(kind recordKind) {
 	r.take(r.l.foreign(heartbeat{tenure: 0x1, seq: 9, kind: kind}))
+}
+
+// A tenure reads back promptly while its newest heartbeat came back within half a lease of its
+// sending, no more than half a lease ago.
+func TestLeaseReadsBack(t *testing.T) {
+	r := newRig(t)
+	r.assign()
+	if r.l.readsBack() {
+		t.Fatal("reads back before any heartbeat came back")
+	}
+	r.verify()
+	r.renewal(10*time.Millisecond, 10*time.Millisecond)
+	if !r.l.readsBack() {
+		t.Fatal("does not read back after a prompt renewal")
+	}
+	r.wait(rigLease/2 + time.Millisecond)
+	if r.l.readsBack() {
+		t.Fatal("reads back with nothing read back for over half a lease")
+	}
+	h, off := r.heartbeat()
+	r.wait(rigLease/2 + time.Millisecond)
+	r.back(h, off)
+	if r.l.readsBack() {
+		t.Fatal("reads back a heartbeat that took over half a lease")
+	}
+	r.renewal(10*time.Millisecond, 0)
+	if !r.l.readsBack() {
+		t.Fatal("does not read back once heartbeats come back promptly again")
+	}
 }

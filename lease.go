@@ -90,6 +90,8 @@ type tenure struct {
 	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
 	// fence, moved on while it is excused (handover.go). ledFrom is when it last began to lead.
 	idleFrom, ledFrom time.Duration
+	// rtt is the send-to-read-back time of the newest own heartbeat read back; zero before one.
+	rtt time.Duration
 	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
 	// predecessor (sending nothing to read back): see unread.
 	readAt time.Duration
@@ -344,6 +346,7 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
 	l.c.confirmed++
 	l.rtt = l.now() - h.sentMono
+	l.t.rtt = l.rtt
 	out.store = next
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
@@ -390,6 +393,15 @@ func (l *lease) foreign(h heartbeat) leaseOut {
 // failed or found a conflict is as likely to fail or find one for any other member).
 func (l *lease) excused() bool {
 	return l.t.active && !l.t.leading && (l.waiting() || !l.t.verified || l.t.conflict != nil)
+}
+
+// readsBack reports whether the tenure's own heartbeats come back promptly: the newest was read
+// back within half a lease of its sending, and no more than half a lease ago. A tenure that reads
+// back so but does not lead waits for its commits, which a rebalance holds back until it
+// completes (the coordinator ends one within the rebalance timeout), rather than being unable to
+// get its heartbeats through.
+func (l *lease) readsBack() bool {
+	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/2 && l.unread() <= l.timeout/2
 }
 
 // waiting reports whether the tenure still waits for a predecessor to release the partition.

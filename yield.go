@@ -118,7 +118,7 @@ func (d *driver) checkHandOver() {
 		if v.leading {
 			r.since = v.led
 		}
-		r.deferred = d.consumerSuspect(p, now)
+		r.deferred, r.readsBack = d.consumerSuspect(p, now), p.lease.readsBack()
 		roles[i] = r
 	}
 	backoff, ok := d.handover.decide(now, roles)
@@ -128,7 +128,7 @@ func (d *driver) checkHandOver() {
 	d.handOvers.Add(1)
 	var stuck []string
 	for i, r := range roles {
-		if r.assigned && !r.leading && !r.deferred && now-r.since >= d.handover.boundFor(r) {
+		if d.handover.stuck(now, r) {
 			stuck = append(stuck, fmt.Sprintf("partition %d for %v", d.parts[i].id, (now-r.since).Round(time.Millisecond)))
 		}
 	}
