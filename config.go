@@ -139,12 +139,14 @@ type Config struct {
 	RenewInterval *time.Duration
 
 	// HandOverAfter is how long this instance may own a role's partition without leading it
-	// (Stats.NotLeadingSince: since its assignment, or since it was fenced; a tenure that has yet to
-	// lead is given twice this) before it hands every role over: it leaves the group as Yield does,
-	// so that a member that can renew is elected, and contends again after a back-off (see
-	// Stats.HandOvers). An instance that keeps its group session but cannot renew (a slow path to
-	// the broker that leads the leader topic's partition, say) would otherwise keep the role
-	// without a leader for as long as that lasts. It must be at least HeartbeatTimeout/2, as a
+	// (Stats.NotLeadingSince: since its assignment, or since it was fenced; a tenure that has yet
+	// to lead is given twice this) while its own heartbeats do not come back within half a lease,
+	// before it hands every role over: it leaves the group as Yield does, so that a member that can
+	// renew is elected, and contends again after a back-off (see Stats.HandOvers). An instance that
+	// keeps its group session but cannot renew (a slow path to the broker that leads the leader
+	// topic's partition, say) would otherwise keep the role without a leader for as long as that
+	// lasts; one whose heartbeats come back but whose commits wait is held up by a rebalance, which
+	// ends by itself, and does not hand over. It must be at least HeartbeatTimeout/2, as a
 	// rebalance can hold a healthy leader's renewals back for most of a lease. A longer one waits
 	// longer for the fault to pass before moving leadership; one of years never hands over.
 	// Default: nil, which means HeartbeatTimeout, whatever that is.

@@ -116,9 +116,9 @@ type Stats struct {
 	// (Releasing), or waits for the group check to clear it (one that failed, or found a
 	// GroupConflict), none of which a hand-over would mend. A tenure normally leads within a few
 	// round trips of its assignment and is renewed before its lease runs out, so a time more than
-	// moments ago means that this instance cannot renew: once it is Config.HandOverAfter ago
-	// (twice that for a tenure that has yet to lead), the instance hands every role over
-	// (HandOvers).
+	// moments ago means that this instance cannot renew, or that a rebalance holds its commits:
+	// once it is Config.HandOverAfter ago (twice that for a tenure that has yet to lead), the
+	// instance hands every role over (HandOvers) unless its heartbeats come back promptly.
 	NotLeadingSince time.Time
 	// Releasing is set while this instance owns the role's partition but waits for the previous
 	// holder's barrier to return from LeaderRevoked (at most the rebalance timeout).
@@ -143,8 +143,9 @@ type Stats struct {
 	LateHeartbeats            uint64 // own heartbeats confirmed too late to renew the lease
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
 	// HandOvers counts the times this instance (all its roles together) left the group because a
-	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince), so that a
-	// member that can renew would lead it. Each time it stays out of the group for a back-off
+	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince) while its
+	// heartbeats did not come back within half a lease, so that a member that can renew would
+	// lead it. Each time it stays out of the group for a back-off
 	// (YieldRemaining) that starts at twice HeartbeatTimeout and doubles with every hand-over that
 	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
 	HandOvers uint64

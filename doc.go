@@ -164,8 +164,10 @@
 // watches only the session and would leave it the partition for as long as that lasts. So an
 // instance that has owned a role's partition without leading it for Config.HandOverAfter (one
 // lease by default, twice that for a tenure that has yet to lead; Stats.NotLeadingSince) hands
-// over: it leaves the group as Yield does, and a member that can renew is elected at the
-// rebalance that its LeaveGroup starts. Its lease ran out a lease after the heartbeat behind its
+// over, provided its own heartbeats do not come back within half a lease of their sending (one
+// whose heartbeats come back but whose commits wait is held up by a rebalance, which ends by
+// itself and would hold a successor up as much): it leaves the group as Yield does, and a member
+// that can renew is elected at the rebalance that its LeaveGroup starts. Its lease ran out a lease after the heartbeat behind its
 // last renewal was sent, so the role is without a leader for about two leases and a rebalance: measured at a 1 s lease with the leader's heartbeats each
 // held 400 ms, a new leader 2.3-2.4 s after the fault began (TestSlowLeaderHandsOver). The instance
 // contends again after a back-off of two leases that doubles with each hand-over following the
