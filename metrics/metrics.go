@@ -233,8 +233,9 @@ const DefaultTolerance = time.Second
 // out more than tolerance ago (something holds up the pulse loop or the barrier, so it cannot fence
 // itself), once it is closing, or when it has reached no Kafka broker for more than tolerance
 // (Stats.UnreachableSince; the problem names since when and the last error), or when it has owned
-// partition 0 without leading for more than tolerance (Stats.NotLeadingSince: it cannot renew, and
-// hands over once HeartbeatTimeout has passed). A restart does not
+// partition 0 without leading for more than tolerance (Stats.NotLeadingSince: it cannot renew, or
+// a long rebalance holds its commits; it hands over after Config.HandOverAfter if its heartbeats
+// do not come back promptly). A restart does not
 // bring Kafka back, so use it as a readiness check, or give a liveness check a long threshold. A tolerance of zero means DefaultTolerance. The body is a JSON
 // summary of the state.
 func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
