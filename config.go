@@ -138,6 +138,20 @@ type Config struct {
 	// MinPollInterval if that is longer.
 	RenewInterval *time.Duration
 
+	// HandOverAfter is how long this instance may own a role's partition without leading it
+	// (Stats.NotLeadingSince: since its assignment, or since it was fenced; a tenure that has yet
+	// to lead is given twice this) while its own heartbeats do not come back within half a lease,
+	// before it hands every role over: it leaves the group as Yield does, so that a member that can
+	// renew is elected, and contends again after a back-off (see Stats.HandOvers). An instance that
+	// keeps its group session but cannot renew (a slow path to the broker that leads the leader
+	// topic's partition, say) would otherwise keep the role without a leader for as long as that
+	// lasts; one whose heartbeats come back but whose commits wait is held up by a rebalance, which
+	// ends by itself, and does not hand over. It must be at least HeartbeatTimeout/2, as a
+	// rebalance can hold a healthy leader's renewals back for most of a lease. A longer one waits
+	// longer for the fault to pass before moving leadership; one of years never hands over.
+	// Default: nil, which means HeartbeatTimeout, whatever that is.
+	HandOverAfter *time.Duration
+
 	// LeaderTopicReplicationFactor is the replication factor the leader topic gets when goneli
 	// creates it; a topic that exists is left as it is. With 2 or more, the topic's
 	// min.insync.replicas is set to the smaller of 2 and one less than the factor, so that
@@ -349,6 +363,10 @@ func (c Config) Validate() error {
 		(leaseOK || *c.RenewInterval != defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
 	}
+	if c.HandOverAfter != nil && leaseInRange && *c.HandOverAfter < *c.HeartbeatTimeout/2 {
+		bad("HandOverAfter", *c.HandOverAfter, "must be at least HeartbeatTimeout/2 (%v): a rebalance can hold a healthy leader's "+
+			"renewals back for most of a lease, and a shorter bound would hand leadership over for it", *c.HeartbeatTimeout/2)
+	}
 	if n, ok, err := c.kafkaInt("fetch.wait.max.ms", "milliseconds"); err != nil {
 		errs = append(errs, err)
 	} else if wait := time.Duration(n) * time.Millisecond; ok && leaseInRange && (wait < 0 || wait > *c.HeartbeatTimeout/3) {
@@ -390,10 +408,18 @@ func (c Config) String() string {
 		masked[k] = v
 	}
 	return fmt.Sprintf("Config[KafkaConfig=%v, LeaderTopic=%s, LeaderGroupID=%s, Name=%s, Address=%s, "+
-		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s, RenewInterval=%s]",
+		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s, RenewInterval=%s, HandOverAfter=%s]",
 		masked, c.LeaderTopic, c.LeaderGroupID, c.Name, c.Address,
 		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout),
-		durationString(c.RenewInterval))
+		durationString(c.RenewInterval), durationString(c.HandOverAfter))
+}
+
+// handOverAfter is HandOverAfter, or its default for the HeartbeatTimeout set.
+func (c Config) handOverAfter() time.Duration {
+	if c.HandOverAfter != nil {
+		return *c.HandOverAfter
+	}
+	return handOverBound(*c.HeartbeatTimeout)
 }
 
 // renewalBound is the shortest lease that a leader polled every poll and renewing every renew keeps

@@ -151,6 +151,7 @@ func TestValidate(t *testing.T) {
 		{"long heartbeat timeout", func(c *Config) { c.HeartbeatTimeout = Duration(time.Hour) }, "HeartbeatTimeout", "at most 30m0s"},
 		{"lease vs poll", func(c *Config) { c.MinPollInterval = Duration(2 * time.Second) }, "HeartbeatTimeout", "3 x MinPollInterval"},
 		{"nil renew interval", func(c *Config) { c.RenewInterval = nil }, "RenewInterval", "must be set"},
+		{"hasty hand-over", func(c *Config) { c.HandOverAfter = Duration(2 * time.Second) }, "HandOverAfter", "at least HeartbeatTimeout/2 (2.5s)"},
 		{"renewal faster than polls", func(c *Config) { c.RenewInterval = Duration(50 * time.Millisecond) }, "RenewInterval", "at least MinPollInterval (100ms)"},
 		{"renewal too rare", func(c *Config) { c.RenewInterval = Duration(2 * time.Second) }, "RenewInterval", "at most HeartbeatTimeout/3"},
 		// Renewals take effect RenewInterval + 2 x MinPollInterval apart, which these leases do not

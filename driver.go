@@ -58,6 +58,8 @@ type driver struct {
 	reach      reachability // whether Kafka answers, for Stats (reach.go)
 	watchdog   *watchdog
 	yield      yieldState
+	handover   handover      // when to hand the roles over (handover.go)
+	handOvers  atomic.Uint64 // hand-overs so far (Stats.HandOvers)
 	renewals   consumerRenewals
 	throttle   logThrottle
 	logs       *logForwarder
@@ -245,6 +247,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		for _, p := range d.parts {
 			d.apply(p, p.lease.due())
 		}
+		d.checkHandOver()
 		d.startGroupCheck()
 		d.startCommits()
 	}
@@ -492,7 +495,7 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 		for _, tp := range mine {
 			ending = append(ending, d.parts[tp.Partition])
 		}
-		d.endTenures(ending, lost)
+		d.endTenures(ending, lost, true)
 		return s.GiveBack(mine)
 	}
 	return nil
@@ -517,7 +520,12 @@ func (d *driver) beginTenure(p *part) {
 // once the barrier has returned (finishReleases). Only if the markers cannot be written in time is
 // the revocation held back, as a rebalance would be, for up to the rebalance timeout; it ends
 // early if Close begins, since Close may be waiting for it.
-func (d *driver) endTenures(parts []*part, lost bool) {
+//
+// markers is false for a hand-over (handover.go): the instance leaves the group because it cannot
+// renew, and its markers would most likely be as late as its heartbeats, so the revocation is held
+// back at once rather than after the markers' wait. That holds up nothing else, as the instance
+// is leaving the group with every role.
+func (d *driver) endTenures(parts []*part, lost, markers bool) {
 	var pending []release
 	for _, p := range parts {
 		out := p.lease.revoke(lost)
@@ -529,14 +537,16 @@ func (d *driver) endTenures(parts []*part, lost bool) {
 	if len(pending) == 0 {
 		return
 	}
-	// Released markers follow either way: a releasing marker that reaches the broker late must
-	// not leave a successor waiting for the rebalance timeout.
-	d.releases = append(d.releases, pending...)
-	if d.writeMarkers(pending, d.releaseFlush()) {
-		return
+	if markers {
+		// Released markers follow either way: a releasing marker that reaches the broker late
+		// must not leave a successor waiting for the rebalance timeout.
+		d.releases = append(d.releases, pending...)
+		if d.writeMarkers(pending, d.releaseFlush()) {
+			return
+		}
+		d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
+			d.config.Name, d.releaseFlush())
 	}
-	d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
-		d.config.Name, d.releaseFlush())
 	deadline := d.now() + d.timing.maxPoll
 	for _, r := range pending {
 		if !awaitDelivery(r.done, deadline-d.now(), d.life.closing) {
@@ -627,8 +637,7 @@ func (d *driver) consumerRenewBackoff() time.Duration {
 func (d *driver) checkReadBack() {
 	lease := *d.config.HeartbeatTimeout
 	now := d.now()
-	if !d.live() || d.yield.unsubscribed || d.heart.p == nil || d.heart.delivered == 0 || now-d.heart.delivered >= lease ||
-		(d.renewals.count > 0 && now-d.renewals.last < d.consumerRenewBackoff()) {
+	if !d.mayRenewConsumer(now) {
 		return
 	}
 	for _, p := range d.parts {
@@ -638,6 +647,20 @@ func (d *driver) checkReadBack() {
 			return
 		}
 	}
+}
+
+// mayRenewConsumer reports whether checkReadBack would replace the consumer now, were a tenure to
+// read nothing back: the producer delivers, and no replacement was made too recently.
+func (d *driver) mayRenewConsumer(now time.Duration) bool {
+	return d.live() && !d.yield.unsubscribed && d.heart.p != nil && d.heart.delivered != 0 && now-d.heart.delivered < *d.config.HeartbeatTimeout &&
+		!(d.renewals.count > 0 && now-d.renewals.last < d.consumerRenewBackoff())
+}
+
+// consumerSuspect reports whether p's trouble is for checkReadBack rather than a hand-over: p has
+// read back none of its heartbeats for a lease although the producer delivers them, so the consumer
+// itself is suspect, and leaving the group on the same handle would not mend it.
+func (d *driver) consumerSuspect(p *part, now time.Duration) bool {
+	return d.mayRenewConsumer(now) && p.lease.unread() > *d.config.HeartbeatTimeout
 }
 
 // renewConsumer leaves the group and joins it again through a new consumer; the old one closes in
@@ -651,7 +674,7 @@ func (d *driver) renewConsumer(reason string) {
 	d.log.W()("goneli %s: replacing the Kafka consumer: %s", d.config.Name, reason)
 	d.renewals.last = d.now()
 	d.renewals.count++
-	d.endTenures(d.parts, false)
+	d.endTenures(d.parts, false, true)
 	d.group.member.left()
 	old, oldCommits := d.consumer, d.commits
 	if err := old.Unsubscribe(); err == nil {

@@ -50,15 +50,24 @@ type scriptConsumer struct {
 	stored     []kafka.TopicPartition
 	// commitErr, if set, is the answer to every commit of a stored offset.
 	commitErr error
-	// echo says whether heartbeats of assigned partitions are read back.
-	echo     bool
-	lost     bool
-	closed   bool
-	commits  [][]kafka.TopicPartition // explicit commits
-	unsubbed int
+	// echo says whether heartbeats of assigned partitions are read back, and echoDelay how long
+	// after they were produced; late holds those on their way until then.
+	echo      bool
+	echoDelay time.Duration
+	late      []lateEvent
+	lost      bool
+	closed    bool
+	commits   [][]kafka.TopicPartition // explicit commits
+	unsubbed  int
 }
 
 type rebalanceEvent struct{ ev kafka.Event }
+
+// lateEvent is an event to hand out no sooner than at.
+type lateEvent struct {
+	at time.Time
+	ev kafka.Event
+}
 
 func (c *scriptConsumer) Subscribe(topic string, cb kafka.RebalanceCb) error {
 	c.mu.Lock()
@@ -102,6 +111,10 @@ func (c *scriptConsumer) Assign([]kafka.TopicPartition) error { return errors.Ne
 // lock (the watchdog) is not durably blocked, so a wait here would keep the bubble's clock still.
 func (c *scriptConsumer) Poll(int) kafka.Event {
 	c.mu.Lock()
+	for len(c.late) > 0 && !time.Now().Before(c.late[0].at) {
+		c.queue = append(c.queue, c.late[0].ev)
+		c.late = c.late[1:]
+	}
 	if len(c.stored) > 0 {
 		// auto.commit: the stored offsets go out and are answered.
 		c.queue = append(c.queue, kafka.OffsetsCommitted{Offsets: c.stored, Error: c.commitErr})
@@ -217,7 +230,11 @@ func (p *scriptProducer) Produce(m *kafka.Message, reports chan kafka.Event) err
 	reports <- &delivered
 	c := l.consumer
 	c.mu.Lock()
-	if c.echo && slices.Contains(c.assigned, m.TopicPartition.Partition) {
+	switch {
+	case !c.echo || !slices.Contains(c.assigned, m.TopicPartition.Partition):
+	case c.echoDelay > 0:
+		c.late = append(c.late, lateEvent{at: time.Now().Add(c.echoDelay), ev: &delivered})
+	default:
 		c.queue = append(c.queue, &delivered)
 	}
 	c.mu.Unlock()
@@ -370,6 +387,20 @@ func (r *scriptRig) pulse(d time.Duration, lead bool) bool {
 	return r.n.IsLeader()
 }
 
+// setEchoDelay makes the heartbeats produced from now on come back d after they were produced.
+func (r *scriptRig) setEchoDelay(d time.Duration) {
+	r.consumer.mu.Lock()
+	defer r.consumer.mu.Unlock()
+	r.consumer.echoDelay = d
+}
+
+// subscribed reports whether the member is in the group.
+func (r *scriptRig) subscribed() bool {
+	r.consumer.mu.Lock()
+	defer r.consumer.mu.Unlock()
+	return r.consumer.subscribed
+}
+
 func (r *scriptRig) assign() {
 	r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0})}})
 }
@@ -500,6 +531,64 @@ func TestDriverSequences(t *testing.T) {
 				t.Errorf("events %s, want %s", got, want)
 			}
 			r.close()
+		}},
+		{"fenced while assigned: hands over after the bound, rejoins after the back-off", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			// The heartbeats come back a lease late, too late to renew anything, while the group
+			// session holds.
+			r.setEchoDelay(scriptLease)
+			r.pulse(3*scriptLease/2, false)
+			s := r.n.Stats()
+			if s.Leader || s.NotLeadingSince.IsZero() || s.HandOvers != 0 || !r.subscribed() {
+				t.Fatalf("fenced: leader %v, not leading since %v, %d hand-overs, subscribed %v; want false, set, 0, true",
+					s.Leader, s.NotLeadingSince, s.HandOvers, r.subscribed())
+			}
+			r.pulse(scriptLease, false)
+			s = r.n.Stats()
+			if s.HandOvers != 1 || r.subscribed() || s.Assigned || !s.NotLeadingSince.IsZero() || s.YieldRemaining <= 0 {
+				t.Fatalf("after the bound: %d hand-overs, subscribed %v, assigned %v, not leading since %v, yield remaining %v; want 1, false, false, zero, some",
+					s.HandOvers, r.subscribed(), s.Assigned, s.NotLeadingSince, s.YieldRemaining)
+			}
+			r.pulse(s.YieldRemaining+scriptLease/10, false)
+			if !r.subscribed() {
+				t.Fatal("not back in the group after the back-off")
+			}
+			r.setEchoDelay(0)
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatalf("no leadership after rejoining; events %s", r.seen())
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderFenced LeaderRevoked LeaderAcquired LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
+		}},
+		{"commits held by a rebalance, heartbeats read back: fenced, no hand-over", func(t *testing.T, r *scriptRig) {
+			r.assign()
+			if !r.pulse(scriptLease, true) {
+				t.Fatal("no leadership")
+			}
+			r.consumer.mu.Lock()
+			r.consumer.commitErr = kafka.NewError(kafka.ErrRebalanceInProgress, "rebalance in progress", false)
+			r.consumer.mu.Unlock()
+			r.pulse(3*scriptLease, false)
+			if s := r.n.Stats(); s.Leader || s.NotLeadingSince.IsZero() || s.HandOvers != 0 || !r.subscribed() {
+				t.Fatalf("leader %v, not leading since %v, %d hand-overs, subscribed %v; want false, set, 0, true",
+					s.Leader, s.NotLeadingSince, s.HandOvers, r.subscribed())
+			}
+			r.consumer.mu.Lock()
+			r.consumer.commitErr = nil
+			r.consumer.mu.Unlock()
+			if !r.pulse(scriptLease, true) {
+				t.Fatalf("no leadership once the commits were accepted again; events %s", r.seen())
+			}
+			r.close()
+			if got, want := r.seen(), "[LeaderAcquired LeaderFenced LeaderAcquired LeaderRevoked]"; got != want {
+				t.Errorf("events %s, want %s", got, want)
+			}
 		}},
 		{"close: LeaderRevoked, then leave with the owed commit answered, then close the clients", func(t *testing.T, r *scriptRig) {
 			r.assign()

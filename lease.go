@@ -87,6 +87,11 @@ type tenure struct {
 	conflict   *GroupConflictError
 
 	assigned time.Duration // when the tenure began
+	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
+	// fence, moved on while it is excused (handover.go). ledFrom is when it last began to lead.
+	idleFrom, ledFrom time.Duration
+	// rtt is the send-to-read-back time of the newest own heartbeat read back; zero before one.
+	rtt time.Duration
 	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
 	// predecessor (sending nothing to read back): see unread.
 	readAt time.Duration
@@ -127,6 +132,10 @@ type leaseView struct {
 	rtt, lag time.Duration
 	conflict *GroupConflictError
 	counts   leaseCounts
+	// idle is, while assigned and not leading, since when the tenure has not led (tenure.idleFrom);
+	// led is, while leading, since when it has. excused is lease.excused.
+	idle, led time.Duration
+	excused   bool
 }
 
 // leaseOut is what the driver must do after a transition.
@@ -198,7 +207,7 @@ func (l *lease) assign(vouched bool) leaseOut {
 	}
 	now := l.now()
 	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
-		releaseBy: now + l.releaseWait, assigned: now, readAt: now, verified: vouched}
+		releaseBy: now + l.releaseWait, assigned: now, readAt: now, idleFrom: now, verified: vouched}
 	l.publish()
 	return leaseOut{}
 }
@@ -215,6 +224,10 @@ func (l *lease) due() leaseOut {
 		return out
 	}
 	now := l.now()
+	if l.excused() {
+		l.t.idleFrom = now
+		l.publish()
+	}
 	// A tenure that waits for a predecessor sends one heartbeat, the one that shows when it has
 	// read the partition up to its own records, and no more until the wait is over: every record
 	// it writes meanwhile would push the predecessor's marker further from the end of the
@@ -333,6 +346,7 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
 	l.c.confirmed++
 	l.rtt = l.now() - h.sentMono
+	l.t.rtt = l.rtt
 	out.store = next
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
@@ -372,6 +386,22 @@ func (l *lease) foreign(h heartbeat) leaseOut {
 	}
 	l.publish()
 	return out
+}
+
+// excused reports whether the tenure does not lead for a reason that no hand-over would mend: it
+// waits for a predecessor to release the partition, or for a group check to clear it (one that
+// failed or found a conflict is as likely to fail or find one for any other member).
+func (l *lease) excused() bool {
+	return l.t.active && !l.t.leading && (l.waiting() || !l.t.verified || l.t.conflict != nil)
+}
+
+// readsBack reports whether the tenure's own heartbeats come back promptly: the newest was read
+// back within half a lease of its sending, and no more than half a lease ago. A tenure that reads
+// back so but does not lead waits for its commits, which a rebalance holds back until it
+// completes (the coordinator ends one within the rebalance timeout), rather than being unable to
+// get its heartbeats through.
+func (l *lease) readsBack() bool {
+	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/2 && l.unread() <= l.timeout/2
 }
 
 // waiting reports whether the tenure still waits for a predecessor to release the partition.
@@ -514,6 +544,7 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		return
 	}
 	l.t.leading = true
+	l.t.ledFrom = now
 	if !l.t.acquired {
 		l.t.acquired = true
 		l.t.since = l.clock.Now().Round(0) // a wall time for events and heartbeats, not for leases
@@ -582,6 +613,7 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		return
 	}
 	l.t.leading = false
+	l.t.idleFrom = l.now()
 	l.c.fenced++
 	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }
@@ -636,6 +668,9 @@ func (l *lease) publish() {
 		lag:       l.lag,
 		conflict:  l.t.conflict,
 		counts:    l.c,
+		idle:      l.t.idleFrom,
+		led:       l.t.ledFrom,
+		excused:   l.excused(),
 	}
 	if !l.t.acquired {
 		v.token, v.since = 0, time.Time{}

@@ -107,8 +107,19 @@ type Stats struct {
 	// coordinator's acceptance of its offset: the lease is always at least this much shorter than
 	// HeartbeatTimeout.
 	RenewalLag time.Duration
-	// YieldRemaining is how long this instance stays out of the group after Yield.
+	// YieldRemaining is how long this instance stays out of the group after Yield, or after it
+	// handed its roles over (HandOvers).
 	YieldRemaining time.Duration
+	// NotLeadingSince is set while this instance owns the role's partition and does not lead it:
+	// since its assignment, or since it was fenced, whichever came last. It is zero while the
+	// instance leads, does not own the partition, waits for the previous holder to release it
+	// (Releasing), or waits for the group check to clear it (one that failed, or found a
+	// GroupConflict), none of which a hand-over would mend. A tenure normally leads within a few
+	// round trips of its assignment and is renewed before its lease runs out, so a time more than
+	// moments ago means that this instance cannot renew, or that a rebalance holds its commits:
+	// once it is Config.HandOverAfter ago (twice that for a tenure that has yet to lead), the
+	// instance hands every role over (HandOvers) unless its heartbeats come back promptly.
+	NotLeadingSince time.Time
 	// Releasing is set while this instance owns the role's partition but waits for the previous
 	// holder's barrier to return from LeaderRevoked (at most the rebalance timeout).
 	Releasing bool
@@ -131,6 +142,13 @@ type Stats struct {
 	StaleHeartbeats           uint64 // own heartbeats ignored: earlier tenure or out of order
 	LateHeartbeats            uint64 // own heartbeats confirmed too late to renew the lease
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
+	// HandOvers counts the times this instance (all its roles together) left the group because a
+	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince) while its
+	// heartbeats did not come back within half a lease, so that a member that can renew would
+	// lead it. Each time it stays out of the group for a back-off
+	// (YieldRemaining) that starts at twice HeartbeatTimeout and doubles with every hand-over that
+	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
+	HandOvers uint64
 	// GroupChecks counts the descriptions of the group that the instance (all its roles together)
 	// asked the coordinator for, New's included: about two per membership of the group while
 	// nothing is wrong (see GroupConflictError).
@@ -164,6 +182,7 @@ func (n *neli) statsOf(p *part) Stats {
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
 		GroupChecks:         n.d.check.count.Load(),
+		HandOvers:           n.d.handOvers.Load(),
 	}
 	if since, reason, down := n.d.reach.state(); down {
 		s.UnreachableSince, s.UnreachableReason = n.d.base.Add(since), reason
@@ -172,6 +191,9 @@ func (n *neli) statsOf(p *part) Stats {
 		s.Tenure = strconv.FormatUint(v.tenure, 16)
 		s.GroupConflict = v.conflict
 		s.Releasing = v.releasing
+		if !v.leading && !v.excused {
+			s.NotLeadingSince = n.d.base.Add(v.idle)
+		}
 	}
 	if s.Leading {
 		s.Token = v.token

@@ -1,7 +1,9 @@
 package goneli
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -13,6 +15,9 @@ type yieldState struct {
 	requested atomic.Bool  // a Yield has yet to take this instance out of the group
 	// unsubscribed is set while the instance is out of the group for a yield. Guarded by mu.
 	unsubscribed bool
+	// handingOver says that the yield is a hand-over (checkHandOver) whose tenures have yet to
+	// end. Guarded by mu.
+	handingOver bool
 }
 
 // yielding reports whether a Yield keeps this instance from leading now. Safe without mu.
@@ -23,18 +28,7 @@ func (d *driver) yielding() bool {
 // requestYield keeps the instance out of the group for d from now (Curator.Yield). inCall says
 // whether the application is being called, perhaps the barrier making this very call.
 func (d *driver) requestYield(dur time.Duration, inCall bool) {
-	now := d.now()
-	until := int64(now + dur)
-	if until < int64(now) {
-		// A duration too long to add to the clock means for as long as the instance lives.
-		until = math.MaxInt64
-	}
-	for {
-		old := d.yield.until.Load()
-		if old >= until || d.yield.until.CompareAndSwap(old, until) {
-			break
-		}
-	}
+	d.extendYield(dur)
 	// However briefly it lasts, a yield leaves the group once: the time may be up before the next
 	// cycle, and a yield that then did nothing would hand nothing over. IsLeader is false from
 	// here on.
@@ -55,7 +49,8 @@ func (d *driver) applyYield() {
 	yielding := d.yield.until.Load() > int64(d.now())
 	switch {
 	case (yielding || d.yield.requested.Load()) && !d.yield.unsubscribed:
-		d.endTenures(d.parts, false)
+		d.endTenures(d.parts, false, !d.yield.handingOver)
+		d.yield.handingOver = false
 		d.group.member.left()
 		if err := d.consumer.Unsubscribe(); err != nil {
 			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
@@ -90,4 +85,57 @@ func (d *driver) resumeTenure() {
 			d.beginTenure(p)
 		}
 	}
+}
+
+// extendYield makes the yield last for at least dur from now. Safe without mu.
+func (d *driver) extendYield(dur time.Duration) {
+	now := d.now()
+	until := int64(now + dur)
+	if until < int64(now) {
+		// A duration too long to add to the clock means for as long as the instance lives.
+		until = math.MaxInt64
+	}
+	for {
+		old := d.yield.until.Load()
+		if old >= until || d.yield.until.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
+// checkHandOver hands every role over, through the yield, when a role this instance holds has gone
+// without leading for the hand-over bound (handover.go). Called with mu held, after the leases
+// have seen the time.
+func (d *driver) checkHandOver() {
+	if !d.live() || d.yield.unsubscribed || d.yielding() {
+		return
+	}
+	now := d.now()
+	roles := make([]roleLease, len(d.parts))
+	for i, p := range d.parts {
+		v := p.lease.load()
+		r := roleLease{assigned: v.assigned, leading: v.leading, fresh: v.token == 0, since: v.idle}
+		if v.leading {
+			r.since = v.led
+		}
+		r.deferred, r.readsBack = d.consumerSuspect(p, now), p.lease.readsBack()
+		roles[i] = r
+	}
+	backoff, ok := d.handover.decide(now, roles)
+	if !ok {
+		return
+	}
+	d.handOvers.Add(1)
+	var stuck []string
+	for i, r := range roles {
+		if d.handover.stuck(now, r) {
+			stuck = append(stuck, fmt.Sprintf("partition %d for %v", d.parts[i].id, (now-r.since).Round(time.Millisecond)))
+		}
+	}
+	d.log.W()("goneli %s: assigned but not leading (%s): handing over, and contending again in %v",
+		d.config.Name, strings.Join(stuck, ", "), backoff)
+	d.extendYield(backoff)
+	d.yield.requested.Store(true)
+	d.yield.handingOver = true
+	d.applyYield()
 }

@@ -43,8 +43,9 @@ type gauge struct {
 }
 
 type counter struct {
-	desc *prometheus.Desc
-	get  func(goneli.Stats) uint64
+	desc   *prometheus.Desc
+	get    func(goneli.Stats) uint64
+	shared bool // as for gauge
 }
 
 // NewCollector returns a collector for c. Every metric carries constLabels (for example the
@@ -64,8 +65,9 @@ func NewCollector(c goneli.Curator, constLabels prometheus.Labels) *Collector {
 
 // NewRolesCollector returns a collector for every role of r: the metrics of NewCollector, each
 // per-role one once per role with a "role" label naming it (goneli_leader{role="billing"}), so
-// that sum(goneli_leader) counts the roles led. goneli_live and goneli_yield_remaining_seconds
-// describe the whole instance and carry no role label. constLabels must not include "role".
+// that sum(goneli_leader) counts the roles led. goneli_live, goneli_yield_remaining_seconds,
+// goneli_kafka_unreachable_seconds and goneli_handovers_total describe the whole instance and
+// carry no role label. constLabels must not include "role".
 func NewRolesCollector(r goneli.Roles, constLabels prometheus.Labels) *Collector {
 	col := newCollector(func() []goneli.Stats { return rolesStats(r) }, true, constLabels)
 	col.leaders = func() []leaderSeen {
@@ -116,6 +118,9 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 	k := func(name, help string, get func(goneli.Stats) uint64) counter {
 		return counter{desc: d(name, help, false), get: get}
 	}
+	sharedK := func(name, help string, get func(goneli.Stats) uint64) counter {
+		return counter{desc: d(name, help, true), get: get, shared: true}
+	}
 	assignedHelp := "1 while the instance owns partition 0 of the leader topic."
 	if roles {
 		assignedHelp = "1 while the instance owns the role's partition of the leader topic."
@@ -135,6 +140,8 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 			g("heartbeat_rtt_seconds", "Send-to-read-back time of the newest confirmed heartbeat.", secs(func(s goneli.Stats) time.Duration { return s.HeartbeatRTT })),
 			g("renewal_lag_seconds", "Time from sending a heartbeat to the coordinator accepting its offset, for the newest renewal.", secs(func(s goneli.Stats) time.Duration { return s.RenewalLag })),
 			shared("yield_remaining_seconds", "Time left out of the group after Yield.", secs(func(s goneli.Stats) time.Duration { return s.YieldRemaining })),
+			g("assigned_not_leading_seconds", "How long the instance has owned the partition without leading it (Stats.NotLeadingSince); 0 while it leads or does not own it. After HeartbeatTimeout it hands over.",
+				secs(func(s goneli.Stats) time.Duration { return notLeadingFor(s) })),
 			shared("kafka_unreachable_seconds", "How long the instance has reached no Kafka broker (Stats.UnreachableSince); 0 while Kafka answers.",
 				secs(func(s goneli.Stats) time.Duration { return unreachableFor(s) })),
 		},
@@ -144,6 +151,8 @@ func newCollector(stats func() []goneli.Stats, roles bool, constLabels prometheu
 			k("heartbeats_stale_total", "Own heartbeats ignored as belonging to an earlier tenure or arriving out of order.", func(s goneli.Stats) uint64 { return s.StaleHeartbeats }),
 			k("heartbeats_late_total", "Own heartbeats confirmed too late to renew the lease.", func(s goneli.Stats) uint64 { return s.LateHeartbeats }),
 			k("commit_rejections_total", "Heartbeat offset commits refused by the group coordinator.", func(s goneli.Stats) uint64 { return s.CommitRejections }),
+			sharedK("handovers_total", "Times the instance left the group because it owned a partition it could not lead (Stats.HandOvers).",
+				func(s goneli.Stats) uint64 { return s.HandOvers }),
 		},
 		trans: d("transitions_total", "Leadership events delivered, by kind: acquired, fenced, revoked.", false, "kind"),
 		info:  d("leader_info", "1 for the leader this instance knows of (itself, or as observed), by its name and Config.Address.", false, "leader", "address"),
@@ -173,6 +182,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, g.get(all[0]))
 		}
 	}
+	for _, k := range c.counts {
+		if k.shared {
+			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(all[0])))
+		}
+	}
 	for _, s := range all {
 		// The role label comes first, as the descriptors list it.
 		var role []string
@@ -185,7 +199,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 		for _, k := range c.counts {
-			ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(s)), role...)
+			if !k.shared {
+				ch <- prometheus.MustNewConstMetric(k.desc, prometheus.CounterValue, float64(k.get(s)), role...)
+			}
 		}
 		for _, t := range []struct {
 			kind string
@@ -216,7 +232,10 @@ const DefaultTolerance = time.Second
 // HealthHandler answers 200 while c is healthy and 503 when it believes it leads but its lease ran
 // out more than tolerance ago (something holds up the pulse loop or the barrier, so it cannot fence
 // itself), once it is closing, or when it has reached no Kafka broker for more than tolerance
-// (Stats.UnreachableSince; the problem names since when and the last error). A restart does not
+// (Stats.UnreachableSince; the problem names since when and the last error), or when it has owned
+// partition 0 without leading for more than tolerance (Stats.NotLeadingSince: it cannot renew, or
+// a long rebalance holds its commits; it hands over after Config.HandOverAfter if its heartbeats
+// do not come back promptly). A restart does not
 // bring Kafka back, so use it as a readiness check, or give a liveness check a long threshold. A tolerance of zero means DefaultTolerance. The body is a JSON
 // summary of the state.
 func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
@@ -231,7 +250,8 @@ func HealthHandler(c goneli.Curator, tolerance time.Duration) http.Handler {
 }
 
 // RolesHealthHandler is HealthHandler for every role of r: it answers 503 if any role believes it
-// leads while its lease ran out more than tolerance ago, naming the roles, or once r is closing.
+// leads while its lease ran out more than tolerance ago, or has owned its partition without leading
+// it for more than tolerance, naming the roles, once r is closing, or while Kafka is unreachable.
 // The body lists the roles led and each role's leadership and token.
 func RolesHealthHandler(r goneli.Roles, tolerance time.Duration) http.Handler {
 	type role struct {
@@ -254,6 +274,14 @@ func RolesHealthHandler(r goneli.Roles, tolerance time.Duration) http.Handler {
 				Roles   []role   `json:"roles"`
 			}{v, leading, roles}
 		})
+}
+
+// notLeadingFor is how long s has reported its partition owned but not led.
+func notLeadingFor(s goneli.Stats) time.Duration {
+	if s.NotLeadingSince.IsZero() {
+		return 0
+	}
+	return max(time.Since(s.NotLeadingSince), 0)
 }
 
 // unreachableFor is how long s has reported Kafka unreachable.
@@ -279,11 +307,18 @@ func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body fun
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		all := read()
-		var overdue []string
+		var overdue, stuck []string
 		state := goneli.Closed // what a Roles without roles would be; NewRoles makes none
 		unreachable := ""
 		for _, s := range all {
 			state = s.State
+			if d := notLeadingFor(s); d > tolerance {
+				what := fmt.Sprintf("owns its partition but has not led it for %v", d.Round(time.Millisecond))
+				if s.Role != "" {
+					what = "role " + s.Role + " " + what
+				}
+				stuck = append(stuck, what)
+			}
 			if d := unreachableFor(s); d > tolerance {
 				unreachable = fmt.Sprintf("cannot reach Kafka since %s (%v ago): %s",
 					s.UnreachableSince.UTC().Format(time.RFC3339), d.Round(time.Millisecond), s.UnreachableReason)
@@ -304,6 +339,8 @@ func healthHandler(tolerance time.Duration, read func() []goneli.Stats, body fun
 			status, problem = http.StatusServiceUnavailable, "not live: "+state.String()
 		case unreachable != "":
 			status, problem = http.StatusServiceUnavailable, unreachable
+		case len(stuck) > 0:
+			status, problem = http.StatusServiceUnavailable, strings.Join(stuck, "; ")
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)

@@ -90,6 +90,46 @@ func TestHealthReportsUnreachableKafka(t *testing.T) {
 	}
 }
 
+// idleOwner is a Curator that owns partition 0 and has not led it for a while: it cannot renew.
+type idleOwner struct {
+	goneli.MockNeli
+	since time.Time
+}
+
+func (c idleOwner) Stats() goneli.Stats {
+	st := c.MockNeli.Stats()
+	st.Assigned, st.NotLeadingSince, st.HandOvers = true, c.since, 3
+	return st
+}
+
+func TestHealthReportsAnOwnerThatDoesNotLead(t *testing.T) {
+	m, _ := goneli.NewMock(goneli.MockConfig{})
+	defer m.Close()
+	for _, tc := range []struct {
+		ago  time.Duration
+		want int
+	}{{0, http.StatusOK}, {500 * time.Millisecond, http.StatusOK}, {3 * time.Second, http.StatusServiceUnavailable}} {
+		c := idleOwner{m, time.Time{}}
+		if tc.ago > 0 {
+			c.since = time.Now().Add(-tc.ago)
+		}
+		code, body := get(t, HealthHandler(c, 0), "/healthz")
+		if code != tc.want {
+			t.Errorf("not leading for %v: %d, want %d (%s)", tc.ago, code, tc.want, body)
+		}
+		if tc.want != http.StatusOK && !strings.Contains(body, "owns its partition but has not led it for") {
+			t.Errorf("not leading for %v: the body does not say so: %s", tc.ago, body)
+		}
+		_, metrics := get(t, mustHandler(t, c), "/metrics")
+		if got := lines(metrics, "goneli_assigned_not_leading_seconds"); len(got) != 1 || (tc.ago == 0) != strings.HasSuffix(got[0], " 0") {
+			t.Errorf("not leading for %v: goneli_assigned_not_leading_seconds is %q", tc.ago, got)
+		}
+		if !has(metrics, "goneli_handovers_total 3") {
+			t.Errorf("goneli_handovers_total not 3: %q", lines(metrics, "goneli_handovers_total"))
+		}
+	}
+}
+
 // mustHandler is Handler for c without constant labels.
 func mustHandler(t *testing.T, c goneli.Curator) http.Handler {
 	t.Helper()

@@ -50,7 +50,8 @@ A follower that gets SIGUSR1 just stays out for --yield-for.
 
 --metrics-addr serves Prometheus metrics (goneli_leader, goneli_fencing_token, lease age,
 transitions, ...) on /metrics and a health check on /healthz, which answers 503 when neli
-believes it leads but its lease has lapsed.
+believes it leads but its lease has lapsed, or when it has held the leader partition without
+leading for over a second (it cannot renew; after HeartbeatTimeout it hands leadership over).
 
 With --on-acquired and --on-revoked, neli runs those shell commands on each transition
 instead of supervising CMD (the revoked hook also runs when leadership is fenced, with
@@ -69,7 +70,8 @@ with that copy's status, as it does without roles: a single role cannot be given
 without leaving the group, and leading a role without running its CMD would stall it.
 SIGUSR1 yields every role. The hooks get NELI_ROLE too. /metrics labels every per-role
 metric with role="NAME", and /healthz answers 503 if any role's lease has lapsed while
-neli believes it leads that role.`
+neli believes it leads that role, or if it has held a role's partition without leading it
+for over a second.`
 
 // killWait bounds the wait for a process group to go after SIGKILL. Only a process stuck in the
 // kernel outlives it.

@@ -206,12 +206,14 @@ func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 	}
 }
 
-// soloLeader starts one pulsing instance named a and waits for it to lead. Its session is long, so
-// that faults of a few seconds make only its lease lapse, never its membership.
+// soloLeader starts one pulsing instance named a and waits for it to lead. Its session and its
+// hand-over bound are long, so that faults of a few seconds make only its lease lapse, never its
+// membership.
 func soloLeader(t *testing.T, b *kafkatest.Broker, log *testLog, r *recorder) Curator {
 	t.Helper()
 	config := testConfig(b, groupName(t), "a", log)
 	config.KafkaConfig["session.timeout.ms"] = 20000
+	config.HandOverAfter = Duration(20 * time.Second)
 	a := newNeli(t, config, r).(Curator)
 	pulse(t, a)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))

@@ -1,0 +1,166 @@
+package goneli
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestHandoverDecide(t *testing.T) {
+	const lease = time.Second
+	stuckFor := func(d time.Duration) roleLease { return roleLease{assigned: true, since: -d} }
+	ledFor := func(d time.Duration) roleLease { return roleLease{assigned: true, leading: true, since: -d} }
+	// Each step is decided at instant 0, the roles' since being relative to it.
+	type step struct {
+		roles   []roleLease
+		backoff time.Duration // 0: no hand-over
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"a follower never hands over", []step{{roles: []roleLease{{}}}}},
+		{"leading, however long", []step{{roles: []roleLease{ledFor(time.Hour)}}}},
+		{"not leading for less than the bound", []step{{roles: []roleLease{stuckFor(lease - time.Millisecond)}}}},
+		{"not leading for the bound", []step{{roles: []roleLease{stuckFor(lease)}, backoff: 2 * lease}}},
+		{"a fresh tenure gets twice the bound", []step{
+			{roles: []roleLease{{assigned: true, fresh: true, since: -2*lease + time.Millisecond}}},
+			{roles: []roleLease{{assigned: true, fresh: true, since: -2 * lease}}, backoff: 2 * lease},
+		}},
+		{"heartbeats come back promptly: a rebalance holds the commits", []step{{roles: []roleLease{{assigned: true, since: -time.Hour, readsBack: true}}}}},
+		{"deferred to the consumer's replacement", []step{{roles: []roleLease{{assigned: true, since: -time.Hour, deferred: true}}}}},
+		{"one stuck role of several hands over the instance", []step{
+			{roles: []roleLease{ledFor(time.Minute), stuckFor(2 * lease), {}}, backoff: 2 * lease},
+		}},
+		{"the back-off doubles and is capped", []step{
+			{roles: []roleLease{stuckFor(lease)}, backoff: 2 * lease},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 4 * lease},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 8 * lease},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 16 * lease},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 16 * lease},
+		}},
+		{"a short tenure between hand-overs does not reset the back-off", []step{
+			{roles: []roleLease{stuckFor(lease)}, backoff: 2 * lease},
+			{roles: []roleLease{ledFor(4*lease - time.Millisecond)}},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 4 * lease},
+		}},
+		{"a tenure that led for four leases resets the back-off", []step{
+			{roles: []roleLease{stuckFor(lease)}, backoff: 2 * lease},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 4 * lease},
+			{roles: []roleLease{ledFor(4 * lease)}},
+			{roles: []roleLease{stuckFor(lease)}, backoff: 2 * lease},
+		}},
+		{"another role's settled tenure resets the back-off too", []step{
+			{roles: []roleLease{stuckFor(lease), {}}, backoff: 2 * lease},
+			{roles: []roleLease{stuckFor(lease), ledFor(time.Hour)}, backoff: 2 * lease},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHandover(lease, handOverBound(lease))
+			for i, s := range tc.steps {
+				backoff, ok := h.decide(0, s.roles)
+				if ok != (s.backoff > 0) || backoff != s.backoff {
+					t.Fatalf("step %d: decide = %v, %v; want %v, %v", i, backoff, ok, s.backoff, s.backoff > 0)
+				}
+			}
+		})
+	}
+}
+
+// The lease tells the hand-over since when its tenure has not led, counted from the assignment or
+// the fence, and not while it waits for a predecessor or is held back by a group conflict.
+func TestLeaseNotLeadingSince(t *testing.T) {
+	t.Run("from the assignment, then from the fence", func(t *testing.T) {
+		r := newRig(t)
+		r.wait(time.Second)
+		r.assign()
+		if v := r.l.load(); v.idle != time.Second || v.leading {
+			t.Fatalf("assigned: idle %v, leading %v; want 1s, false", v.idle, v.leading)
+		}
+		r.verify()
+		r.wait(20 * time.Millisecond)
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		if v := r.l.load(); !v.leading || v.led != r.l.now() {
+			t.Fatalf("renewed: leading %v since %v; want since %v", v.leading, v.led, r.l.now())
+		}
+		ledAt := r.l.now()
+		r.wait(rigInterval)
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		if v := r.l.load(); v.led != ledAt {
+			t.Fatalf("a renewal while leading moved led to %v from %v", v.led, ledAt)
+		}
+		r.wait(2 * rigLease)
+		r.expire()
+		if v := r.l.load(); v.leading || v.idle != r.l.now() {
+			t.Fatalf("fenced: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
+		}
+	})
+	t.Run("not while a predecessor releases the partition", func(t *testing.T) {
+		r := newRig(t)
+		r.assign()
+		r.foreignMarker(kindReleasing)
+		r.wait(rigLease)
+		r.due()
+		if v := r.l.load(); v.idle != r.l.now() {
+			t.Fatalf("waiting: idle %v; want now, %v", v.idle, r.l.now())
+		}
+	})
+	t.Run("not while the group check has yet to clear it", func(t *testing.T) {
+		r := newRig(t)
+		r.assign()
+		r.check(groupCheck{err: errors.New("describe refused")})
+		r.wait(rigLease)
+		r.due()
+		if v := r.l.load(); v.idle != r.l.now() || !v.excused {
+			t.Fatalf("unchecked: idle %v, excused %v; want now, %v, and true", v.idle, v.excused, r.l.now())
+		}
+		r.verify()
+		if v := r.l.load(); v.excused {
+			t.Fatal("still excused once the check cleared the tenure")
+		}
+	})
+	t.Run("not while a group conflict holds it back", func(t *testing.T) {
+		r := newRig(t)
+		r.assign()
+		r.check(groupCheck{verdict: groupVerdict{conflict: &GroupConflictError{}}})
+		r.wait(rigLease)
+		r.due()
+		if v := r.l.load(); v.idle != r.l.now() {
+			t.Fatalf("conflict: idle %v; want now, %v", v.idle, r.l.now())
+		}
+	})
+}
+
+// foreignMarker reads a predecessor's marker of kind back from the partition.
+func (r *rig) foreignMarker(kind recordKind) {
+	r.take(r.l.foreign(heartbeat{tenure: 0x1, seq: 9, kind: kind}))
+}
+
+// A tenure reads back promptly while its newest heartbeat came back within half a lease of its
+// sending, no more than half a lease ago.
+func TestLeaseReadsBack(t *testing.T) {
+	r := newRig(t)
+	r.assign()
+	if r.l.readsBack() {
+		t.Fatal("reads back before any heartbeat came back")
+	}
+	r.verify()
+	r.renewal(10*time.Millisecond, 10*time.Millisecond)
+	if !r.l.readsBack() {
+		t.Fatal("does not read back after a prompt renewal")
+	}
+	r.wait(rigLease/2 + time.Millisecond)
+	if r.l.readsBack() {
+		t.Fatal("reads back with nothing read back for over half a lease")
+	}
+	h, off := r.heartbeat()
+	r.wait(rigLease/2 + time.Millisecond)
+	r.back(h, off)
+	if r.l.readsBack() {
+		t.Fatal("reads back a heartbeat that took over half a lease")
+	}
+	r.renewal(10*time.Millisecond, 0)
+	if !r.l.readsBack() {
+		t.Fatal("does not read back once heartbeats come back promptly again")
+	}
+}
