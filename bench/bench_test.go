@@ -264,7 +264,9 @@ func TestRenderMarkdown(t *testing.T) {
 	if err := os.WriteFile(readme, []byte(before+after), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := parseOptions([]string{"--render", "results.json", "--md", md, "--readme", readme}, os.Stderr)
+	// The report of 4df71e4, kept as it was written (docs/performance-results-4df71e4.md): it predates the session and private-memory
+	// figures, so the page must render without them (results.json is rewritten by every run).
+	o, err := parseOptions([]string{"--render", filepath.Join("reports", "4df71e4.json"), "--md", md, "--readme", readme}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
