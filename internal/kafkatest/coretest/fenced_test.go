@@ -232,42 +232,7 @@ func fencedChild(n Curator, topic, name string, leading <-chan struct{}, say fun
 // returns the child, its stdin and its output lines.
 func startFencedChild(t *testing.T, b *kafkatest.Broker, group, name, topic string) (*exec.Cmd, *os.File, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+b.Addr, "GONELI_TEST_CHILD_GROUP="+group, "GONELI_TEST_CHILD_NAME="+name, childFencedEnv+"="+topic)
-	stdin, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdin = stdin
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting child: %v", err)
-	}
-	_ = stdin.Close()
-	lines := make(chan string, 64)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			default:
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = w.Close()
-		<-done
-		_ = cmd.Wait()
-	})
-	return cmd, w, lines
+	return spawnChild(t, b, group, name, childFencedEnv+"="+topic)
 }
 
 // awaitLine returns the first line of lines that starts with prefix.

@@ -364,8 +364,22 @@ func runChild(addr, group, name string) {
 // startChild runs a contender process against b and returns it with a channel of its event names.
 func startChild(t *testing.T, b *kafkatest.Broker, group, name string) (*exec.Cmd, <-chan string) {
 	t.Helper()
+	cmd, _, lines := spawnChild(t, b, group, name)
+	return cmd, lines
+}
+
+// spawnChild runs a contender process against b with env added to its environment, and returns
+// it, the write end of its stdin and its output lines ("goneli." trimmed from event names). The
+// process is killed and reaped when the test ends.
+func spawnChild(t *testing.T, b *kafkatest.Broker, group, name string, env ...string) (*exec.Cmd, *os.File, <-chan string) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+b.Addr, "GONELI_TEST_CHILD_GROUP="+group, "GONELI_TEST_CHILD_NAME="+name)
+	cmd.Env = append(append(os.Environ(), childEnv+"="+b.Addr, "GONELI_TEST_CHILD_GROUP="+group, "GONELI_TEST_CHILD_NAME="+name), env...)
+	stdin, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin = stdin
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -374,23 +388,25 @@ func startChild(t *testing.T, b *kafkatest.Broker, group, name string) (*exec.Cm
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting child: %v", err)
 	}
-	events := make(chan string, 16)
+	_ = stdin.Close()
+	lines := make(chan string, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer close(events)
+		defer close(lines)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			select {
-			case events <- strings.TrimPrefix(sc.Text(), "goneli."):
+			case lines <- strings.TrimPrefix(sc.Text(), "goneli."):
 			default: // nobody is listening any more
 			}
 		}
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
+		_ = w.Close()
 		<-done
 		_ = cmd.Wait()
 	})
-	return cmd, events
+	return cmd, w, lines
 }
