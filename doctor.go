@@ -426,26 +426,7 @@ func (d *doctor) checkSession(ctx context.Context) {
 		}
 		return
 	}
-	// Any broker may coordinate the group, so the session must suit every one.
-	var lo, hi brokerSetting
-	var problems []string
-	for _, id := range ids {
-		res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}})
-		if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
-			err = res[0].Error
-		}
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("broker %d: %v", id, err))
-			continue
-		}
-		what := fmt.Sprintf("broker %d", id)
-		if s := settingOf(res[0], "group.min.session.timeout.ms", what, &problems); s.from != "" && (lo.from == "" || s.value > lo.value) {
-			lo = s
-		}
-		if s := settingOf(res[0], "group.max.session.timeout.ms", what, &problems); s.from != "" && (hi.from == "" || s.value < hi.value) {
-			hi = s
-		}
-	}
+	lo, hi, problems := brokerSessionBounds(ctx, cd, ids)
 	session := d.timing.session
 	switch {
 	case lo.from != "" && session < lo.value && d.timing.userSession:

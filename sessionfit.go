@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,15 +36,20 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	if !ok {
 		return
 	}
-	floor, from, problem := readBrokerMinSession(cd, brokers, *d.config.HeartbeatTimeout)
-	if problem != "" {
-		d.log.D()("goneli %s: could not read the brokers' %s (%s); keeping the session timeout at %v", d.config.Name, minSessionKey, problem, t.session)
+	ht := *d.config.HeartbeatTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), ht)
+	lo, _, problems := brokerSessionBounds(ctx, cd, brokers, kafka.SetAdminRequestTimeout(ht))
+	cancel()
+	if len(problems) > 0 {
+		d.log.D()("goneli %s: could not read every broker's %s (%s); keeping the session timeout at %v unless one was read",
+			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.session)
 	}
+	floor := lo.value
 	if floor <= t.session {
 		return
 	}
-	d.log.I()("goneli %s: session timeout raised from %v to %v, the %s of broker %s; a crashed leader is replaced that much later",
-		d.config.Name, t.session, floor, minSessionKey, from)
+	d.log.I()("goneli %s: session timeout raised from %v to %v (%s); a crashed leader is replaced that much later",
+		d.config.Name, t.session, floor, lo.from)
 	t.session = floor
 	(*d.confs.consumer)["session.timeout.ms"] = int(floor.Milliseconds())
 	if t.maxPoll < floor {
@@ -52,11 +58,11 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	}
 }
 
-// readBrokerMinSession describes every broker's config at once, within timeout, and returns the
-// largest group.min.session.timeout.ms with the broker it came from, and what could not be read.
-func readBrokerMinSession(cd configDescriber, brokers []int32, timeout time.Duration) (floor time.Duration, from, problem string) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// brokerSessionBounds describes every broker's config at once and returns the largest
+// group.min.session.timeout.ms and the smallest group.max.session.timeout.ms among them (any broker
+// may coordinate the group, so a session must suit every one), with what could not be read. New
+// (fitSession) and the doctor (checkSession) share it.
+func brokerSessionBounds(ctx context.Context, cd configDescriber, brokers []int32, opts ...kafka.DescribeConfigsAdminOption) (lo, hi brokerSetting, problems []string) {
 	type answer struct {
 		res []kafka.ConfigResourceResult
 		err error
@@ -68,31 +74,29 @@ func readBrokerMinSession(cd configDescriber, brokers []int32, timeout time.Dura
 		go func() {
 			defer wg.Done()
 			// librdkafka sends a broker's resource to that broker, one per request.
-			res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}},
-				kafka.SetAdminRequestTimeout(timeout))
+			res, err := cd.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}}, opts...)
 			answers[i] = answer{res, err}
 		}()
 	}
 	wg.Wait()
-	var problems []string
 	for i, a := range answers {
+		if a.err == nil && len(a.res) != 1 {
+			a.err = fmt.Errorf("%d results for one resource", len(a.res))
+		}
+		if a.err == nil && a.res[0].Error.Code() != kafka.ErrNoError {
+			a.err = a.res[0].Error
+		}
 		if a.err != nil {
 			problems = append(problems, fmt.Sprintf("broker %d: %v", brokers[i], a.err))
 			continue
 		}
-		for _, r := range a.res {
-			if r.Error.Code() != kafka.ErrNoError {
-				problems = append(problems, fmt.Sprintf("broker %s: %v", r.Name, r.Error))
-				continue
-			}
-			s := settingOf(r, minSessionKey, "broker "+r.Name, &problems)
-			if s.from != "" && s.value > floor {
-				floor, from = s.value, r.Name
-			}
+		what := fmt.Sprintf("broker %d", brokers[i])
+		if s := settingOf(a.res[0], minSessionKey, what, &problems); s.from != "" && (lo.from == "" || s.value > lo.value) {
+			lo = s
+		}
+		if s := settingOf(a.res[0], "group.max.session.timeout.ms", what, &problems); s.from != "" && (hi.from == "" || s.value < hi.value) {
+			hi = s
 		}
 	}
-	if len(problems) > 0 {
-		problem = fmt.Sprint(problems)
-	}
-	return floor, from, problem
+	return lo, hi, problems
 }
