@@ -44,9 +44,10 @@ const (
 	MinHeartbeatTimeout = 500 * time.Millisecond
 
 	// MaxHeartbeatTimeout is the largest HeartbeatTimeout Validate accepts. The rebalance timeout is
-	// twice the lease and the group session about 1.15 times it (SessionTimeout); brokers refuse
-	// sessions over their group.max.session.timeout.ms (30 min by default), so leases above about
-	// 26 min need that raised.
+	// twice the lease, and at such leases the group session is about 1.05 times it plus 6 s
+	// (SessionTimeout, with the group heartbeat interval capped at 3 s); brokers refuse sessions
+	// over their group.max.session.timeout.ms (30 min by default), so leases above about 28 min
+	// need that raised.
 	MaxHeartbeatTimeout = 30 * time.Minute
 
 	// MaxAddressLength is the longest Config.Address Validate accepts, in bytes. Every heartbeat
@@ -558,7 +559,7 @@ func groupHeartbeatInterval(ht time.Duration) time.Duration {
 }
 
 // sessionMargin is what a derived session keeps beyond the lease and two group heartbeat
-// intervals: 4% of the session at any lease, against clocks whose rates differ by a few hundred
+// intervals: a twentieth of the lease, 4 to 5% of the session, against clocks whose rates differ by a few hundred
 // parts per million at worst when disciplined by NTP, which slews by at most 500.
 func sessionMargin(ht time.Duration) time.Duration {
 	return max(ht/20, 50*time.Millisecond)
