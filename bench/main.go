@@ -30,6 +30,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,11 +60,12 @@ type options struct {
 	settle      time.Duration
 
 	rolesScenarios bool
-	roles          int // roles of the cost and group scenarios
-	handoffRoles   int // roles of the handoff trials
-	rolesGroup     int // members of the group scenario
-	rolesTrials    int // trials per roles handoff series
-	crashTrials    int // trials per crash failover series
+	roles          int      // roles of the cost and group scenarios
+	handoffRoles   int      // roles of the handoff trials
+	rolesGroup     int      // members of the group scenario
+	rolesTrials    int      // trials per roles handoff series
+	rolesSetups    []string // setups of the roles cost scenario (setup* in roles.go)
+	crashTrials    int      // trials per crash failover series
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -94,7 +96,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.rolesScenarios, "roles-scenarios", false, "also run the roles scenarios (goneli.NewRoles)")
 	fs.IntVar(&o.roles, "roles", 64, "roles in the roles cost and group scenarios")
 	fs.IntVar(&o.handoffRoles, "roles-handoff", 6, "roles in the roles handoff trials (over --group-size members)")
-	fs.IntVar(&o.rolesGroup, "roles-group", 10, "members in the roles group scenario")
+	fs.IntVar(&o.rolesGroup, "roles-group", 10, "members in the roles group scenario (0 skips it)")
+	var setups string
+	fs.StringVar(&setups, "roles-setups", strings.Join(rolesSetups, ","), "setups of the roles cost scenario (\"\" for none)")
 	fs.IntVar(&o.rolesTrials, "roles-trials", -1, "trials per roles handoff series (default: --trials)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -148,6 +152,15 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.rolesTrials < 0 {
 		o.rolesTrials = o.trials
+	}
+	for _, s := range strings.Split(setups, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(rolesSetups, s) {
+			return o, fmt.Errorf("--roles-setups: unknown setup %q (want some of %s)", s, strings.Join(rolesSetups, ","))
+		}
+		o.rolesSetups = append(o.rolesSetups, s)
 	}
 	if err := validateRoles(o); err != nil {
 		return o, err
