@@ -242,7 +242,7 @@ func (l *lease) due() leaseOut {
 		// Until the tenure acquires, a heartbeat whose proof failed (a commit refused while the
 		// group still rebalances, say) is followed by the next one a poll later, not a renewal later.
 		if l.t.acquired {
-			l.t.next = now + l.interval
+			l.t.next = renewalTick(now, l.interval)
 		} else {
 			l.t.next = now + l.poll
 		}
@@ -257,6 +257,17 @@ func (l *lease) due() leaseOut {
 	}
 	l.release(&out)
 	return out
+}
+
+// renewalTick is when a lease that renewed at now renews next: the first multiple of interval
+// after now, on the scale that every lease of an instance shares (leaseConfig.base). Leases that
+// renew on the same ticks produce their heartbeats in the same cycle, so that one instance's roles
+// share one produce round, one fetch and one offset commit per interval instead of each taking
+// its own. The next heartbeat is never more than one interval after this one, as the renewal
+// bound (config.go) assumes; only the first after an acquisition, which is off the ticks, may be
+// followed sooner.
+func renewalTick(now, interval time.Duration) time.Duration {
+	return (now/interval + 1) * interval
 }
 
 // commitStall is the lease's stall for a MinPollInterval of poll: librdkafka's auto-commit runs

@@ -461,15 +461,84 @@ func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	if len(r.sent) != 3 || r.sent[2].token == 0 {
 		t.Fatalf("heartbeats %+v; want a third one at once on acquiring, carrying the token for observers", r.sent)
 	}
-	r.wait(rigInterval - time.Millisecond)
+	// The one at once is off the renewal ticks; the next comes at the first tick after it, one
+	// interval after the tenure's base, and the one after that a whole interval later.
+	r.wait(rigInterval - poll - time.Millisecond)
 	r.due()
 	if len(r.sent) != 3 {
+		t.Fatal("a leader's heartbeat before its renewal tick")
+	}
+	r.wait(time.Millisecond)
+	r.due()
+	if len(r.sent) != 4 || r.sent[3].sentMono != rigInterval {
+		t.Fatalf("heartbeats %+v; want the fourth on the first renewal tick", r.sent)
+	}
+	r.wait(rigInterval - time.Millisecond)
+	r.due()
+	if len(r.sent) != 4 {
 		t.Fatal("a leader's heartbeat before its renewal interval had passed")
 	}
 	r.wait(time.Millisecond)
 	r.due()
-	if len(r.sent) != 4 {
+	if len(r.sent) != 5 {
 		t.Fatalf("%d heartbeats; want one a renewal interval after the previous", len(r.sent))
+	}
+}
+
+// Leases of one instance that acquired at different moments renew on the same ticks, so that the
+// driver produces their heartbeats in one cycle; a heartbeat sent late, by a cycle that came after
+// the tick, is followed by the next tick, never more than an interval after it.
+func TestLeasesRenewOnSharedTicks(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	base := clock.now
+	var rigs []*rig
+	for i := range 3 {
+		r := &rig{t: t, clock: clock, l: newLease(leaseConfig{timeout: rigLease, interval: rigInterval, poll: rigInterval / 10,
+			releaseWait: 2 * rigLease, clock: clock, base: base})}
+		r.l.random = func() uint64 { return uint64(0xb0 + i) }
+		r.acquire()
+		r.due() // the heartbeat at once, off the ticks
+		rigs = append(rigs, r)
+		clock.advance(37 * time.Millisecond)
+	}
+	for round := range 4 {
+		// A cycle a little after each tick, by a varying amount.
+		late := time.Duration(round*7) * time.Millisecond
+		tick := renewalTick(clock.now.Sub(base), rigInterval)
+		clock.now = base.Add(tick + late)
+		var sent []time.Duration
+		for _, r := range rigs {
+			n := len(r.sent)
+			r.due()
+			if len(r.sent) != n+1 {
+				t.Fatalf("round %d: a lease renewed no heartbeat at its tick", round)
+			}
+			sent = append(sent, r.sent[n].sentMono)
+			if round > 0 && r.sent[n].sentMono-r.sent[n-1].sentMono > rigInterval+late {
+				t.Fatalf("round %d: %v between heartbeats, more than an interval after the tick", round, r.sent[n].sentMono-r.sent[n-1].sentMono)
+			}
+		}
+		for _, s := range sent {
+			if s != tick+late {
+				t.Fatalf("round %d: heartbeats sent at %v, want all at %v", round, sent, tick+late)
+			}
+		}
+		clock.advance(rigInterval - late - time.Millisecond)
+		for _, r := range rigs {
+			n := len(r.sent)
+			r.due()
+			if len(r.sent) != n {
+				t.Fatalf("round %d: a heartbeat before the next tick", round)
+			}
+		}
+	}
+}
+
+func TestRenewalTick(t *testing.T) {
+	for _, c := range []struct{ now, want time.Duration }{{0, 500}, {1, 500}, {499, 500}, {500, 1000}, {1234, 1500}} {
+		if got := renewalTick(c.now*time.Millisecond, 500*time.Millisecond); got != c.want*time.Millisecond {
+			t.Errorf("renewalTick(%vms) = %v, want %vms", c.now, got, c.want)
+		}
 	}
 }
 
