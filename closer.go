@@ -191,6 +191,10 @@ func (d *driver) endAll(deadline time.Duration) {
 		}
 	}
 	d.releases = nil
+	d.awaitHeartbeats()
+	if d.wire != nil {
+		d.wire.close()
+	}
 	// Released markers also tell observers at once that these roles have no leader.
 	d.writeMarkers(append(unmarked, done...), d.releaseFlush())
 	// A group check may be using the producer's connections.

@@ -52,17 +52,22 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
-	group      groupState
-	releases   []release // tenures whose released marker waits for the barrier
-	check      checkState
-	reach      reachability // whether Kafka answers, for Stats (reach.go)
-	watchdog   *watchdog
-	yield      yieldState
-	handover   handover      // when to hand the roles over (handover.go)
-	handOvers  atomic.Uint64 // hand-overs so far (Stats.HandOvers)
-	renewals   consumerRenewals
-	throttle   logThrottle
-	logs       *logForwarder
+	// beats gathers the heartbeats that the leases produced during a cycle, for sendHeartbeats at
+	// its end; wire writes those of several roles in one request (heartwire.go), nil where it
+	// cannot speak the clients' settings.
+	beats     []wireBeat
+	wire      *wireHeartbeats
+	group     groupState
+	releases  []release // tenures whose released marker waits for the barrier
+	check     checkState
+	reach     reachability // whether Kafka answers, for Stats (reach.go)
+	watchdog  *watchdog
+	yield     yieldState
+	handover  handover      // when to hand the roles over (handover.go)
+	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	renewals  consumerRenewals
+	throttle  logThrottle
+	logs      *logForwarder
 	// closers counts the goroutines that close clients or write final markers, which may outlive
 	// Close (lifecycle.clientsClosed).
 	closers sync.WaitGroup
@@ -238,6 +243,7 @@ func (d *driver) cycle(poll time.Duration) error {
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
 	}
+	d.collectHeartbeats()
 	d.collectCommits()
 	d.checkReadBack()
 	d.probeReach()
@@ -247,6 +253,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		for _, p := range d.parts {
 			d.apply(p, p.lease.due())
 		}
+		d.sendHeartbeats()
 		d.checkHandOver()
 		d.startGroupCheck()
 		d.startCommits()
@@ -258,7 +265,7 @@ func (d *driver) cycle(poll time.Duration) error {
 // last event. A group check it asks for is started by the cycle, together with any others.
 func (d *driver) apply(p *part, out leaseOut) *delivery {
 	if out.heartbeat != nil {
-		d.produce(p, out.heartbeat)
+		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
 		d.store(p, out.store)
@@ -538,6 +545,9 @@ func (d *driver) endTenures(parts []*part, lost, markers bool) {
 		return
 	}
 	if markers {
+		// A heartbeat of the ending tenure still on goneli's own connection would land after the
+		// marker, where it takes a place of the successor's lookback (releaseLookback).
+		d.awaitHeartbeats()
 		// Released markers follow either way: a releasing marker that reaches the broker late
 		// must not leave a successor waiting for the rebalance timeout.
 		d.releases = append(d.releases, pending...)

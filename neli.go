@@ -220,6 +220,9 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	d.check.checker = newGroupChecker()
 	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
 		d.check.wire = w
+		if len(n.parts) > 1 {
+			d.wire = newWireHeartbeats(w, d.topic, d.releaseFlush(), &d.closers)
+		}
 	} else {
 		d.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
 			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)

@@ -73,6 +73,78 @@ func (d *driver) recycleProducer(reason string) {
 	}()
 }
 
+// sendHeartbeats writes the heartbeats the leases produced in this cycle: those of several roles
+// in one request per broker where it can (heartwire.go), and otherwise each through librdkafka.
+func (d *driver) sendHeartbeats() {
+	beats := d.beats
+	d.beats = d.beats[:0]
+	defer clear(beats)
+	if len(beats) == 0 {
+		return
+	}
+	if len(beats) > 1 && d.wire != nil && d.wire.usable(d.now(), *d.config.HeartbeatTimeout) && d.ensureProducer() {
+		// Only with librdkafka's own producer: one of the application's (a test's, say) is meant
+		// to see every record.
+		if _, ok := d.heart.p.(*kafka.Producer); ok {
+			batch := make([]wireBeat, len(beats))
+			for i, b := range beats {
+				rec := *b.h
+				rec.address = d.config.Address
+				batch[i] = wireBeat{p: b.p, h: b.h, key: d.key, value: rec.appendTo(make([]byte, 0, rec.size()))}
+			}
+			if d.wire.start(batch) {
+				for _, b := range batch {
+					b.p.lease.sent()
+				}
+				return
+			}
+		}
+	}
+	for _, b := range beats {
+		d.produce(b.p, b.h)
+	}
+}
+
+// collectHeartbeats takes the results of a round of heartbeats written over goneli's own
+// connection. A heartbeat it failed to write goes to librdkafka now, with its own send time, and
+// the next lease's heartbeats go there too.
+func (d *driver) collectHeartbeats() {
+	if d.wire == nil {
+		return
+	}
+	res, ok := d.wire.collect()
+	if !ok {
+		return
+	}
+	var failed error
+	for _, r := range res {
+		if r.err == nil {
+			d.reachable("producer", "a heartbeat delivered")
+			d.noteDelivery(nil)
+			continue
+		}
+		if failed == nil {
+			failed = r.err
+		}
+		if err := d.produceRecord(r.beat.p, r.beat.h); err != nil {
+			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
+		}
+	}
+	if failed != nil {
+		d.wire.fail(d.now())
+		d.throttle.log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
+			d.config.Name, failed, *d.config.HeartbeatTimeout)
+	}
+}
+
+// awaitHeartbeats waits, up to the bound of a release marker's write, for a round of heartbeats
+// on goneli's own connection to end.
+func (d *driver) awaitHeartbeats() {
+	if d.wire != nil {
+		d.wire.await(d.releaseFlush())
+	}
+}
+
 func (d *driver) produce(p *part, h *heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
