@@ -55,8 +55,10 @@ type driver struct {
 	// beats gathers the heartbeats that the leases produced during a cycle, for sendHeartbeats at
 	// its end; wire writes those of several roles in one request (heartwire.go), nil where it
 	// cannot speak the clients' settings.
-	beats     []wireBeat
-	wire      *wireHeartbeats
+	beats []wireBeat
+	wire  *wireHeartbeats
+	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
+	unwatched bool
 	group     groupState
 	releases  []release // tenures whose released marker waits for the barrier
 	check     checkState
@@ -258,6 +260,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		d.startGroupCheck()
 		d.startCommits()
 	}
+	d.watchPending()
 	return fatal
 }
 
@@ -280,7 +283,10 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 	if out.check {
 		p.wantCheck = true
 	}
-	d.watch()
+	// The watchdog is aimed once the cycle is over (watchPending) rather than after every lease's
+	// transition: aiming walks every lease, and a cycle of an instance that leads N roles makes a
+	// few transitions per role. Until then the cycle holds the lock that expireLeases needs.
+	d.unwatched = true
 	return d.deliver(p, out.events)
 }
 
@@ -840,6 +846,14 @@ func (d *driver) watch() {
 	}
 	if ok {
 		d.watchdog.aim(end)
+	}
+}
+
+// watchPending aims the watchdog if a lease changed since it was last aimed.
+func (d *driver) watchPending() {
+	if d.unwatched {
+		d.unwatched = false
+		d.watch()
 	}
 }
 
