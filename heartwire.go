@@ -29,36 +29,41 @@ import (
 // Nothing of the lease's argument changes: every heartbeat is a record on its own role's
 // partition, read back by the consumer and committed as before; only the connection that carries
 // it differs. A heartbeat that this path fails to write is handed to librdkafka at once, with the
-// send time it was made with, and librdkafka carries every cycle's heartbeats while a round is
-// under way or for a lease after one failed, so that a broker this path cannot reach costs no more
-// than a late renewal.
+// send time it was made with; librdkafka carries every cycle's heartbeats for a lease after a
+// round failed, and whenever heartbeats have waited behind a round under way for longer than a
+// poll interval, so that a broker this path cannot reach costs no more than a late renewal.
 
-// wireHeartbeats writes heartbeats over connections of its own, one round at a time, from a
-// goroutine of its own: the poll loop must not wait for a broker with the driver's lock held, so
-// a round's results come back through collect, on a later cycle.
+// wireHeartbeats writes heartbeats over connections of its own, from a goroutine of its own: the
+// poll loop must not wait for a broker with the driver's lock held, so the results come back
+// through collect, on a later cycle. Heartbeats handed over while a round is under way wait for
+// it and then go out together in the next round, as librdkafka's linger would gather them.
 type wireHeartbeats struct {
 	servers []string
 	dialer  wireDialer
 	topic   string
-	// limit bounds a round: looking up the partitions' leaders, connecting, producing.
-	limit time.Duration
-	// running counts the goroutine of a round under way (driver.closers).
+	// limit bounds a round: looking up the partitions' leaders, connecting, producing. queueFor
+	// is how long heartbeats may wait behind a round under way before a cycle's heartbeats go
+	// to librdkafka instead.
+	limit, queueFor time.Duration
+	// running counts the goroutine of the rounds (driver.closers).
 	running *sync.WaitGroup
 
-	// busy, done and failedAt are guarded by the driver's lock. done is closed when the round
-	// under way has put its results on answer.
-	busy     bool
-	done     chan struct{}
+	// failedAt and failed are guarded by the driver's lock.
 	failedAt time.Duration
 	failed   bool
-	answer   chan []wireBeatResult
 
-	// mu guards conns and closed: a round opens connections, close closes them, and a round that
-	// finds the heartbeats closed opens none.
-	mu     sync.Mutex
-	closed bool
-	conns  map[string]*wireConn // by broker address
-	// leaders is where each partition's leader listens, as last learned; the round's goroutine
+	// mu guards what the driver and the rounds' goroutine share. active says that the goroutine
+	// runs; idle is closed when it stops. queued waits for the next round, results for collect.
+	// A round opens connections, close closes them, and a round that finds the heartbeats
+	// closed opens none.
+	mu      sync.Mutex
+	active  bool
+	idle    chan struct{}
+	queued  []wireBeat
+	results []wireBeatResult
+	closed  bool
+	conns   map[string]*wireConn // by broker address
+	// leaders is where each partition's leader listens, as last learned; the rounds' goroutine
 	// alone uses it.
 	leaders map[int32]string
 }
@@ -78,64 +83,86 @@ type wireBeatResult struct {
 	err    error
 }
 
-func newWireHeartbeats(w *wireDescriber, topic string, limit time.Duration, running *sync.WaitGroup) *wireHeartbeats {
-	return &wireHeartbeats{servers: w.servers, dialer: w.dialer, topic: topic, limit: limit, running: running,
-		answer: make(chan []wireBeatResult, 1), conns: map[string]*wireConn{}, leaders: map[int32]string{}}
+func newWireHeartbeats(w *wireDescriber, topic string, limit, queueFor time.Duration, running *sync.WaitGroup) *wireHeartbeats {
+	return &wireHeartbeats{servers: w.servers, dialer: w.dialer, topic: topic, limit: limit, queueFor: queueFor, running: running,
+		conns: map[string]*wireConn{}, leaders: map[int32]string{}}
 }
 
-// usable reports whether a cycle's heartbeats may go this way at now: no round is under way, and
-// none failed within the last lease, during which librdkafka renews every role as it would without
-// this path. Called with the driver's lock held.
+// usable reports whether a cycle's heartbeats may go this way at now: no round failed within the
+// last lease, during which librdkafka renews every role as it would without this path, and no
+// heartbeat has waited behind a round under way for longer than queueFor. Called with the
+// driver's lock held.
 func (w *wireHeartbeats) usable(now, lease time.Duration) bool {
-	return !w.busy && !(w.failed && now-w.failedAt < lease)
-}
-
-// start begins a round that writes beats, unless one is under way or the heartbeats are closed,
-// and reports whether it began one. Called with the driver's lock held.
-func (w *wireHeartbeats) start(beats []wireBeat) bool {
-	w.mu.Lock()
-	closed := w.closed
-	w.mu.Unlock()
-	if w.busy || closed || len(beats) == 0 {
+	if w.failed && now-w.failedAt < lease {
 		return false
 	}
-	w.busy = true
-	done := make(chan struct{})
-	w.done = done
-	w.running.Add(1)
-	go func() {
-		defer w.running.Done()
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), w.limit)
-		defer cancel()
-		// The channel holds one answer and only one round is ever under way, so this never waits.
-		w.answer <- w.round(ctx, beats)
-	}()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.closed && (len(w.queued) == 0 || now-w.queued[0].h.sentMono < w.queueFor)
+}
+
+// start hands beats to the next round, starting the goroutine that runs rounds unless it runs,
+// and reports whether it took them: not once the heartbeats are closed.
+func (w *wireHeartbeats) start(beats []wireBeat) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed || len(beats) == 0 {
+		return false
+	}
+	w.queued = append(w.queued, beats...)
+	if !w.active {
+		w.active, w.idle = true, make(chan struct{})
+		w.running.Add(1)
+		go w.rounds()
+	}
 	return true
 }
 
-// collect returns the results of the round under way once they have come. Called with the
-// driver's lock held.
-func (w *wireHeartbeats) collect() ([]wireBeatResult, bool) {
-	select {
-	case res := <-w.answer:
-		w.busy = false
-		return res, true
-	default:
-		return nil, false
+// rounds runs rounds until nothing waits for one.
+func (w *wireHeartbeats) rounds() {
+	defer w.running.Done()
+	for {
+		w.mu.Lock()
+		beats := w.queued
+		if len(beats) == 0 || w.closed {
+			w.active = false
+			close(w.idle)
+			w.mu.Unlock()
+			return
+		}
+		w.queued = nil
+		w.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), w.limit)
+		res := w.round(ctx, beats)
+		cancel()
+		w.mu.Lock()
+		w.results = append(w.results, res...)
+		w.mu.Unlock()
 	}
 }
 
-// await waits up to limit for the round under way, if any, to finish, leaving its results for
-// collect. Called with the driver's lock held.
+// collect returns the results of the rounds that ended since it was last called.
+func (w *wireHeartbeats) collect() ([]wireBeatResult, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	res := w.results
+	w.results = nil
+	return res, len(res) > 0
+}
+
+// await waits up to limit for the rounds under way or waiting, if any, to end, leaving their
+// results for collect.
 func (w *wireHeartbeats) await(limit time.Duration) {
-	if !w.busy {
+	w.mu.Lock()
+	active, idle := w.active, w.idle
+	w.mu.Unlock()
+	if !active {
 		return
 	}
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	select {
-	case <-w.done:
+	case <-idle:
 	case <-timer.C:
 	}
 }
@@ -262,10 +289,24 @@ func (w *wireHeartbeats) produceAt(ctx context.Context, addr string, beats []wir
 	topic := kmsg.NewProduceRequestTopic()
 	topic.Topic = w.topic
 	now := time.Now().UnixMilli()
+	// A round that gathered two heartbeats of one partition writes them in one batch, in order:
+	// a request names each partition once.
+	byPart := map[int32][]wireBeat{}
+	var order []int32
 	for _, b := range beats {
+		if _, ok := byPart[b.p.id]; !ok {
+			order = append(order, b.p.id)
+		}
+		byPart[b.p.id] = append(byPart[b.p.id], b)
+	}
+	for _, id := range order {
+		values := make([][]byte, 0, len(byPart[id]))
+		for _, b := range byPart[id] {
+			values = append(values, b.value)
+		}
 		p := kmsg.NewProduceRequestTopicPartition()
-		p.Partition = b.p.id
-		p.Records = recordBatch(b.key, b.value, now)
+		p.Partition = id
+		p.Records = recordBatch(byPart[id][0].key, values, now)
 		topic.Partitions = append(topic.Partitions, p)
 	}
 	req.Topics = []kmsg.ProduceRequestTopic{topic}
@@ -286,17 +327,19 @@ func (w *wireHeartbeats) produceAt(ctx context.Context, addr string, beats []wir
 			}
 		}
 	}
-	for _, b := range beats {
-		p, ok := answered[b.p.id]
-		switch {
-		case !ok:
-			out = append(out, wireBeatResult{beat: b, err: fmt.Errorf("broker %s did not answer for partition %d", addr, b.p.id)})
-		case p.ErrorCode != 0:
-			// A leader that moved, a partition not there yet: the next round looks them up again.
-			delete(w.leaders, b.p.id)
-			out = append(out, wireBeatResult{beat: b, err: kafkaCode(p.ErrorCode, p.ErrorMessage)})
-		default:
-			out = append(out, wireBeatResult{beat: b, offset: p.BaseOffset})
+	for _, id := range order {
+		p, ok := answered[id]
+		for i, b := range byPart[id] {
+			switch {
+			case !ok:
+				out = append(out, wireBeatResult{beat: b, err: fmt.Errorf("broker %s did not answer for partition %d", addr, id)})
+			case p.ErrorCode != 0:
+				// A leader that moved, a partition not there yet: the next round looks them up again.
+				delete(w.leaders, id)
+				out = append(out, wireBeatResult{beat: b, err: kafkaCode(p.ErrorCode, p.ErrorMessage)})
+			default:
+				out = append(out, wireBeatResult{beat: b, offset: p.BaseOffset + int64(i)})
+			}
 		}
 	}
 	return out
@@ -340,24 +383,28 @@ func (w *wireHeartbeats) drop(c *wireConn) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// recordBatch encodes one record as a record batch (magic 2, uncompressed, no producer id), as
-// a ProduceRequest carries it.
-func recordBatch(key, value []byte, timestampMs int64) []byte {
-	rec := kmsg.Record{Key: key, Value: value}
-	// A record starts with its length as a varint; encoded with length 0, that is one byte.
-	body := rec.AppendTo(nil)[1:]
-	records := binary.AppendVarint(make([]byte, 0, len(body)+binary.MaxVarintLen32), int64(len(body)))
-	records = append(records, body...)
+// recordBatch encodes values, with key, as one record batch (magic 2, uncompressed, no producer
+// id), as a ProduceRequest carries it.
+func recordBatch(key []byte, values [][]byte, timestampMs int64) []byte {
+	var records []byte
+	for i, v := range values {
+		rec := kmsg.Record{Key: key, Value: v, OffsetDelta: int32(i)}
+		// A record starts with its length as a varint; encoded with length 0, that is one byte.
+		body := rec.AppendTo(nil)[1:]
+		records = binary.AppendVarint(records, int64(len(body)))
+		records = append(records, body...)
+	}
 	b := kmsg.RecordBatch{
 		Length:               int32(recordBatchOverhead + len(records)),
 		PartitionLeaderEpoch: -1,
 		Magic:                2,
+		LastOffsetDelta:      int32(len(values) - 1),
 		FirstTimestamp:       timestampMs,
 		MaxTimestamp:         timestampMs,
 		ProducerID:           -1,
 		ProducerEpoch:        -1,
 		FirstSequence:        -1,
-		NumRecords:           1,
+		NumRecords:           int32(len(values)),
 		Records:              records,
 	}
 	out := b.AppendTo(nil)

@@ -15,7 +15,7 @@ import (
 func TestRecordBatchEncoding(t *testing.T) {
 	h := heartbeat{tenure: 7, seq: 3, sentWall: 1_800_000_000_000_000_000, sentMono: time.Second, role: "billing", address: "10.0.0.1:80"}
 	key, value := []byte("node-a"), h.appendTo(nil)
-	raw := recordBatch(key, value, 1_800_000_000_123)
+	raw := recordBatch(key, [][]byte{value}, 1_800_000_000_123)
 	var b kmsg.RecordBatch
 	if err := b.ReadFrom(raw); err != nil {
 		t.Fatal(err)
@@ -41,19 +41,22 @@ func TestRecordBatchEncoding(t *testing.T) {
 	}
 }
 
-// A round under way, or one that failed within the last lease, sends the cycle's heartbeats to
-// librdkafka instead.
+// A cycle's heartbeats go to librdkafka for a lease after a round failed, and when heartbeats have
+// waited behind a round under way for longer than queueFor.
 func TestWireHeartbeatsUsable(t *testing.T) {
-	const lease = time.Second
-	w := &wireHeartbeats{running: &sync.WaitGroup{}}
+	const lease, queueFor = time.Second, 100 * time.Millisecond
+	w := newWireHeartbeats(&wireDescriber{}, "t", lease/2, queueFor, &sync.WaitGroup{})
 	if !w.usable(0, lease) {
 		t.Fatal("not usable at first")
 	}
-	w.busy = true
-	if w.usable(0, lease) {
-		t.Fatal("usable while a round is under way")
+	w.queued = []wireBeat{{h: &heartbeat{sentMono: 2 * time.Second}}}
+	if !w.usable(2*time.Second+queueFor-time.Millisecond, lease) {
+		t.Fatal("not usable while heartbeats have waited for less than queueFor")
 	}
-	w.busy = false
+	if w.usable(2*time.Second+queueFor, lease) {
+		t.Fatal("usable while heartbeats have waited for queueFor")
+	}
+	w.queued = nil
 	w.fail(5 * time.Second)
 	for _, c := range []struct {
 		now  time.Duration
@@ -65,9 +68,30 @@ func TestWireHeartbeatsUsable(t *testing.T) {
 	}
 }
 
+// Several heartbeats of one partition go in one batch, in order.
+func TestRecordBatchOfSeveral(t *testing.T) {
+	raw := recordBatch([]byte("k"), [][]byte{[]byte("one"), []byte("two")}, 1)
+	var b kmsg.RecordBatch
+	if err := b.ReadFrom(raw); err != nil {
+		t.Fatal(err)
+	}
+	if b.NumRecords != 2 || b.LastOffsetDelta != 1 {
+		t.Fatalf("batch %+v", b)
+	}
+	rest := b.Records
+	for i, want := range []string{"one", "two"} {
+		n, w := binary.Varint(rest)
+		var rec kmsg.Record
+		if err := rec.ReadFrom(rest[:w+int(n)]); err != nil || string(rec.Value) != want || rec.OffsetDelta != int32(i) {
+			t.Fatalf("record %d: %+v, %v", i, rec, err)
+		}
+		rest = rest[w+int(n):]
+	}
+}
+
 // A closed set of connections starts no round.
 func TestWireHeartbeatsClosed(t *testing.T) {
-	w := newWireHeartbeats(&wireDescriber{servers: []string{"127.0.0.1:1"}}, "t", time.Second, &sync.WaitGroup{})
+	w := newWireHeartbeats(&wireDescriber{servers: []string{"127.0.0.1:1"}}, "t", time.Second, time.Millisecond, &sync.WaitGroup{})
 	w.close()
 	if w.start([]wireBeat{{p: &part{}}, {p: &part{id: 1}}}) {
 		t.Fatal("a round started after close")

@@ -221,7 +221,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
 		d.check.wire = w
 		if len(n.parts) > 1 {
-			d.wire = newWireHeartbeats(w, d.topic, d.releaseFlush(), &d.closers)
+			d.wire = newWireHeartbeats(w, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
 		}
 	} else {
 		d.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
