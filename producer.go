@@ -12,8 +12,9 @@ import (
 // on first use and replaced when it delivers nothing (recycleProducer).
 type heartbeatProducer struct {
 	p KafkaProducer // nil until the first heartbeat or group check, and after a replacement
-	// ok is when the producer was opened or last delivered a record, delivered when it last
-	// delivered one, and recycled counts the producers replaced for delivering nothing.
+	// ok is when the producer was opened or last delivered a record, delivered when it or goneli's
+	// own connection (heartwire.go) last delivered one, and recycled counts the producers replaced
+	// for delivering nothing.
 	ok, delivered time.Duration
 	recycled      int
 }
@@ -119,8 +120,11 @@ func (d *driver) collectHeartbeats() {
 	var failed error
 	for _, r := range res {
 		if r.err == nil {
+			// The heartbeats are delivered, which is what the consumer's read-back check asks
+			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
+			// say (noteDelivery).
 			d.reachable("producer", "a heartbeat delivered")
-			d.noteDelivery(nil)
+			d.heart.delivered = d.now()
 			continue
 		}
 		if failed == nil {
