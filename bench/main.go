@@ -17,7 +17,11 @@
 // requests per role); hand one role off on a graceful stop and on a crash in a group of
 // --group-size members over --roles-handoff roles; and spread --roles roles over --roles-group
 // members (10), counting the roles moved when one leaves and when one joins. They take some
-// 10 minutes at the defaults, 2 of them with --short.
+// 10 minutes at the defaults, 2 of them with --short. --roles-setups picks the cost setups and
+// --roles-group 0 leaves the group out; a thousand roles, without a thousand processes:
+//
+//	go run ./bench --roles-scenarios --contenders "" --trials 0 --fence-trials 0 --roles-trials 0 \
+//	  --roles 1000 --roles-setups roles --roles-group 2 --cost-window 10s
 //
 // The process exits non-zero if any two members ever acted as leader at the same instant.
 package main
