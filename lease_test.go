@@ -461,26 +461,14 @@ func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	if len(r.sent) != 3 || r.sent[2].token == 0 {
 		t.Fatalf("heartbeats %+v; want a third one at once on acquiring, carrying the token for observers", r.sent)
 	}
-	// The one at once is off the renewal ticks; the next comes at the first tick after it, one
-	// interval after the tenure's base, and the one after that a whole interval later.
-	r.wait(rigInterval - poll - time.Millisecond)
-	r.due()
-	if len(r.sent) != 3 {
-		t.Fatal("a leader's heartbeat before its renewal tick")
-	}
-	r.wait(time.Millisecond)
-	r.due()
-	if len(r.sent) != 4 || r.sent[3].sentMono != rigInterval {
-		t.Fatalf("heartbeats %+v; want the fourth on the first renewal tick", r.sent)
-	}
 	r.wait(rigInterval - time.Millisecond)
 	r.due()
-	if len(r.sent) != 4 {
+	if len(r.sent) != 3 {
 		t.Fatal("a leader's heartbeat before its renewal interval had passed")
 	}
 	r.wait(time.Millisecond)
 	r.due()
-	if len(r.sent) != 5 {
+	if len(r.sent) != 4 {
 		t.Fatalf("%d heartbeats; want one a renewal interval after the previous", len(r.sent))
 	}
 }
@@ -494,7 +482,7 @@ func TestLeasesRenewOnSharedTicks(t *testing.T) {
 	var rigs []*rig
 	for i := range 3 {
 		r := &rig{t: t, clock: clock, l: newLease(leaseConfig{timeout: rigLease, interval: rigInterval, poll: rigInterval / 10,
-			releaseWait: 2 * rigLease, clock: clock, base: base})}
+			releaseWait: 2 * rigLease, ticks: true, clock: clock, base: base})}
 		r.l.random = func() uint64 { return uint64(0xb0 + i) }
 		r.acquire()
 		r.due() // the heartbeat at once, off the ticks
