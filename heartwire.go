@@ -242,6 +242,8 @@ func (w *wireHeartbeats) learnLeaders(ctx context.Context, beats []wireBeat) err
 	t := kmsg.NewMetadataRequestTopic()
 	t.Topic = &w.topic
 	req.Topics = []kmsg.MetadataRequestTopic{t}
+	// A leader topic that is gone is New's to create, with its own settings, not the broker's.
+	req.AllowAutoTopicCreation = false
 	resp, err := c.request(ctx, req, 12)
 	if err != nil {
 		w.drop(c)

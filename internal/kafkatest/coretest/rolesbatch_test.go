@@ -7,6 +7,7 @@ import (
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -122,6 +123,37 @@ func TestRolesHeartbeatsFallBackToLibrdkafka(t *testing.T) {
 	})
 	if got := rs.Leading(); len(got) != len(roles) {
 		t.Errorf("leading %v, want every role", got)
+	}
+	for _, e := range r.snapshot() {
+		if _, ok := e.what.(LeaderFenced); ok {
+			t.Errorf("a role was fenced: %v", e.what)
+		}
+	}
+	checkRoles(t, r.snapshot())
+}
+
+// On a cluster of three brokers each round writes one request per broker that leads some of the
+// roles' partitions.
+func TestRolesShareProducesOnSeveralBrokers(t *testing.T) {
+	b := startBroker(t, kfake.NumBrokers(3))
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	roles := Shards(6)
+	tally := tallyProduce(b, group+".neli")
+	rs := roleContender(t, testConfig(b, group, "a", log), roles, r)
+	awaitLed(t, "every role led", roles, map[string]Roles{"a": rs}, func(map[string][]string) bool { return true })
+	leaders := map[int32]bool{}
+	for _, p := range b.PartitionInfos(group + ".neli") {
+		leaders[p.Leader] = true
+	}
+	tally.reset()
+	awaitCondition(t, "four renewals of every role", func() bool {
+		_, recs, _ := tally.counts()
+		return recs >= 4*len(roles)
+	})
+	requests, recs, multi := tally.counts()
+	t.Logf("%d heartbeats in %d produce requests, %d of them for several roles; partitions led by %d brokers", recs, requests, multi, len(leaders))
+	if len(leaders) > 1 && requests*len(roles) > 2*recs*len(leaders) {
+		t.Errorf("%d heartbeats in %d produce requests; want about one request per broker and round", recs, requests)
 	}
 	for _, e := range r.snapshot() {
 		if _, ok := e.what.(LeaderFenced); ok {
