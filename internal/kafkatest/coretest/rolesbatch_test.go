@@ -6,7 +6,6 @@ import (
 
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -58,19 +57,7 @@ func tallyProduce(b *kafkatest.Broker, topic string) *produceTally {
 		if !c.refuseMulti {
 			return nil, nil, false
 		}
-		resp := r.ResponseKind().(*kmsg.ProduceResponse)
-		for _, t := range r.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = t.Topic
-			for _, p := range t.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = kerr.NotLeaderForPartition.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		return rejectProduce(r), nil, true
 	})
 	return c
 }
