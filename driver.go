@@ -553,11 +553,11 @@ func (d *driver) endTenures(parts []*part, lost, markers bool) {
 	if markers {
 		// A heartbeat of the ending tenure still on goneli's own connection would land after the
 		// marker, where it takes a place of the successor's lookback (releaseLookback).
-		d.awaitHeartbeats()
+		limit := d.awaitHeartbeats()
 		// Released markers follow either way: a releasing marker that reaches the broker late
 		// must not leave a successor waiting for the rebalance timeout.
 		d.releases = append(d.releases, pending...)
-		if d.writeMarkers(pending, d.releaseFlush()) {
+		if d.writeMarkers(pending, limit) {
 			return
 		}
 		d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",

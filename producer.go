@@ -141,12 +141,17 @@ func (d *driver) collectHeartbeats() {
 	}
 }
 
-// awaitHeartbeats waits, up to the bound of a release marker's write, for a round of heartbeats
-// on goneli's own connection to end.
-func (d *driver) awaitHeartbeats() {
-	if d.wire != nil {
-		d.wire.await(d.releaseFlush())
+// awaitHeartbeats waits for the rounds of heartbeats on goneli's own connection to end, within
+// the bound of a release marker's write, and returns what is left of that bound for the markers:
+// the two waits together take no longer than the markers' alone did.
+func (d *driver) awaitHeartbeats() time.Duration {
+	limit := d.releaseFlush()
+	if d.wire == nil {
+		return limit
 	}
+	start := d.now()
+	d.wire.await(limit)
+	return max(limit-(d.now()-start), 0)
 }
 
 func (d *driver) produce(p *part, h *heartbeat) {
@@ -218,7 +223,7 @@ func (d *driver) drainProducer() (denied error) {
 // all, reporting whether it did. Their delivery reports come on a channel of their own, which the
 // producer's own goroutine serves, so the wait needs no poll of ours.
 func (d *driver) writeMarkers(rs []release, limit time.Duration) bool {
-	if !d.ensureProducer() {
+	if limit <= 0 || !d.ensureProducer() {
 		return false
 	}
 	reports := make(chan kafka.Event, len(rs))
