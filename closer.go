@@ -191,8 +191,12 @@ func (d *driver) endAll(deadline time.Duration) {
 		}
 	}
 	d.releases = nil
+	limit := d.awaitHeartbeats()
+	if d.wire != nil {
+		d.wire.close()
+	}
 	// Released markers also tell observers at once that these roles have no leader.
-	d.writeMarkers(append(unmarked, done...), d.releaseFlush())
+	d.writeMarkers(append(unmarked, done...), limit)
 	// A group check may be using the producer's connections.
 	d.check.checker.stop()
 	if d.heart.p == nil {

@@ -52,17 +52,24 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
-	group      groupState
-	releases   []release // tenures whose released marker waits for the barrier
-	check      checkState
-	reach      reachability // whether Kafka answers, for Stats (reach.go)
-	watchdog   *watchdog
-	yield      yieldState
-	handover   handover      // when to hand the roles over (handover.go)
-	handOvers  atomic.Uint64 // hand-overs so far (Stats.HandOvers)
-	renewals   consumerRenewals
-	throttle   logThrottle
-	logs       *logForwarder
+	// beats gathers the heartbeats that the leases produced during a cycle, for sendHeartbeats at
+	// its end; wire writes those of several roles in one request (heartwire.go), nil where it
+	// cannot speak the clients' settings.
+	beats []wireBeat
+	wire  *wireHeartbeats
+	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
+	unwatched bool
+	group     groupState
+	releases  []release // tenures whose released marker waits for the barrier
+	check     checkState
+	reach     reachability // whether Kafka answers, for Stats (reach.go)
+	watchdog  *watchdog
+	yield     yieldState
+	handover  handover      // when to hand the roles over (handover.go)
+	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	renewals  consumerRenewals
+	throttle  logThrottle
+	logs      *logForwarder
 	// closers counts the goroutines that close clients or write final markers, which may outlive
 	// Close (lifecycle.clientsClosed).
 	closers sync.WaitGroup
@@ -238,6 +245,7 @@ func (d *driver) cycle(poll time.Duration) error {
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
 	}
+	d.collectHeartbeats()
 	d.collectCommits()
 	d.checkReadBack()
 	d.probeReach()
@@ -247,10 +255,12 @@ func (d *driver) cycle(poll time.Duration) error {
 		for _, p := range d.parts {
 			d.apply(p, p.lease.due())
 		}
+		d.sendHeartbeats()
 		d.checkHandOver()
 		d.startGroupCheck()
 		d.startCommits()
 	}
+	d.watchPending()
 	return fatal
 }
 
@@ -258,7 +268,7 @@ func (d *driver) cycle(poll time.Duration) error {
 // last event. A group check it asks for is started by the cycle, together with any others.
 func (d *driver) apply(p *part, out leaseOut) *delivery {
 	if out.heartbeat != nil {
-		d.produce(p, out.heartbeat)
+		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
 		d.store(p, out.store)
@@ -273,7 +283,10 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 	if out.check {
 		p.wantCheck = true
 	}
-	d.watch()
+	// The watchdog is aimed once the cycle is over (watchPending) rather than after every lease's
+	// transition: aiming walks every lease, and a cycle of an instance that leads N roles makes a
+	// few transitions per role. Until then the cycle holds the lock that expireLeases needs.
+	d.unwatched = true
 	return d.deliver(p, out.events)
 }
 
@@ -538,10 +551,13 @@ func (d *driver) endTenures(parts []*part, lost, markers bool) {
 		return
 	}
 	if markers {
+		// A heartbeat of the ending tenure still on goneli's own connection would land after the
+		// marker, where it takes a place of the successor's lookback (releaseLookback).
+		limit := d.awaitHeartbeats()
 		// Released markers follow either way: a releasing marker that reaches the broker late
 		// must not leave a successor waiting for the rebalance timeout.
 		d.releases = append(d.releases, pending...)
-		if d.writeMarkers(pending, d.releaseFlush()) {
+		if d.writeMarkers(pending, limit) {
 			return
 		}
 		d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
@@ -830,6 +846,14 @@ func (d *driver) watch() {
 	}
 	if ok {
 		d.watchdog.aim(end)
+	}
+}
+
+// watchPending aims the watchdog if a lease changed since it was last aimed.
+func (d *driver) watchPending() {
+	if d.unwatched {
+		d.unwatched = false
+		d.watch()
 	}
 }
 

@@ -261,14 +261,19 @@ func (p *scriptProducer) kinds() []recordKind {
 // scriptAdmin finds the leader topic, and describes the group as this member owning what the
 // consumer holds.
 type scriptAdmin struct {
-	log      *scriptLog
-	clientID string
+	log        *scriptLog
+	clientID   string
+	partitions int // of the leader topic
 }
 
 func (a *scriptAdmin) GetMetadata(*string, bool, int) (*kafka.Metadata, error) {
+	parts := make([]kafka.PartitionMetadata, a.partitions)
+	for i := range parts {
+		parts[i].ID = int32(i)
+	}
 	return &kafka.Metadata{
 		Brokers: []kafka.BrokerMetadata{{ID: 1}},
-		Topics:  map[string]kafka.TopicMetadata{scriptTopic: {Topic: scriptTopic, Partitions: []kafka.PartitionMetadata{{ID: 0}}}},
+		Topics:  map[string]kafka.TopicMetadata{scriptTopic: {Topic: scriptTopic, Partitions: parts}},
 	}, nil
 }
 
@@ -302,12 +307,18 @@ type scriptRig struct {
 }
 
 func newScriptRig(t *testing.T) *scriptRig {
+	return newScriptRigFor(t, []string{""}, "", Config{})
+}
+
+// newScriptRigFor is newScriptRig for an instance contending for roles, whose list has digest,
+// with the MinPollInterval and RenewInterval of tweak where set.
+func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) *scriptRig {
 	r := &scriptRig{t: t}
 	l := &scriptLog{next: map[int32]int64{}}
 	l.consumer = &scriptConsumer{log: l, echo: true}
 	l.producer = &scriptProducer{log: l, events: make(chan kafka.Event, 1000)}
 	r.consumer, r.producer = l.consumer, l.producer
-	admin := &scriptAdmin{log: l}
+	admin := &scriptAdmin{log: l, partitions: len(roles)}
 	config := Config{
 		LeaderTopic:           scriptTopic,
 		LeaderGroupID:         scriptGroup,
@@ -317,14 +328,17 @@ func newScriptRig(t *testing.T) *scriptRig {
 		KafkaConsumerProvider: func(*KafkaConfigMap) (KafkaConsumer, error) { return l.consumer, nil },
 		KafkaProducerProvider: func(*KafkaConfigMap) (KafkaProducer, error) { return l.producer, nil },
 		KafkaAdminProvider:    func(*KafkaConfigMap) (KafkaAdmin, error) { return admin, nil },
+		MinPollInterval:       tweak.MinPollInterval,
+		RenewInterval:         tweak.RenewInterval,
 	}
 	config, timing, err := config.prepare()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.n = assemble(config, timing, []string{""}, "", []Barrier{r.barrier}, systemClock{})
-	// The group is described through the scripted admin client, not goneli's own connection.
-	r.n.d.check.wire = nil
+	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, systemClock{})
+	// The group is described, and heartbeats written, through the scripted clients, not goneli's
+	// own connections.
+	r.n.d.check.wire, r.n.d.wire = nil, nil
 	admin.clientID = r.n.d.clientID
 	if err := r.n.d.join(); err != nil {
 		t.Fatal(err)
@@ -628,4 +642,55 @@ func TestDriverSequences(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Roles that acquired at different moments renew in one cycle from their first tick on: the
+// driver hands their heartbeats over together, and each still comes back on its own partition.
+func TestDriverRolesRenewTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		roles := Shards(3)
+		// Renewals many polls apart, so that roles acquired a few polls apart would renew in
+		// different cycles if each kept its own schedule.
+		r := newScriptRigFor(t, roles, rolesDigest(roles), Config{MinPollInterval: Duration(10 * time.Millisecond), RenewInterval: Duration(300 * time.Millisecond)})
+		interval := *r.n.config.RenewInterval
+		var assigned []int32
+		for i := range roles {
+			// The eager assignor hands out the whole assignment each time.
+			assigned = append(assigned, int32(i))
+			r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps(assigned)}})
+			for j := 0; len((&roleSet{n: r.n}).Leading()) <= i; j++ {
+				if j == 100 {
+					t.Fatalf("leading %v, want roles up to %d; events %s", (&roleSet{n: r.n}).Leading(), i, r.seen())
+				}
+				r.pulse(*r.n.config.MinPollInterval, false)
+			}
+			// The next role acquires a third of an interval later, off this one's renewals.
+			r.pulse(interval/3, false)
+		}
+		from := r.n.d.now()
+		r.pulse(6*interval, false)
+		sent := map[time.Duration][]string{}
+		r.producer.mu.Lock()
+		for _, h := range r.producer.sent {
+			if h.sentMono > from+interval {
+				sent[h.sentMono] = append(sent[h.sentMono], h.role)
+			}
+		}
+		r.producer.mu.Unlock()
+		if len(sent) < 3 {
+			t.Fatalf("heartbeats sent at %d instants, want one per renewal interval", len(sent))
+		}
+		for at, rs := range sent {
+			slices.Sort(rs)
+			if !slices.Equal(rs, roles) {
+				t.Errorf("at %v the heartbeats of %v went out, want every role's", at, rs)
+			}
+		}
+		for _, p := range r.n.d.parts {
+			if s := r.n.statsOf(p); s.Token == 0 {
+				t.Errorf("role %s: no token", p.name)
+			}
+		}
+		r.close()
+	})
 }

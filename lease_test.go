@@ -473,6 +473,63 @@ func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	}
 }
 
+// Leases of one instance that acquired at different moments renew on the same ticks, so that the
+// driver produces their heartbeats in one cycle; a heartbeat sent late, by a cycle that came after
+// the tick, is followed by the next tick, never more than an interval after it.
+func TestLeasesRenewOnSharedTicks(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	base := clock.now
+	var rigs []*rig
+	for i := range 3 {
+		r := &rig{t: t, clock: clock, l: newLease(leaseConfig{timeout: rigLease, interval: rigInterval, poll: rigInterval / 10,
+			releaseWait: 2 * rigLease, ticks: true, clock: clock, base: base})}
+		r.l.random = func() uint64 { return uint64(0xb0 + i) }
+		r.acquire()
+		r.due() // the heartbeat at once, off the ticks
+		rigs = append(rigs, r)
+		clock.advance(37 * time.Millisecond)
+	}
+	for round := range 4 {
+		// A cycle a little after each tick, by a varying amount.
+		late := time.Duration(round*7) * time.Millisecond
+		tick := renewalTick(clock.now.Sub(base), rigInterval)
+		clock.now = base.Add(tick + late)
+		var sent []time.Duration
+		for _, r := range rigs {
+			n := len(r.sent)
+			r.due()
+			if len(r.sent) != n+1 {
+				t.Fatalf("round %d: a lease renewed no heartbeat at its tick", round)
+			}
+			sent = append(sent, r.sent[n].sentMono)
+			if round > 0 && r.sent[n].sentMono-r.sent[n-1].sentMono > rigInterval+late {
+				t.Fatalf("round %d: %v between heartbeats, more than an interval after the tick", round, r.sent[n].sentMono-r.sent[n-1].sentMono)
+			}
+		}
+		for _, s := range sent {
+			if s != tick+late {
+				t.Fatalf("round %d: heartbeats sent at %v, want all at %v", round, sent, tick+late)
+			}
+		}
+		clock.advance(rigInterval - late - time.Millisecond)
+		for _, r := range rigs {
+			n := len(r.sent)
+			r.due()
+			if len(r.sent) != n {
+				t.Fatalf("round %d: a heartbeat before the next tick", round)
+			}
+		}
+	}
+}
+
+func TestRenewalTick(t *testing.T) {
+	for _, c := range []struct{ now, want time.Duration }{{0, 500}, {1, 500}, {499, 500}, {500, 1000}, {1234, 1500}} {
+		if got := renewalTick(c.now*time.Millisecond, 500*time.Millisecond); got != c.want*time.Millisecond {
+			t.Errorf("renewalTick(%vms) = %v, want %vms", c.now, got, c.want)
+		}
+	}
+}
+
 // The view tells the driver to poll fast while a tenure proves its first lease: from assignment
 // until it acquires, or for one lease at most.
 func TestLeaseProofWindow(t *testing.T) {

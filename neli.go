@@ -186,7 +186,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	for i, role := range roles {
 		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
 			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(*config.HeartbeatTimeout), clock: clk, base: base,
+			window: timing.commitWindow(*config.HeartbeatTimeout), ticks: len(roles) > 1, clock: clk, base: base,
 		})})
 	}
 	d := &driver{
@@ -220,6 +220,9 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	d.check.checker = newGroupChecker()
 	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
 		d.check.wire = w
+		if len(n.parts) > 1 {
+			d.wire = newWireHeartbeats(w, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
+		}
 	} else {
 		d.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
 			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)

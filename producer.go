@@ -12,8 +12,9 @@ import (
 // on first use and replaced when it delivers nothing (recycleProducer).
 type heartbeatProducer struct {
 	p KafkaProducer // nil until the first heartbeat or group check, and after a replacement
-	// ok is when the producer was opened or last delivered a record, delivered when it last
-	// delivered one, and recycled counts the producers replaced for delivering nothing.
+	// ok is when the producer was opened or last delivered a record, delivered when it or goneli's
+	// own connection (heartwire.go) last delivered one, and recycled counts the producers replaced
+	// for delivering nothing.
 	ok, delivered time.Duration
 	recycled      int
 }
@@ -71,6 +72,86 @@ func (d *driver) recycleProducer(reason string) {
 		defer d.closers.Done()
 		old.Close()
 	}()
+}
+
+// sendHeartbeats writes the heartbeats the leases produced in this cycle: those of several roles
+// in one request per broker where it can (heartwire.go), and otherwise each through librdkafka.
+func (d *driver) sendHeartbeats() {
+	beats := d.beats
+	d.beats = d.beats[:0]
+	defer clear(beats)
+	if len(beats) == 0 {
+		return
+	}
+	if len(beats) > 1 && d.wire != nil && d.wire.usable(d.now(), *d.config.HeartbeatTimeout) && d.ensureProducer() {
+		// Only with librdkafka's own producer: one of the application's (a test's, say) is meant
+		// to see every record.
+		if _, ok := d.heart.p.(*kafka.Producer); ok {
+			batch := make([]wireBeat, len(beats))
+			for i, b := range beats {
+				rec := *b.h
+				rec.address = d.config.Address
+				batch[i] = wireBeat{p: b.p, h: b.h, key: d.key, value: rec.appendTo(make([]byte, 0, rec.size()))}
+			}
+			if d.wire.start(batch) {
+				for _, b := range batch {
+					b.p.lease.sent()
+				}
+				return
+			}
+		}
+	}
+	for _, b := range beats {
+		d.produce(b.p, b.h)
+	}
+}
+
+// collectHeartbeats takes the results of a round of heartbeats written over goneli's own
+// connection. A heartbeat it failed to write goes to librdkafka now, with its own send time, and
+// the next lease's heartbeats go there too.
+func (d *driver) collectHeartbeats() {
+	if d.wire == nil {
+		return
+	}
+	res, ok := d.wire.collect()
+	if !ok {
+		return
+	}
+	var failed error
+	for _, r := range res {
+		if r.err == nil {
+			// The heartbeats are delivered, which is what the consumer's read-back check asks
+			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
+			// say (noteDelivery).
+			d.reachable("producer", "a heartbeat delivered")
+			d.heart.delivered = d.now()
+			continue
+		}
+		if failed == nil {
+			failed = r.err
+		}
+		if err := d.produceRecord(r.beat.p, r.beat.h); err != nil {
+			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
+		}
+	}
+	if failed != nil {
+		d.wire.fail(d.now())
+		d.throttle.log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
+			d.config.Name, failed, *d.config.HeartbeatTimeout)
+	}
+}
+
+// awaitHeartbeats waits for the rounds of heartbeats on goneli's own connection to end, within
+// the bound of a release marker's write, and returns what is left of that bound for the markers:
+// the two waits together take no longer than the markers' alone did.
+func (d *driver) awaitHeartbeats() time.Duration {
+	limit := d.releaseFlush()
+	if d.wire == nil {
+		return limit
+	}
+	start := d.now()
+	d.wire.await(limit)
+	return max(limit-(d.now()-start), 0)
 }
 
 func (d *driver) produce(p *part, h *heartbeat) {
@@ -142,7 +223,7 @@ func (d *driver) drainProducer() (denied error) {
 // all, reporting whether it did. Their delivery reports come on a channel of their own, which the
 // producer's own goroutine serves, so the wait needs no poll of ours.
 func (d *driver) writeMarkers(rs []release, limit time.Duration) bool {
-	if !d.ensureProducer() {
+	if limit <= 0 || !d.ensureProducer() {
 		return false
 	}
 	reports := make(chan kafka.Event, len(rs))

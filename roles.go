@@ -19,6 +19,13 @@ import (
 // and go. Every role has its own tenure, lease, heartbeats, fencing token and events; everything
 // the package doc says of the single leader holds for each role on its own.
 //
+// What the roles share is the traffic: their leases renew on the same ticks, so the heartbeats of
+// every role led go out together once per RenewInterval, in one ProduceRequest per broker (over a
+// connection of goneli's own, as librdkafka puts one partition in a request), come back in the
+// consumer's fetches and are committed by one OffsetCommit. An instance leading many roles costs
+// the brokers about what one leading a single role does; each role's lease still rests on its own
+// heartbeat, read back from its own partition, and that heartbeat's own accepted offset.
+//
 // Pulse, Close, Yield and the lifecycle are shared by all roles, as they share the group
 // membership; a role is given up on its own only by the group moving it.
 type Roles interface {

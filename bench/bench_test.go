@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -244,7 +245,14 @@ func TestParseOptionsRoles(t *testing.T) {
 	if err != nil || o.rolesScenarios || o.roles != 16 || o.rolesTrials != 4 || o.rolesGroup != 10 {
 		t.Errorf("roles options: %+v, %v", o, err)
 	}
-	for _, bad := range [][]string{{"--roles", "0"}, {"--roles-group", "1"}, {"--roles-handoff", "0"}} {
+	if !slices.Equal(o.rolesSetups, rolesSetups) {
+		t.Errorf("default roles setups: %q", o.rolesSetups)
+	}
+	o, err = parseOptions([]string{"--roles-setups", "roles", "--roles-group", "0"}, &bytes.Buffer{})
+	if err != nil || !slices.Equal(o.rolesSetups, []string{setupRoles}) || o.rolesGroup != 0 {
+		t.Errorf("roles options: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"--roles", "0"}, {"--roles-group", "1"}, {"--roles-handoff", "0"}, {"--roles-setups", "roles,many"}} {
 		if _, err := parseOptions(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("parseOptions(%q) accepted", bad)
 		}

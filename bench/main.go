@@ -17,7 +17,11 @@
 // requests per role); hand one role off on a graceful stop and on a crash in a group of
 // --group-size members over --roles-handoff roles; and spread --roles roles over --roles-group
 // members (10), counting the roles moved when one leaves and when one joins. They take some
-// 10 minutes at the defaults, 2 of them with --short.
+// 10 minutes at the defaults, 2 of them with --short. --roles-setups picks the cost setups and
+// --roles-group 0 leaves the group out; a thousand roles, without a thousand processes:
+//
+//	go run ./bench --roles-scenarios --contenders "" --trials 0 --fence-trials 0 --roles-trials 0 \
+//	  --roles 1000 --roles-setups roles --roles-group 2 --cost-window 10s
 //
 // The process exits non-zero if any two members ever acted as leader at the same instant.
 package main
@@ -30,6 +34,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,11 +64,12 @@ type options struct {
 	settle      time.Duration
 
 	rolesScenarios bool
-	roles          int // roles of the cost and group scenarios
-	handoffRoles   int // roles of the handoff trials
-	rolesGroup     int // members of the group scenario
-	rolesTrials    int // trials per roles handoff series
-	crashTrials    int // trials per crash failover series
+	roles          int      // roles of the cost and group scenarios
+	handoffRoles   int      // roles of the handoff trials
+	rolesGroup     int      // members of the group scenario
+	rolesTrials    int      // trials per roles handoff series
+	rolesSetups    []string // setups of the roles cost scenario (setup* in roles.go)
+	crashTrials    int      // trials per crash failover series
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -94,7 +100,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.rolesScenarios, "roles-scenarios", false, "also run the roles scenarios (goneli.NewRoles)")
 	fs.IntVar(&o.roles, "roles", 64, "roles in the roles cost and group scenarios")
 	fs.IntVar(&o.handoffRoles, "roles-handoff", 6, "roles in the roles handoff trials (over --group-size members)")
-	fs.IntVar(&o.rolesGroup, "roles-group", 10, "members in the roles group scenario")
+	fs.IntVar(&o.rolesGroup, "roles-group", 10, "members in the roles group scenario (0 skips it)")
+	var setups string
+	fs.StringVar(&setups, "roles-setups", strings.Join(rolesSetups, ","), "setups of the roles cost scenario (\"\" for none)")
 	fs.IntVar(&o.rolesTrials, "roles-trials", -1, "trials per roles handoff series (default: --trials)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -148,6 +156,15 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.rolesTrials < 0 {
 		o.rolesTrials = o.trials
+	}
+	for _, s := range strings.Split(setups, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(rolesSetups, s) {
+			return o, fmt.Errorf("--roles-setups: unknown setup %q (want some of %s)", s, strings.Join(rolesSetups, ","))
+		}
+		o.rolesSetups = append(o.rolesSetups, s)
 	}
 	if err := validateRoles(o); err != nil {
 		return o, err

@@ -41,6 +41,9 @@ const (
 	setupInstances = "instances" // one New instance per role, each in a group of its own
 )
 
+// rolesSetups are the setups of the roles cost scenario, in the order they run.
+var rolesSetups = []string{setupOneRole, setupRoles, setupInstances}
+
 // RolesCost is the steady-state cost of one setup of the roles cost scenario, measured over a
 // window in which leadership did not change.
 type RolesCost struct {
@@ -129,14 +132,16 @@ func (r *runner) runRoles() []error {
 			r.printf("error: %v", err)
 		}
 	}
-	for _, setup := range []string{setupOneRole, setupRoles, setupInstances} {
+	for _, setup := range o.rolesSetups {
 		note(r.rolesCost(setup, o.roles))
 	}
 	for _, lease := range o.leases {
 		note(r.rolesFailover(false, lease, o.rolesTrials))
 		note(r.rolesFailover(true, lease, o.rolesTrials))
 	}
-	note(r.rolesGroup(o.roles, o.rolesGroup))
+	if o.rolesGroup > 0 {
+		note(r.rolesGroup(o.roles, o.rolesGroup))
+	}
 	return errs
 }
 
@@ -555,8 +560,8 @@ func validateRoles(o options) error {
 		return errors.New("--roles must be at least 1")
 	case o.handoffRoles < 1:
 		return errors.New("--roles-handoff must be at least 1")
-	case o.rolesGroup < 2:
-		return errors.New("--roles-group must be at least 2: a member leaves")
+	case o.rolesGroup == 1 || o.rolesGroup < 0:
+		return errors.New("--roles-group must be 0 (none) or at least 2: a member leaves")
 	}
 	return nil
 }
