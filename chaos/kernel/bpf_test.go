@@ -26,7 +26,6 @@ func dropProgram() (*ebpf.Program, error) {
 	})
 }
 
-
 // attachment is a program attached to one direction of a link. Closing it detaches the program;
 // so does the test process's death, since a tcx link lives as long as its file descriptor.
 type attachment struct {

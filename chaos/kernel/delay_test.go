@@ -212,6 +212,13 @@ func (d *delayer) read() {
 			return
 		}
 		d.hold(msgs, now)
+		d.mu.Lock()
+		end := d.draining && len(d.held) == 0
+		d.mu.Unlock()
+		if end {
+			// Done even while packets keep coming: once unbound, the rules let them through.
+			return
+		}
 	}
 }
 

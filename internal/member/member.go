@@ -86,6 +86,7 @@ type Options struct {
 	Name             string
 	HeartbeatTimeout time.Duration
 	MinPollInterval  time.Duration
+	HandOverAfter    time.Duration // 0: goneli's default
 	Task             time.Duration // simulated work per run
 	Kafka            map[string]string
 	LogLevel         string // goneli's log level on stderr: off, error, warn, info, debug
@@ -140,6 +141,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	fs.StringVar(&o.Name, "name", "", "instance name (default: goneli's)")
 	fs.DurationVar(&o.HeartbeatTimeout, "heartbeat-timeout", goneli.DefaultHeartbeatTimeout, "lease length")
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", 0, "poll and heartbeat interval (0: goneli's default for the lease)")
+	fs.DurationVar(&o.HandOverAfter, "hand-over-after", 0, "Config.HandOverAfter (0: goneli's default, one lease)")
 	fs.DurationVar(&o.Task, "task", time.Millisecond, "simulated work per leader task run")
 	fs.Var(&kafkaKV, "X", "extra librdkafka setting key=value (repeatable)")
 	fs.StringVar(&o.Writes, "writes", "", "topic that the leader task writes numbered records to through a FencedProducer (empty: no writes)")
@@ -243,6 +245,9 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	}
 	if o.MinPollInterval > 0 {
 		config.MinPollInterval = goneli.Duration(o.MinPollInterval)
+	}
+	if o.HandOverAfter > 0 {
+		config.HandOverAfter = goneli.Duration(o.HandOverAfter)
 	}
 	acts := newRoleSpans(w, o.Roles)
 	inits := &initialised{tokens: map[string]int64{}}
