@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli"
+	"github.com/goneli/goneli/chaos"
 	"github.com/goneli/goneli/internal/verdict"
 )
 
@@ -148,33 +148,13 @@ func TestKernelFaults(t *testing.T) {
 		}
 	}
 	if s.report != "" {
-		run := runInfo{seed: s.seed, commit: gitCommit(), settings: kernelSettings(), date: start, duration: time.Since(start)}
+		// KERNEL_REPORT and KERNEL_LOGDIR only say where output goes.
+		run := runInfo{seed: s.seed, commit: chaos.GitCommit(), settings: chaos.Settings("KERNEL_", "KERNEL_REPORT", "KERNEL_LOGDIR"),
+			date: start, duration: time.Since(start)}
 		if err := res.appendMarkdown(s.report, run); err != nil {
 			t.Errorf("writing report: %v", err)
 		}
 	}
-}
-
-// kernelSettings lists the KERNEL_* variables that shape a run, to say how to run it again.
-func kernelSettings() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		key, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(key, "KERNEL_") && key != "KERNEL_REPORT" && key != "KERNEL_LOGDIR" {
-			out = append(out, kv)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// gitCommit is the repository's commit ("-dirty" with changes), or "" where git cannot tell.
-func gitCommit() string {
-	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=7").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // TestHealedCut measures, at KERNEL_HEAL_LEASE (default goneli's default lease), what leadership

@@ -1,8 +1,6 @@
 package kernel
 
 import (
-	"io"
-	"os"
 	"testing"
 
 	"github.com/goneli/goneli/internal/member"
@@ -13,13 +11,6 @@ import (
 const memberEnv = "GONELI_KERNEL_MEMBER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(memberEnv) != "" {
-		// The harness holds stdin open and never writes to it: end of input means it is gone.
-		go func() {
-			_, _ = io.Copy(io.Discard, os.Stdin)
-			os.Exit(3)
-		}()
-		os.Exit(member.Main(os.Args[1:]))
-	}
+	member.MainIfChild(memberEnv)
 	goleak.VerifyTestMain(m)
 }

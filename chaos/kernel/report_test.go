@@ -1,16 +1,13 @@
 package kernel
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/chaos"
 	"github.com/goneli/goneli/internal/verdict"
 )
 
@@ -203,17 +200,5 @@ func (r report) markdown(w io.Writer, run runInfo) {
 
 // appendMarkdown appends the run's section to the page at path, starting the page if need be.
 func (r report) appendMarkdown(path string, run runInfo) error {
-	var b bytes.Buffer
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		b.WriteString(reportTitle)
-	} else if err != nil {
-		return err
-	}
-	r.markdown(&b, run)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b.Bytes())
-	return errors.Join(err, f.Close())
+	return chaos.AppendSection(path, reportTitle, func(w io.Writer) { r.markdown(w, run) })
 }

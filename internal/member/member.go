@@ -128,6 +128,22 @@ func Main(args []string) int {
 	return 0
 }
 
+// MainIfChild turns a test binary that a harness re-runs as a member (with the environment
+// variable env set) into that member: it runs Main and exits, and never returns. Otherwise it
+// returns at once. The harness holds the member's stdin open and never writes to it, so end of
+// input means the harness is gone (killed, or timed out), and the member then exits rather than
+// outlive it.
+func MainIfChild(env string) {
+	if os.Getenv(env) == "" {
+		return
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(3)
+	}()
+	os.Exit(Main(os.Args[1:]))
+}
+
 // ParseArgs parses a member's flags (args without the program name); usage and errors go to
 // output.
 func ParseArgs(args []string, output io.Writer) (Options, error) {
