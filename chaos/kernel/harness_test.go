@@ -264,6 +264,8 @@ func (h *harness) inject(p planned) verdict.Fault {
 	proc, s := h.procs[victim], h.lab.slots[victim]
 	f := verdict.Fault{Kind: p.kind, Victim: proc.Name, WasLeader: true}
 	var a attachment
+	// Whatever ends the fault early (a failed attach), nothing of it outlives it.
+	defer a.Close()
 	cut := func(ns, dev string) {
 		if err := a.attach(ns, dev, h.drop, ebpf.AttachTCXIngress); err != nil {
 			h.t.Fatal(err)
@@ -289,6 +291,14 @@ func (h *harness) inject(p planned) verdict.Fault {
 			slots = h.lab.slots
 		}
 		var ds []*delayer
+		// Only if the fault ends early; otherwise they are closed before it is healed.
+		defer func() {
+			for _, d := range ds {
+				if err := d.Close(); err != nil {
+					h.t.Error(err)
+				}
+			}
+		}()
 		for _, s := range slots {
 			d, err := startDelay(s.ns, delayBy, delayJitter)
 			if err != nil {
@@ -302,6 +312,7 @@ func (h *harness) inject(p planned) verdict.Fault {
 				h.t.Error(err)
 			}
 		}
+		ds = nil
 	case kindLinkDown:
 		h.lab.must("ip", "-n", s.ns, "link", "set", "eth0", "down")
 		time.Sleep(p.dur)
