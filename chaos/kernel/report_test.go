@@ -36,7 +36,8 @@ type scenario struct {
 	name     string
 	dur      time.Duration
 	result   verdict.FaultResult
-	changes  int // leadership changes between the fault's start and its end
+	changes  int           // leadership changes between the fault's start and its end
+	led      time.Duration // how long anyone acted as leader between the fault's start and its end
 	overlaps int
 }
 
@@ -71,8 +72,9 @@ func results(r verdict.Report, spans []verdict.Span, names []string, lease time.
 	failovers := map[string][]time.Duration{}
 	for i, f := range r.Faults {
 		if names[i] != "" {
-			out.scenarios = append(out.scenarios, scenario{name: names[i], dur: f.Healed.Sub(f.At), result: f,
-				changes: changes(spans, f.At, f.Healed), overlaps: overlapsOf[i]})
+			sc := scenario{name: names[i], dur: f.Healed.Sub(f.At), result: f, overlaps: overlapsOf[i]}
+			sc.changes, sc.led = changes(spans, f.At, f.Healed)
+			out.scenarios = append(out.scenarios, sc)
 			continue
 		}
 		k := byKind[f.Kind]
@@ -104,22 +106,39 @@ func results(r verdict.Report, spans []verdict.Span, names []string, lease time.
 }
 
 // changes counts the times leadership passed from one member to another within [from, to]: act
-// spans of a different member following each other in time.
-func changes(spans []verdict.Span, from, to time.Time) int {
+// spans of a different member following each other in time, starting from whoever acted last at
+// or before from. led is how long anyone acted within [from, to].
+func changes(spans []verdict.Span, from, to time.Time) (n int, led time.Duration) {
 	var in []verdict.Span
-	for _, s := range spans {
-		if !s.To.Before(from) && !s.From.After(to) {
+	var before *verdict.Span // the span that reached furthest among those that end before from
+	for i, s := range spans {
+		switch {
+		case s.To.Before(from):
+			if before == nil || s.To.After(before.To) {
+				before = &spans[i]
+			}
+		case !s.From.After(to):
 			in = append(in, s)
+			end, begin := s.To, s.From
+			if end.After(to) {
+				end = to
+			}
+			if begin.Before(from) {
+				begin = from
+			}
+			led += end.Sub(begin)
 		}
 	}
 	slices.SortFunc(in, func(a, b verdict.Span) int { return a.From.Compare(b.From) })
-	n := 0
+	if before != nil {
+		in = append([]verdict.Span{*before}, in...)
+	}
 	for i := 1; i < len(in); i++ {
 		if in[i].Who != in[i-1].Who {
 			n++
 		}
 	}
-	return n
+	return n, led
 }
 
 func fmtDur(d time.Duration) string {
@@ -138,8 +157,8 @@ func (r report) print(w io.Writer) {
 		fmt.Fprintf(w, "%-12s %6d %6d %8d %10s %10s %8d\n", k.kind, k.faults, k.moved, k.resumed, fmtDur(k.median), fmtDur(k.max), k.overlaps)
 	}
 	for _, s := range r.scenarios {
-		fmt.Fprintf(w, "scenario %s for %v: %s; leadership changed hands %d times during it; overlaps %d\n",
-			s.name, s.dur.Round(time.Second), s.outcome(), s.changes, s.overlaps)
+		fmt.Fprintf(w, "scenario %s for %v: %s; during it leadership changed hands %d times and someone led for %v; overlaps %d\n",
+			s.name, s.dur.Round(time.Second), s.outcome(), s.changes, s.led.Round(100*time.Millisecond), s.overlaps)
 	}
 }
 
@@ -190,10 +209,10 @@ func (r report) markdown(w io.Writer, run runInfo) {
 	}
 	if len(r.scenarios) > 0 {
 		p("")
-		p("| scenario | length | outcome | leadership changes during it | overlaps |")
-		p("|---|---|---|---|---|")
+		p("| scenario | length | outcome (from the fault's start) | leadership changes during it | led during it | overlaps |")
+		p("|---|---|---|---|---|---|")
 		for _, s := range r.scenarios {
-			p("| %s | %v | %s | %d | %d |", s.name, s.dur.Round(time.Second), s.outcome(), s.changes, s.overlaps)
+			p("| %s | %v | %s | %d | %v | %d |", s.name, s.dur.Round(time.Second), s.outcome(), s.changes, s.led.Round(100*time.Millisecond), s.overlaps)
 		}
 	}
 }

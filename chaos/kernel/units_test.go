@@ -32,16 +32,25 @@ func TestDelayNeverReorders(t *testing.T) {
 }
 
 // TestChanges checks how leadership changes are counted: a member following another counts, a
-// member following itself does not, and only spans that reach into the window count.
+// member following itself does not, the count starts from whoever acted last before the window,
+// and the time led is that of the spans within it.
 func TestChanges(t *testing.T) {
 	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
 	span := func(who string, from, to int) verdict.Span { return verdict.Span{Who: who, From: at(from), To: at(to)} }
 	spans := []verdict.Span{span("a", 0, 90), span("b", 100, 190), span("b", 200, 290), span("a", 300, 390), span("c", 500, 590)}
 	for _, c := range []struct {
 		from, to, want int
-	}{{0, 1000, 3}, {95, 295, 0}, {0, 150, 1}, {250, 450, 1}, {600, 700, 0}} {
-		if got := changes(spans, at(c.from), at(c.to)); got != c.want {
-			t.Errorf("changes in [%d ms, %d ms] = %d, want %d", c.from, c.to, got, c.want)
+		led            time.Duration
+	}{
+		{0, 1000, 3, 450 * time.Millisecond},
+		{95, 295, 1, 180 * time.Millisecond}, // a before the window, then b
+		{0, 150, 1, 140 * time.Millisecond},
+		{250, 450, 1, 130 * time.Millisecond},
+		{400, 450, 0, 0}, // a before, nobody within
+		{600, 700, 0, 0},
+	} {
+		if got, led := changes(spans, at(c.from), at(c.to)); got != c.want || led != c.led {
+			t.Errorf("changes in [%d ms, %d ms] = %d, led %v; want %d, %v", c.from, c.to, got, led, c.want, c.led)
 		}
 	}
 }
