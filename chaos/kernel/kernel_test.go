@@ -3,6 +3,7 @@ package kernel
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -196,21 +197,59 @@ func TestHealedCut(t *testing.T) {
 		h.awaitSettledFor(2 * h.lease)
 	}
 	r := h.finish()
-	session := goneli.SessionTimeout(s.lease)
-	var b strings.Builder
-	fmt.Fprintf(&b, "lease %v, session %v, member flags %q\n", s.lease, session, s.args)
-	fmt.Fprintf(&b, "%-10s %-12s %10s %14s  %s\n", "cut", "outcome", "failover", "after the heal", "fenced")
+	rows := make([]healRow, len(r.Faults))
 	for i, f := range r.Faults {
-		after := "-"
+		rows[i] = healRow{cut: f.Healed.Sub(f.At), outcome: f.Outcome, events: fencedDuring(h, f, r.Faults, i)}
 		if f.Outcome == verdict.FailedOver || f.Outcome == verdict.Resumed {
-			after = (f.At.Add(f.Failover).Sub(f.Healed)).Round(time.Millisecond).String()
+			rows[i].failover, rows[i].afterHeal = f.Failover, f.At.Add(f.Failover).Sub(f.Healed)
 		}
-		fmt.Fprintf(&b, "%-10s %-12s %10v %14s  %s\n", f.Healed.Sub(f.At).Round(100*time.Millisecond), f.Outcome,
-			f.Failover.Round(time.Millisecond), after, fencedDuring(h, f, r.Faults, i))
 	}
+	var b strings.Builder
+	printHeal(&b, s.lease, s.args, rows)
 	t.Logf("healed cuts:\n%s", b.String())
-	if path := os.Getenv("KERNEL_HEAL_OUT"); path != "" {
-		_ = os.WriteFile(path, []byte(b.String()), 0o644)
+	if s.report != "" {
+		run := runInfo{seed: s.seed, commit: chaos.GitCommit(), settings: chaos.Settings("KERNEL_", "KERNEL_REPORT", "KERNEL_LOGDIR"), date: time.Now()}
+		if err := chaos.AppendSection(s.report, reportTitle, func(w io.Writer) { healMarkdown(w, run, s.lease, s.args, rows) }); err != nil {
+			t.Errorf("writing report: %v", err)
+		}
+	}
+}
+
+// healRow is one cut of TestHealedCut: how long, what leadership did, when (from the cut's start,
+// and from the heal), and what the victim heard.
+type healRow struct {
+	cut, failover, afterHeal time.Duration
+	outcome                  verdict.Outcome
+	events                   string
+}
+
+func printHeal(w io.Writer, lease time.Duration, args []string, rows []healRow) {
+	fmt.Fprintf(w, "lease %v, session %v, member flags %q\n", lease, goneli.SessionTimeout(lease), args)
+	fmt.Fprintf(w, "%-10s %-12s %10s %14s  %s\n", "cut", "outcome", "failover", "after the heal", "victim's events from the cut")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%-10s %-12s %10s %14s  %s\n", r.cut.Round(100*time.Millisecond), r.outcome, fmtDur(r.failover), fmtDur(r.afterHeal), r.events)
+	}
+}
+
+func healMarkdown(w io.Writer, run runInfo, lease time.Duration, args []string, rows []healRow) {
+	p := func(format string, a ...any) { _, _ = fmt.Fprintf(w, format+"\n", a...) }
+	p("")
+	p("## Healed cuts at a lease of %v (session %v)", lease, goneli.SessionTimeout(lease))
+	p("")
+	flags := "no extra member flags"
+	if len(args) > 0 {
+		flags = "member flags `" + strings.Join(args, " ") + "`"
+	}
+	commit := ""
+	if run.commit != "" {
+		commit = " on commit " + run.commit
+	}
+	p("`TestHealedCut`, run %s%s, %s: a blackhole of the leader, both ways, then the heal.", run.date.UTC().Format("2006-01-02 15:04 MST"), commit, flags)
+	p("")
+	p("| cut | outcome | failover (from the cut) | after the heal | the victim's events, from the cut |")
+	p("|---|---|---|---|---|")
+	for _, r := range rows {
+		p("| %v | %s | %s | %s | %s |", r.cut.Round(100*time.Millisecond), r.outcome, fmtDur(r.failover), fmtDur(r.afterHeal), r.events)
 	}
 }
 
