@@ -61,9 +61,11 @@ soak:
 # iproute2 iptables); skips without root or network namespaces.
 KERNEL_FAULTS ?= 200
 KERNEL_DEFAULT_FAULTS ?= 40
+# go test runs the suite in its package's directory: a report path is made absolute here.
+kernel_report = $(if $(KERNEL_REPORT),KERNEL_REPORT=$(abspath $(KERNEL_REPORT)))
 chaos-kernel:
-	KERNEL_FAULTS=$(KERNEL_FAULTS) go test -race -count=1 -v -run '^TestKernelFaults$$' -timeout 180m ./chaos/kernel/
-	KERNEL_FAULTS=$(KERNEL_DEFAULT_FAULTS) KERNEL_LEASE=5s go test -race -count=1 -v -run '^TestKernelFaults$$' -timeout 180m ./chaos/kernel/
+	$(kernel_report) KERNEL_FAULTS=$(KERNEL_FAULTS) go test -race -count=1 -v -run '^TestKernelFaults$$' -timeout 180m ./chaos/kernel/
+	$(kernel_report) KERNEL_FAULTS=$(KERNEL_DEFAULT_FAULTS) KERNEL_LEASE=5s go test -race -count=1 -v -run '^TestKernelFaults$$' -timeout 180m ./chaos/kernel/
 
 # Blackholes of the leader that heal within its group session, at the default lease (issue 29):
 # whether leadership moves after the heal. KERNEL_MEMBER_ARGS="-X socket.timeout.ms=2500" tries a
@@ -71,4 +73,4 @@ chaos-kernel:
 KERNEL_HEAL_CUTS ?= 3s,4.5s,5.5s
 KERNEL_HEAL_REPS ?= 3
 chaos-kernel-heal:
-	KERNEL_HEAL_CUTS=$(KERNEL_HEAL_CUTS) KERNEL_HEAL_REPS=$(KERNEL_HEAL_REPS) go test -race -count=1 -v -run '^TestHealedCut$$' -timeout 60m ./chaos/kernel/
+	$(kernel_report) KERNEL_HEAL_CUTS=$(KERNEL_HEAL_CUTS) KERNEL_HEAL_REPS=$(KERNEL_HEAL_REPS) go test -race -count=1 -v -run '^TestHealedCut$$' -timeout 60m ./chaos/kernel/
