@@ -126,7 +126,10 @@ func sweep(t *testing.T) {
 			continue
 		}
 		if err := run("ip", "link", "del", i.Name); err != nil {
-			t.Logf("sweeping %s: %v", i.Name, err)
+			// A host end goes with its namespace's end, as the namespace swept above is destroyed.
+			if !strings.Contains(err.Error(), "Cannot find device") {
+				t.Logf("sweeping %s: %v", i.Name, err)
+			}
 		} else {
 			t.Logf("swept link %s, left by an earlier run", i.Name)
 		}
@@ -234,10 +237,18 @@ func disableIPv6(ns, dev string) {
 	_ = run("ip", "netns", "exec", ns, "sysctl", "-qw", key)
 }
 
-// destroy removes everything newLab made: deleting a namespace deletes its end of the veth pair,
-// which deletes the other end, and its iptables rules and the BPF links on either end go with
-// them.
+// destroy removes everything newLab made; the iptables rules go with their namespaces, and the
+// BPF links with the links they are attached to.
 func (l *lab) destroy() {
+	// The host ends first: deleting one end of a pair deletes both at once, where a deleted
+	// namespace is destroyed, and its end with it, some time after the last process leaves it.
+	for _, s := range l.slots {
+		if _, err := net.InterfaceByName(s.host); err == nil {
+			if err := run("ip", "link", "del", s.host); err != nil {
+				l.t.Errorf("cleanup: %v", err)
+			}
+		}
+	}
 	for i := range len(l.slots) + 1 {
 		ns := fmt.Sprintf("%s-%d-%d", prefix, l.pid, i)
 		if _, err := os.Stat("/run/netns/" + ns); err != nil {
