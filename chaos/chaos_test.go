@@ -5,12 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -38,15 +36,7 @@ import (
 const memberEnv = "GONELI_CHAOS_MEMBER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(memberEnv) != "" {
-		// The harness holds this process's stdin open and never writes to it, so end of input
-		// means the test process is gone (killed, or timed out): do not outlive it.
-		go func() {
-			_, _ = io.Copy(io.Discard, os.Stdin)
-			os.Exit(3)
-		}()
-		os.Exit(member.Main(os.Args[1:]))
-	}
+	member.MainIfChild(memberEnv)
 	goleak.VerifyTestMain(m)
 }
 
@@ -313,37 +303,12 @@ func runTrials(t *testing.T, s settings) {
 	}
 	// The docs publish runs only through this page, so that no figure is copied by hand.
 	if path := os.Getenv("CHAOS_REPORT"); path != "" {
-		run := RunInfo{Seed: s.seed, Commit: gitCommit(), Settings: chaosSettings(), Date: start}
+		// CHAOS_REPORT, CHAOS_SUMMARY and CHAOS_LOGDIR only say where output goes.
+		run := RunInfo{Seed: s.seed, Commit: GitCommit(), Settings: Settings("CHAOS_", "CHAOS_REPORT", "CHAOS_SUMMARY", "CHAOS_LOGDIR"), Date: start}
 		if err := sum.AppendMarkdown(path, run); err != nil {
 			t.Errorf("writing report: %v", err)
 		}
 	}
-}
-
-// chaosSettings lists the CHAOS_* variables that shape a run, to say how to run it again; those
-// that only say where output goes are left out.
-func chaosSettings() []string {
-	var settings []string
-	for _, kv := range os.Environ() {
-		key, _, _ := strings.Cut(kv, "=")
-		switch {
-		case !strings.HasPrefix(key, "CHAOS_"), key == "CHAOS_REPORT", key == "CHAOS_SUMMARY", key == "CHAOS_LOGDIR":
-			continue
-		}
-		settings = append(settings, kv)
-	}
-	slices.Sort(settings)
-	return settings
-}
-
-// gitCommit is the commit of the repository the suite runs in (with "-dirty" if it has changes),
-// or "" where git cannot tell: test binaries carry no VCS stamp.
-func gitCommit() string {
-	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=7").Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
 }
 
 // committedWrites and interleavedWrites count, over the trials under way, the records that the

@@ -7,6 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -114,17 +116,49 @@ func settingsText(settings []string) string {
 // none, so that runs of several modes (one broker and three, a single leader and roles) make one
 // page.
 func (s Summary) AppendMarkdown(path string, run RunInfo) error {
+	return AppendSection(path, reportTitle, func(w io.Writer) { s.Markdown(w, run) })
+}
+
+// AppendSection appends what section writes to the Markdown page at path, beginning a new page
+// with title if there is none. Pages that a suite writes (chaos-results.md, and the kernel fault
+// suite's) grow by one section per run this way.
+func AppendSection(path, title string, section func(io.Writer)) error {
 	var b bytes.Buffer
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		b.WriteString(reportTitle)
+		b.WriteString(title)
 	} else if err != nil {
 		return err
 	}
-	s.Markdown(&b, run)
+	section(&b)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(b.Bytes())
 	return errors.Join(err, f.Close())
+}
+
+// Settings lists the environment variables beginning with prefix that shape a run, KEY=value and
+// sorted, to say in a report how to run it again; those named in except (where output goes) are
+// left out.
+func Settings(prefix string, except ...string) []string {
+	var settings []string
+	for _, kv := range os.Environ() {
+		key, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(key, prefix) && !slices.Contains(except, key) {
+			settings = append(settings, kv)
+		}
+	}
+	slices.Sort(settings)
+	return settings
+}
+
+// GitCommit is the commit of the repository the suite runs in (with "-dirty" if it has changes),
+// or "" where git cannot tell: test binaries carry no VCS stamp.
+func GitCommit() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty", "--abbrev=7").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -75,6 +75,11 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"demo", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka"},
 		{[]string{"run", "--metrics-addr", "9464", "--", "true"}, exitUsage, "--metrics-addr"},
 		{[]string{"run", "--yield-for", "-1s", "--", "true"}, exitUsage, "--yield-for"},
+		{[]string{"run", "--hand-over-after", "0s", "--", "true"}, exitUsage, "--hand-over-after 0s must be positive"},
+		{[]string{"run", "--hand-over-after", "-2s", "--", "true"}, exitUsage, "--hand-over-after -2s must be positive"},
+		{[]string{"run", "--hand-over-after", "2s", "--", "true"}, exitUsage, "--hand-over-after 2s is too short: the minimum is half of --heartbeat-timeout (2.5s)"},
+		{[]string{"run", "--heartbeat-timeout", "4s", "--hand-over-after", "1999ms", "--", "true"}, exitUsage, "--hand-over-after 1.999s is too short: the minimum is half of --heartbeat-timeout (2s)"},
+		{[]string{"run", "--hand-over-after", "soon", "--", "true"}, exitUsage, "-hand-over-after"},
 		{[]string{"run", "--roles", "2", "--role", "a", "--", "true"}, exitUsage, "--roles and --role cannot be used together"},
 		{[]string{"run", "--role", "a", "--roles", "2", "--", "true"}, exitUsage, "--roles and --role cannot be used together"},
 		{[]string{"run", "--roles", "0", "--", "true"}, exitUsage, "--roles 0: want at least 1 role"},
@@ -519,4 +524,27 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestHandOverAfterReachesConfig checks that --hand-over-after becomes Config.HandOverAfter, which
+// goneli accepts, and that leaving it out leaves goneli's default rather than some value of neli's.
+func TestHandOverAfterReachesConfig(t *testing.T) {
+	o, err := parseRun([]string{"--kafka", "127.0.0.1:9092", "--heartbeat-timeout", "2s", "--hand-over-after", "7s", "--", "true"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.runConfig(nil)
+	if c.HandOverAfter == nil || *c.HandOverAfter != 7*time.Second {
+		t.Errorf("HandOverAfter = %v, want 7s", c.HandOverAfter)
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("goneli refuses the configuration: %v", err)
+	}
+	o, err = parseRun([]string{"--kafka", "127.0.0.1:9092", "--", "true"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.runConfig(nil); c.HandOverAfter != nil {
+		t.Errorf("HandOverAfter = %v without the flag, want nil (goneli's default, one lease)", *c.HandOverAfter)
+	}
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/goneli/goneli"
 	"github.com/goneli/goneli/metrics"
+	"github.com/obsidiandynamics/libstdgo/scribe"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sirupsen/logrus"
 )
@@ -87,6 +88,8 @@ type runOptions struct {
 	// address is advertised in this instance's heartbeats while it leads (Config.Address).
 	address  string
 	yieldFor time.Duration
+	// handOverAfter is Config.HandOverAfter; 0 leaves goneli's default (one lease).
+	handOverAfter time.Duration
 	topicFlags
 	command []string
 }
@@ -137,6 +140,8 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "HOST:PORT to serve Prometheus /metrics and /healthz on (default: none)")
 	fs.StringVar(&o.address, "address", "", "where others reach this instance while it leads, for example its URL; 'neli watch' and 'neli status' show it (default: none)")
 	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
+	fs.DurationVar(&o.handOverAfter, "hand-over-after", 0,
+		"how long this instance may hold leadership without being able to renew it (its own heartbeats not coming back) before it hands it over; at least half of --heartbeat-timeout (default --heartbeat-timeout)")
 	o.registerTopic(fs)
 
 	flags, command, dashes := args, []string(nil), false
@@ -171,6 +176,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	case o.yieldFor == 0:
 		// Long enough for a successor to be elected and settle before this instance contends again.
 		o.yieldFor = 2 * o.heartbeatTimeout
+	}
+	if err := o.checkHandOverAfter(fs); err != nil {
+		return o, err
 	}
 	if o.metricsAddr != "" {
 		if _, port, err := net.SplitHostPort(o.metricsAddr); err != nil || port == "" {
@@ -251,10 +259,7 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 	if err := o.checkReachable(); err != nil {
 		return 0, err
 	}
-	config := o.config(scr)
-	config.Address = o.address
-	config.LeaderTopicReplicationFactor = o.replicas
-	config.SetDefaults()
+	config := o.runConfig(scr)
 
 	sup := newSupervisor(o, config, log)
 	// From here on a signal must stop the command before neli goes, so it is caught before the
@@ -742,4 +747,32 @@ func exitStatus(err error) int {
 		return ee.ExitCode()
 	}
 	return exitFail
+}
+
+// checkHandOverAfter refuses a --hand-over-after that goneli's Config.Validate would refuse, naming
+// the flag rather than the Config field. Given as 0 it is refused too: flagged explicitly, 0 would
+// read as "never", which goneli spells as a very long duration instead.
+func (o *runOptions) checkHandOverAfter(fs *flag.FlagSet) error {
+	if !flagSet(fs, "hand-over-after") {
+		return nil
+	}
+	if o.handOverAfter <= 0 {
+		return badUsage("--hand-over-after %v must be positive (leave it out for one --heartbeat-timeout; a very long one, such as 8760h, never hands over)", o.handOverAfter)
+	}
+	if min := o.heartbeatTimeout / 2; o.handOverAfter < min {
+		return badUsage("--hand-over-after %v is too short: the minimum is half of --heartbeat-timeout (%v), as a rebalance can hold a healthy leader's renewals back for most of a lease", o.handOverAfter, min)
+	}
+	return nil
+}
+
+// runConfig is the goneli configuration of neli run, defaults set.
+func (o *runOptions) runConfig(scr scribe.Scribe) goneli.Config {
+	config := o.config(scr)
+	config.Address = o.address
+	config.LeaderTopicReplicationFactor = o.replicas
+	if o.handOverAfter > 0 {
+		config.HandOverAfter = goneli.Duration(o.handOverAfter)
+	}
+	config.SetDefaults()
+	return config
 }

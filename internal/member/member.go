@@ -86,6 +86,7 @@ type Options struct {
 	Name             string
 	HeartbeatTimeout time.Duration
 	MinPollInterval  time.Duration
+	HandOverAfter    time.Duration // 0: goneli's default
 	Task             time.Duration // simulated work per run
 	Kafka            map[string]string
 	LogLevel         string // goneli's log level on stderr: off, error, warn, info, debug
@@ -127,6 +128,22 @@ func Main(args []string) int {
 	return 0
 }
 
+// MainIfChild turns a test binary that a harness re-runs as a member (with the environment
+// variable env set) into that member: it runs Main and exits, and never returns. Otherwise it
+// returns at once. The harness holds the member's stdin open and never writes to it, so end of
+// input means the harness is gone (killed, or timed out), and the member then exits rather than
+// outlive it.
+func MainIfChild(env string) {
+	if os.Getenv(env) == "" {
+		return
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(3)
+	}()
+	os.Exit(Main(os.Args[1:]))
+}
+
 // ParseArgs parses a member's flags (args without the program name); usage and errors go to
 // output.
 func ParseArgs(args []string, output io.Writer) (Options, error) {
@@ -140,6 +157,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	fs.StringVar(&o.Name, "name", "", "instance name (default: goneli's)")
 	fs.DurationVar(&o.HeartbeatTimeout, "heartbeat-timeout", goneli.DefaultHeartbeatTimeout, "lease length")
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", 0, "poll and heartbeat interval (0: goneli's default for the lease)")
+	fs.DurationVar(&o.HandOverAfter, "hand-over-after", 0, "Config.HandOverAfter (0: goneli's default, one lease)")
 	fs.DurationVar(&o.Task, "task", time.Millisecond, "simulated work per leader task run")
 	fs.Var(&kafkaKV, "X", "extra librdkafka setting key=value (repeatable)")
 	fs.StringVar(&o.Writes, "writes", "", "topic that the leader task writes numbered records to through a FencedProducer (empty: no writes)")
@@ -243,6 +261,9 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	}
 	if o.MinPollInterval > 0 {
 		config.MinPollInterval = goneli.Duration(o.MinPollInterval)
+	}
+	if o.HandOverAfter > 0 {
+		config.HandOverAfter = goneli.Duration(o.HandOverAfter)
 	}
 	acts := newRoleSpans(w, o.Roles)
 	inits := &initialised{tokens: map[string]int64{}}
