@@ -44,14 +44,16 @@ release-check:
 # page the docs publish runs on (docs/chaos.md).
 CHAOS_TRIALS ?= 4
 CHAOS_FAULTS ?= 50
+# go test runs the suite in its package's directory: a report path is made absolute here.
+chaos_report = $(if $(CHAOS_REPORT),CHAOS_REPORT=$(abspath $(CHAOS_REPORT)))
 chaos:
-	CHAOS_TRIALS=$(CHAOS_TRIALS) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 180m ./chaos/
+	$(chaos_report) CHAOS_TRIALS=$(CHAOS_TRIALS) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 180m ./chaos/
 
 # The soak: trials of CHAOS_FAULTS faults (50 by default) start until SOAK_DURATION has passed,
 # then the same summary as chaos. CHAOS_BROKERS, CHAOS_ROLES and the other CHAOS_* settings apply.
 SOAK_DURATION ?= 1h
 soak:
-	CHAOS_DURATION=$(SOAK_DURATION) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 24h ./chaos/
+	$(chaos_report) CHAOS_DURATION=$(SOAK_DURATION) CHAOS_FAULTS=$(CHAOS_FAULTS) go test -race -count=1 -v -run '^TestChaos$$' -timeout 24h ./chaos/
 
 # The kernel fault suite's long run (docs/chaos.md#kernel-faults), as root: members in network
 # namespaces of their own, faults made by the kernel (BPF drops, an NFQUEUE delay, link down,
