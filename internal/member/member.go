@@ -50,6 +50,10 @@ type Line struct {
 	// earlier tenure of the role. Without it (no writes, or the initialisation failed) the
 	// producer initialises before the tenure's first commit instead.
 	Init bool `json:"init,omitempty"`
+	// Since, on an acquired line, is when the tenure first acquired (LeaderAcquired.Since), Unix
+	// nanoseconds: before At by the FencedProducer's initialisation, which a broker that is down
+	// can stretch past a fault, so that the tenure's token belongs to the log from before it.
+	Since int64 `json:"since,omitempty"`
 }
 
 // Events a member reports.
@@ -270,7 +274,8 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	barrier := func(e goneli.Event) {
 		switch e := e.(type) {
 		case goneli.LeaderAcquired:
-			w.write(Line{Event: EventAcquired, Info: e.Tenure, Role: e.Role, Token: e.Token, Init: inits.is(e.Role, e.Token)})
+			w.write(Line{Event: EventAcquired, Info: e.Tenure, Role: e.Role, Token: e.Token, Init: inits.is(e.Role, e.Token),
+				Since: e.Since.UnixNano()})
 		case goneli.LeaderFenced:
 			acts[e.Role].flush()
 			w.write(Line{Event: EventFenced, Info: e.Reason, Role: e.Role})

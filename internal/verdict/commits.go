@@ -46,7 +46,10 @@ type fence struct {
 // clocks agree. The result is sorted by commit time.
 //
 // resets are the instants at which the broker lost its state: tokens and producer epochs start
-// over there, so a fence only counts against commits up to the next reset.
+// over there, so a fence only counts against commits up to the next reset. A tenure's token
+// belongs to the log in which it acquired (member.Line.Since), which is before a reset that its
+// producer's initialisation, or a commit, may come after: its fence and its commits are judged
+// with the tenures of that log.
 func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateCommit {
 	// Lines are keyed by era, the stretch between two resets, and role.
 	type key struct {
@@ -62,12 +65,39 @@ func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateComm
 		}
 		return n
 	}
+	// The era of each process's tenures, by role and token: that of its first acquisition.
+	type tenure struct {
+		who, role string
+		token     int64
+	}
+	eras := map[tenure]int{}
+	for who, ls := range lines {
+		for _, l := range ls {
+			if l.Event != member.EventAcquired {
+				continue
+			}
+			since := l.Since
+			if since == 0 {
+				since = l.At
+			}
+			if _, ok := eras[tenure{who, l.Role, l.Token}]; !ok {
+				eras[tenure{who, l.Role, l.Token}] = era(time.Unix(0, since))
+			}
+		}
+	}
+	eraOf := func(who string, l member.Line) int {
+		if e, ok := eras[tenure{who, l.Role, l.Token}]; ok {
+			return e
+		}
+		return era(time.Unix(0, l.At))
+	}
 	fences := map[key]map[int64]fence{} // then by token: the tenure's earliest fence
-	note := func(role, who string, token int64, at time.Time) {
-		if token == 0 {
+	note := func(who string, l member.Line) {
+		if l.Token == 0 {
 			return
 		}
-		k := key{era(at), role}
+		role, token, at := l.Role, l.Token, time.Unix(0, l.At)
+		k := key{eraOf(who, l), role}
 		if fences[k] == nil {
 			fences[k] = map[int64]fence{}
 		}
@@ -79,7 +109,7 @@ func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateComm
 		for _, l := range lines[who] {
 			switch {
 			case l.Event == member.EventAcquired && l.Init, l.Event == member.EventCommit:
-				note(l.Role, who, l.Token, time.Unix(0, l.At))
+				note(who, l)
 			}
 		}
 	}
@@ -109,7 +139,7 @@ func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateComm
 				continue
 			}
 			at := time.Unix(0, l.At)
-			if f, ok := firstLater[key{era(at), l.Role}][l.Token]; ok && at.After(f.at) {
+			if f, ok := firstLater[key{eraOf(who, l), l.Role}][l.Token]; ok && at.After(f.at) {
 				out = append(out, LateCommit{Who: who, Role: l.Role, Token: l.Token, At: at,
 					Successor: f.who, SuccessorToken: f.token, FencedAt: f.at})
 			}

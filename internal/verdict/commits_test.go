@@ -13,6 +13,14 @@ func acquired(role string, at int, token int64, init bool) member.Line {
 	return member.Line{At: ms(at).UnixNano(), Event: member.EventAcquired, Role: role, Token: token, Init: init}
 }
 
+// acquiredSince is an acquired line written at at, after its producer initialised, of a tenure
+// that first acquired at since.
+func acquiredSince(role string, at, since int, token int64) member.Line {
+	l := acquired(role, at, token, true)
+	l.Since = ms(since).UnixNano()
+	return l
+}
+
 // commit is a committed transaction of role's tenure token whose commit call began at at.
 func commit(role string, at int, token int64) member.Line {
 	return member.Line{At: ms(at).UnixNano(), Event: member.EventCommit, Role: role, Token: token}
@@ -87,6 +95,14 @@ func TestLateCommits(t *testing.T) {
 			"a": {acquired("", 0, 34, true), acquired("", 500, 2, true), commit("", 900, 2)},
 			"b": {acquired("", 600, 3, true), commit("", 700, 3)},
 		}, []int{400}, []late{{"a", "", 2, 900, "b", 3, 600}}},
+		// chaos 3 brokers, seed 20261132: b acquired before a wipe, and its producer initialised
+		// after it, once the broker was back; a's tenure of the new log, with a smaller token, then
+		// initialised and committed. b's token is of the old log and fences nobody in the new one,
+		// and b's own commits after the wipe are not judged against a's token either.
+		{"acquired before a reset, initialised after it", map[string][]member.Line{
+			"a": {acquired("", 700, 15, true), commit("", 750, 15), commit("", 900, 15)},
+			"b": {acquiredSince("", 600, 300, 215), commit("", 650, 215)},
+		}, []int{400}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var resets []time.Time
