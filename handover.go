@@ -93,6 +93,25 @@ func (h *handover) stuck(now time.Duration, r roleLease) bool {
 	return r.assigned && !r.leading && !r.deferred && !r.readsBack && now-r.since >= h.boundFor(r)
 }
 
+// quiet reports whether r is stuck on its way to a hand-over, and its lease should store no
+// further offsets for commit and ask for no explicit commit (lease.quiesce): from its fence, as
+// long as its heartbeats do not come back promptly; a tenure yet to lead, from half its bound.
+// librdkafka's commits of the tenure then drain before the hand-over, whose unassign has none to
+// wait for. It must begin at the fence: on a path slow enough to call for a hand-over a commit
+// takes most of a lease to be answered, and the auto-commit sends an offset again at every round
+// until one of its commits is answered, so the last offset stored takes up to two round trips to
+// drain, more than half the bound. What is stored less only renews less often: a renewal needs an
+// accepted commit of a stored heartbeat's offset. The tenure stores again as soon as one of its
+// heartbeats comes back promptly, or it leads again from an offset stored before. A tenure whose
+// trouble is left to the consumer's replacement (deferred) is quiet all the same: that too leaves
+// the group, and reads nothing back meanwhile but the late heartbeat that ends the deferral.
+func (h *handover) quiet(now time.Duration, r roleLease) bool {
+	if !r.assigned || r.leading || r.readsBack {
+		return false
+	}
+	return !r.fresh || now-r.since >= h.bound
+}
+
 // boundFor is how long r may go without leading (see handOverBound).
 func (h *handover) boundFor(r roleLease) time.Duration {
 	if r.fresh {

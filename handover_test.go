@@ -67,6 +67,87 @@ func TestHandoverDecide(t *testing.T) {
 	}
 }
 
+func TestHandoverQuiet(t *testing.T) {
+	const lease = time.Second
+	h := newHandover(lease, handOverBound(lease))
+	for _, tc := range []struct {
+		name  string
+		r     roleLease
+		quiet bool
+	}{
+		{"a follower", roleLease{}, false},
+		{"leading", roleLease{assigned: true, leading: true, since: -time.Hour}, false},
+		{"fenced this instant", roleLease{assigned: true}, true},
+		{"a fresh tenure, for less than half of its bound", roleLease{assigned: true, fresh: true, since: -lease + time.Millisecond}, false},
+		{"a fresh tenure, for half of its bound", roleLease{assigned: true, fresh: true, since: -lease}, true},
+		{"heartbeats come back promptly", roleLease{assigned: true, since: -time.Hour, readsBack: true}, false},
+		{"deferred to the consumer's replacement", roleLease{assigned: true, since: -time.Hour, deferred: true}, true},
+	} {
+		if got := h.quiet(0, tc.r); got != tc.quiet {
+			t.Errorf("%s: quiet = %v, want %v", tc.name, got, tc.quiet)
+		}
+	}
+}
+
+// A quiesced tenure stores no heartbeat that comes back late and asks for no explicit commit; one
+// that comes back promptly is stored and ends the quiet, and so does a renewal from an offset
+// stored before.
+func TestLeaseQuiesce(t *testing.T) {
+	r := newRig(t)
+	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
+	r.acquire()
+	h, off := r.heartbeat()
+	r.wait(10 * time.Millisecond)
+	r.back(h, off) // stored; its commit has yet to come
+	r.take(r.l.rejected("test"))
+	if r.kinds() != "AF" {
+		t.Fatalf("events %s, want AF", r.kinds())
+	}
+
+	r.l.quiesce(true)
+	stored := len(r.stored)
+	h, off = r.heartbeat()
+	r.wait(rigLease/2 + time.Millisecond)
+	r.back(h, off)
+	if len(r.stored) != stored || !r.l.t.quiet {
+		t.Fatalf("stored %v, quiet %v after a late heartbeat; want none, true", r.stored[stored:], r.l.t.quiet)
+	}
+	r.wait(commitStall(rigInterval))
+	r.due()
+	if len(r.commits) != 0 {
+		t.Fatalf("explicit commits %v while quiet", r.commits)
+	}
+	r.l.quiesce(false)
+	r.due()
+	if len(r.commits) != 1 || r.commits[0] != r.stored[stored-1] {
+		t.Fatalf("explicit commits %v once no longer quiet, want [%d]", r.commits, r.stored[stored-1])
+	}
+
+	// A prompt heartbeat is stored and ends the quiet.
+	r.l.quiesce(true)
+	h, off = r.heartbeat()
+	r.wait(10 * time.Millisecond)
+	r.back(h, off)
+	if len(r.stored) != stored+1 || r.stored[stored] != off+1 || r.l.t.quiet {
+		t.Fatalf("stored %v, quiet %v after a prompt heartbeat; want [%d], false", r.stored[stored:], r.l.t.quiet, off+1)
+	}
+
+	// A renewal from an offset stored before ends it too.
+	r.l.quiesce(true)
+	r.commit(off + 1)
+	if r.kinds() != "AFA" || r.l.t.quiet {
+		t.Fatalf("events %s, quiet %v after a renewal; want AFA, false", r.kinds(), r.l.t.quiet)
+	}
+
+	// A new tenure starts unquiet.
+	r.l.quiesce(true)
+	r.revoke(false)
+	r.assign()
+	if r.l.t.quiet {
+		t.Fatal("a new tenure starts quiet")
+	}
+}
+
 // The lease tells the hand-over since when its tenure has not led, counted from the assignment or
 // the fence, and not while it waits for a predecessor or is held back by a group conflict.
 func TestLeaseNotLeadingSince(t *testing.T) {
