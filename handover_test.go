@@ -176,6 +176,35 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 			t.Fatalf("fenced: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
 		}
 	})
+	t.Run("not reset by a relapse that no renewal extended", func(t *testing.T) {
+		r := newRig(t)
+		r.acquire()
+		r.wait(2 * rigLease)
+		r.expire()
+		fenced := r.l.now()
+		// Led again on one renewal, and fenced again without another: idle since the first fence.
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		if v := r.l.load(); !v.leading || v.led != r.l.now() {
+			t.Fatalf("re-acquired: leading %v since %v; want since %v", v.leading, v.led, r.l.now())
+		}
+		r.wait(rigLease)
+		r.expire()
+		if v := r.l.load(); v.leading || v.idle != fenced {
+			t.Fatalf("fenced again: leading %v, idle %v; want false, %v (the first fence)", v.leading, v.idle, fenced)
+		}
+		// Led again and renewed since: idle from the latest fence.
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		r.wait(rigInterval)
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		r.wait(rigLease)
+		r.expire()
+		if v := r.l.load(); v.leading || v.idle != r.l.now() {
+			t.Fatalf("fenced after a renewed relapse: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
+		}
+		if got := r.kinds(); got != "AFAFAF" {
+			t.Fatalf("events %s, want AFAFAF", got)
+		}
+	})
 	t.Run("not while a predecessor releases the partition", func(t *testing.T) {
 		r := newRig(t)
 		r.assign()

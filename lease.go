@@ -94,6 +94,10 @@ type tenure struct {
 	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
 	// fence, moved on while it is excused (handover.go). ledFrom is when it last began to lead.
 	idleFrom, ledFrom time.Duration
+	// relapsed says that the tenure leads again after a fence, and extended that a renewal has
+	// extended its lease since it began to lead: a relapse that no renewal extended before it was
+	// fenced again does not count as leading (fence).
+	relapsed, extended bool
 	// rtt is the send-to-read-back time of the newest own heartbeat read back; zero before one.
 	rtt time.Duration
 	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
@@ -593,12 +597,15 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		}
 		return
 	}
+	extends := hb.sent > l.t.renewedSent
 	l.t.renewedSent = max(l.t.renewedSent, hb.sent)
 	if l.t.leading {
+		l.t.extended = l.t.extended || extends
 		return
 	}
 	l.t.leading = true
 	l.t.ledFrom = now
+	l.t.relapsed, l.t.extended = l.t.acquired, false
 	l.t.quiet = false
 	if !l.t.acquired {
 		l.t.acquired = true
@@ -668,7 +675,12 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		return
 	}
 	l.t.leading = false
-	l.t.idleFrom = l.now()
+	if !l.t.relapsed || l.t.extended {
+		// A tenure that led again after a fence only on the renewal that re-acquired, one whose
+		// heartbeat was nearly a lease old, say, has not shown that it can renew: it has not led
+		// since its earlier fence, as far as a hand-over is concerned.
+		l.t.idleFrom = l.now()
+	}
 	l.c.fenced++
 	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }
