@@ -87,6 +87,12 @@ func TestHandoverQuiet(t *testing.T) {
 			t.Errorf("%s: quiet = %v, want %v", tc.name, got, tc.quiet)
 		}
 	}
+	// A longer bound: quiet for its last lease only, so that a tenure whose heartbeats come back
+	// late may still lead again on them until then.
+	h = newHandover(lease, 5*lease)
+	if h.quiet(0, roleLease{assigned: true, since: -4*lease + time.Millisecond}) || !h.quiet(0, roleLease{assigned: true, since: -4 * lease}) {
+		t.Error("with a bound of five leases: not quiet for exactly the last lease")
+	}
 }
 
 // A quiesced tenure stores no heartbeat that comes back late and asks for no explicit commit; one
