@@ -365,6 +365,22 @@ func (d *driver) store(p *part, offset int64) {
 	p.stored = true
 }
 
+// withdraw replaces the offset stored last for p with none, so that librdkafka's auto-commit stops
+// sending it and the partition's revocation commits nothing (lease.quiesce): it commits only a
+// stored offset above the one it committed last, and on revocation only a stored offset that is
+// not a logical one (librdkafka 2.11.1, rd_kafka_assignment_serve_removals).
+func (d *driver) withdraw(p *part) {
+	if !p.stored {
+		return
+	}
+	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.OffsetInvalid}}); err != nil {
+		d.throttle.log(d.log.W(), "store", "goneli %s: cannot withdraw the stored heartbeat offset: %v", d.config.Name, err)
+		return
+	}
+	p.stored = false
+	d.log.D()("goneli %s: partition %d cannot renew and its heartbeats come back late: offsets withdrawn until they come back promptly", d.config.Name, p.id)
+}
+
 func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	if e.Error != nil {
 		// The whole commit failed: it carried every partition's offset.

@@ -59,6 +59,8 @@ type scriptConsumer struct {
 	closed    bool
 	commits   [][]kafka.TopicPartition // explicit commits
 	unsubbed  int
+	// stores counts the offsets stored, withdrawals those withdrawn (stored as OffsetInvalid).
+	stores, withdrawals int
 }
 
 type rebalanceEvent struct{ ev kafka.Event }
@@ -140,7 +142,16 @@ func (c *scriptConsumer) Poll(int) kafka.Event {
 func (c *scriptConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.stored = append(c.stored, tps...)
+	for _, tp := range tps {
+		if tp.Offset == kafka.OffsetInvalid {
+			// Nothing left to commit for the partition, as in librdkafka.
+			c.withdrawals++
+			c.stored = slices.DeleteFunc(c.stored, func(s kafka.TopicPartition) bool { return s.Partition == tp.Partition })
+			continue
+		}
+		c.stores++
+		c.stored = append(c.stored, tp)
+	}
 	return tps, nil
 }
 
@@ -560,11 +571,25 @@ func TestDriverSequences(t *testing.T) {
 				t.Fatalf("fenced: leader %v, not leading since %v, %d hand-overs, subscribed %v; want false, set, 0, true",
 					s.Leader, s.NotLeadingSince, s.HandOvers, r.subscribed())
 			}
+			// Stuck since the fence: the offset stored last is withdrawn, and the late heartbeats
+			// are not stored, so that the hand-over's revocation has nothing to commit.
+			r.consumer.mu.Lock()
+			stores, withdrawals := r.consumer.stores, r.consumer.withdrawals
+			r.consumer.mu.Unlock()
+			if withdrawals != 1 {
+				t.Fatalf("fenced: %d withdrawals of the stored offset, want 1", withdrawals)
+			}
 			r.pulse(scriptLease, false)
 			s = r.n.Stats()
 			if s.HandOvers != 1 || r.subscribed() || s.Assigned || !s.NotLeadingSince.IsZero() || s.YieldRemaining <= 0 {
 				t.Fatalf("after the bound: %d hand-overs, subscribed %v, assigned %v, not leading since %v, yield remaining %v; want 1, false, false, zero, some",
 					s.HandOvers, r.subscribed(), s.Assigned, s.NotLeadingSince, s.YieldRemaining)
+			}
+			r.consumer.mu.Lock()
+			stores, withdrawals = r.consumer.stores-stores, r.consumer.withdrawals-withdrawals
+			r.consumer.mu.Unlock()
+			if stores != 0 || withdrawals != 0 {
+				t.Fatalf("stuck until the hand-over: %d offsets stored, %d withdrawn; want none", stores, withdrawals)
 			}
 			r.pulse(s.YieldRemaining+scriptLease/10, false)
 			if !r.subscribed() {

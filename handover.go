@@ -18,6 +18,12 @@ import "time"
 // rejoin): handing over would move leadership for a stall that ends by itself, within the
 // rebalance timeout, and that would stall a successor just as much. So such a member waits.
 //
+// Leaving the group waits for the consumer's commits in flight: librdkafka sends the LeaveGroup only
+// once every one of them is answered, and on the slow path that makes a member hand over each
+// takes most of a lease. So for the last lease before a hand-over is due (from the fence, at the
+// default bound) a stuck tenure withdraws its stored offset and stores no other (quiet), and its
+// commits have drained by the time it leaves.
+//
 // When every member is equally sick, each assignee would hand over in turn and the partition would
 // circle the group, costing two rebalances per turn. The back-off therefore doubles with every
 // hand-over that follows the last without a tenure that led for handOverSettle in between, up to
@@ -60,14 +66,14 @@ func handOverSettle(lease time.Duration) time.Duration     { return 4 * lease }
 // driver tells it, every cycle, the time and what each of its roles' leases shows (decide), and
 // carries the decision out (driver.checkHandOver).
 type handover struct {
-	bound, backoff, maxBackoff, settle time.Duration
+	lease, bound, backoff, maxBackoff, settle time.Duration
 	// strikes counts the hand-overs since a tenure last led for settle without a break.
 	strikes int
 }
 
 // newHandover decides for a lease of HeartbeatTimeout and a Config.HandOverAfter of bound.
 func newHandover(lease, bound time.Duration) handover {
-	return handover{bound: bound, backoff: handOverBackoff(lease), maxBackoff: handOverMaxBackoff(lease),
+	return handover{lease: lease, bound: bound, backoff: handOverBackoff(lease), maxBackoff: handOverMaxBackoff(lease),
 		settle: handOverSettle(lease)}
 }
 
@@ -91,6 +97,21 @@ type roleLease struct {
 // stuck reports whether r, assigned and not leading, calls for a hand-over.
 func (h *handover) stuck(now time.Duration, r roleLease) bool {
 	return r.assigned && !r.leading && !r.deferred && !r.readsBack && now-r.since >= h.boundFor(r)
+}
+
+// quiet reports whether r is stuck on its way to a hand-over, and its lease should store no
+// further offsets for commit and ask for no explicit commit (lease.quiesce): for the last lease
+// before the hand-over is due, as long as its heartbeats do not come back promptly, which at the
+// default bound is from its fence on (for a tenure yet to lead, from half its bound). librdkafka's
+// commits of the tenure then drain before the hand-over, whose unassign has none to wait for: on
+// a path slow enough to call for a hand-over a commit takes most of a lease to be answered. What is
+// stored less only renews less often: a renewal needs an accepted commit of a stored heartbeat's
+// offset. The tenure stores again as soon as one of its heartbeats comes back promptly, or it leads
+// again from an offset stored before. A tenure whose trouble is left to the consumer's replacement
+// (deferred) is quiet all the same: that too leaves the group, and reads nothing back meanwhile but
+// the late heartbeat that ends the deferral.
+func (h *handover) quiet(now time.Duration, r roleLease) bool {
+	return r.assigned && !r.leading && !r.readsBack && now-r.since >= h.boundFor(r)-h.lease
 }
 
 // boundFor is how long r may go without leading (see handOverBound).

@@ -67,6 +67,93 @@ func TestHandoverDecide(t *testing.T) {
 	}
 }
 
+func TestHandoverQuiet(t *testing.T) {
+	const lease = time.Second
+	h := newHandover(lease, handOverBound(lease))
+	for _, tc := range []struct {
+		name  string
+		r     roleLease
+		quiet bool
+	}{
+		{"a follower", roleLease{}, false},
+		{"leading", roleLease{assigned: true, leading: true, since: -time.Hour}, false},
+		{"fenced this instant", roleLease{assigned: true}, true},
+		{"a fresh tenure, for less than half of its bound", roleLease{assigned: true, fresh: true, since: -lease + time.Millisecond}, false},
+		{"a fresh tenure, for half of its bound", roleLease{assigned: true, fresh: true, since: -lease}, true},
+		{"heartbeats come back promptly", roleLease{assigned: true, since: -time.Hour, readsBack: true}, false},
+		{"deferred to the consumer's replacement", roleLease{assigned: true, since: -time.Hour, deferred: true}, true},
+	} {
+		if got := h.quiet(0, tc.r); got != tc.quiet {
+			t.Errorf("%s: quiet = %v, want %v", tc.name, got, tc.quiet)
+		}
+	}
+	// A longer bound: quiet for its last lease only, so that a tenure whose heartbeats come back
+	// late may still lead again on them until then.
+	h = newHandover(lease, 5*lease)
+	if h.quiet(0, roleLease{assigned: true, since: -4*lease + time.Millisecond}) || !h.quiet(0, roleLease{assigned: true, since: -4 * lease}) {
+		t.Error("with a bound of five leases: not quiet for exactly the last lease")
+	}
+}
+
+// A quiesced tenure stores no heartbeat that comes back late and asks for no explicit commit; one
+// that comes back promptly is stored and ends the quiet, and so does a renewal from an offset
+// stored before.
+func TestLeaseQuiesce(t *testing.T) {
+	r := newRig(t)
+	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
+	r.acquire()
+	h, off := r.heartbeat()
+	r.wait(10 * time.Millisecond)
+	r.back(h, off) // stored; its commit has yet to come
+	r.take(r.l.rejected("test"))
+	if r.kinds() != "AF" {
+		t.Fatalf("events %s, want AF", r.kinds())
+	}
+
+	r.l.quiesce(true)
+	stored := len(r.stored)
+	h, off = r.heartbeat()
+	r.wait(rigLease/2 + time.Millisecond)
+	r.back(h, off)
+	if len(r.stored) != stored || !r.l.t.quiet {
+		t.Fatalf("stored %v, quiet %v after a late heartbeat; want none, true", r.stored[stored:], r.l.t.quiet)
+	}
+	r.wait(commitStall(rigInterval))
+	r.due()
+	if len(r.commits) != 0 {
+		t.Fatalf("explicit commits %v while quiet", r.commits)
+	}
+	r.l.quiesce(false)
+	r.due()
+	if len(r.commits) != 1 || r.commits[0] != r.stored[stored-1] {
+		t.Fatalf("explicit commits %v once no longer quiet, want [%d]", r.commits, r.stored[stored-1])
+	}
+
+	// A prompt heartbeat is stored and ends the quiet.
+	r.l.quiesce(true)
+	h, off = r.heartbeat()
+	r.wait(10 * time.Millisecond)
+	r.back(h, off)
+	if len(r.stored) != stored+1 || r.stored[stored] != off+1 || r.l.t.quiet {
+		t.Fatalf("stored %v, quiet %v after a prompt heartbeat; want [%d], false", r.stored[stored:], r.l.t.quiet, off+1)
+	}
+
+	// A renewal from an offset stored before ends it too.
+	r.l.quiesce(true)
+	r.commit(off + 1)
+	if r.kinds() != "AFA" || r.l.t.quiet {
+		t.Fatalf("events %s, quiet %v after a renewal; want AFA, false", r.kinds(), r.l.t.quiet)
+	}
+
+	// A new tenure starts unquiet.
+	r.l.quiesce(true)
+	r.revoke(false)
+	r.assign()
+	if r.l.t.quiet {
+		t.Fatal("a new tenure starts quiet")
+	}
+}
+
 // The lease tells the hand-over since when its tenure has not led, counted from the assignment or
 // the fence, and not while it waits for a predecessor or is held back by a group conflict.
 func TestLeaseNotLeadingSince(t *testing.T) {
@@ -93,6 +180,35 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 		r.expire()
 		if v := r.l.load(); v.leading || v.idle != r.l.now() {
 			t.Fatalf("fenced: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
+		}
+	})
+	t.Run("not reset by a relapse that no renewal extended", func(t *testing.T) {
+		r := newRig(t)
+		r.acquire()
+		r.wait(2 * rigLease)
+		r.expire()
+		fenced := r.l.now()
+		// Led again on one renewal, and fenced again without another: idle since the first fence.
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		if v := r.l.load(); !v.leading || v.led != r.l.now() {
+			t.Fatalf("re-acquired: leading %v since %v; want since %v", v.leading, v.led, r.l.now())
+		}
+		r.wait(rigLease)
+		r.expire()
+		if v := r.l.load(); v.leading || v.idle != fenced {
+			t.Fatalf("fenced again: leading %v, idle %v; want false, %v (the first fence)", v.leading, v.idle, fenced)
+		}
+		// Led again and renewed since: idle from the latest fence.
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		r.wait(rigInterval)
+		r.renewal(10*time.Millisecond, 10*time.Millisecond)
+		r.wait(rigLease)
+		r.expire()
+		if v := r.l.load(); v.leading || v.idle != r.l.now() {
+			t.Fatalf("fenced after a renewed relapse: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
+		}
+		if got := r.kinds(); got != "AFAFAF" {
+			t.Fatalf("events %s, want AFAFAF", got)
 		}
 	})
 	t.Run("not while a predecessor releases the partition", func(t *testing.T) {

@@ -73,6 +73,9 @@ type tenure struct {
 	next         time.Duration
 	pending      map[int64]confirmed // stored offset -> the heartbeat just before it
 	nudged       time.Duration       // when the tenure last asked for an explicit commit of a stalled offset
+	// quiet says that the tenure is stuck on its way to a hand-over (handover.quiet): it stores
+	// no offset of a heartbeat that comes back late and asks for no explicit commit (quiesce).
+	quiet bool
 
 	leading     bool // acquired, and not fenced since
 	acquired    bool // acquired at least once: since and token are fixed
@@ -91,6 +94,10 @@ type tenure struct {
 	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
 	// fence, moved on while it is excused (handover.go). ledFrom is when it last began to lead.
 	idleFrom, ledFrom time.Duration
+	// relapsed says that the tenure leads again after a fence, and extended that a renewal has
+	// extended its lease since it began to lead: a relapse that no renewal extended before it was
+	// fenced again does not count as leading (fence).
+	relapsed, extended bool
 	// rtt is the send-to-read-back time of the newest own heartbeat read back; zero before one.
 	rtt time.Duration
 	// readAt is when the tenure last read back an own heartbeat, began, or waited for a
@@ -325,7 +332,7 @@ func (l *lease) useCommitWindow(w time.Duration) {
 // handed out. An explicit commit goes out whatever librdkafka's join state, and proves exactly
 // what an automatic one proves (committed).
 func (l *lease) stalled(now time.Duration) (int64, bool) {
-	if now-l.t.nudged < l.stall || !l.hasAuto || now-l.autoAt >= l.window {
+	if l.t.quiet || now-l.t.nudged < l.stall || !l.hasAuto || now-l.autoAt >= l.window {
 		return 0, false
 	}
 	var newest int64
@@ -362,11 +369,19 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	}
 	l.t.confirmedSeq = h.seq
 	l.t.readAt = l.now()
-	next := offset + 1
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
 	l.c.confirmed++
 	l.rtt = l.now() - h.sentMono
 	l.t.rtt = l.rtt
+	if l.t.quiet {
+		if !l.readsBack() {
+			// Stuck on its way to a hand-over: see quiesce.
+			l.publish()
+			return out
+		}
+		l.t.quiet = false
+	}
+	next := offset + 1
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
 	out.store = next
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
@@ -422,6 +437,29 @@ func (l *lease) excused() bool {
 // get its heartbeats through.
 func (l *lease) readsBack() bool {
 	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/2 && l.unread() <= l.timeout/2
+}
+
+// quiesce tells the tenure whether it is stuck on its way to a hand-over (handover.quiet), and
+// reports whether it just began to be: the driver then withdraws the offset stored last
+// (driver.withdraw). While it is, a heartbeat that comes back late is not stored for commit and no
+// explicit commit is asked for. librdkafka's auto-commit sends the stored offset again at every
+// round (a quarter poll) until one of its commits is answered, so on a slow path it keeps dozens of
+// commits of the same offset in flight, and commits the stored offset once more when the partition
+// is revoked; the unassign of a hand-over waits for every one of those commits to be answered
+// before its LeaveGroup goes out, a round trip on the very path that made the tenure hand over.
+// With the stored offset withdrawn and none stored after it, the commits in flight are answered
+// within a round trip of the quiet's start, and the unassign has none to send.
+//
+// Storing less cannot make the tenure lead where it would not have: a renewal needs the
+// coordinator to accept a commit of an offset stored here (committed). Commits of offsets stored
+// before that are in flight still renew it as before, and one that would be sent again proves
+// nothing that the one in flight does not. A heartbeat that comes back promptly (readsBack) is
+// stored, and ends the quiet, as a renewal does.
+func (l *lease) quiesce(quiet bool) bool {
+	quiet = quiet && l.t.active
+	began := quiet && !l.t.quiet
+	l.t.quiet = quiet
+	return began
 }
 
 // waiting reports whether the tenure still waits for a predecessor to release the partition.
@@ -559,12 +597,16 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 		}
 		return
 	}
+	extends := hb.sent > l.t.renewedSent
 	l.t.renewedSent = max(l.t.renewedSent, hb.sent)
 	if l.t.leading {
+		l.t.extended = l.t.extended || extends
 		return
 	}
 	l.t.leading = true
 	l.t.ledFrom = now
+	l.t.relapsed, l.t.extended = l.t.acquired, false
+	l.t.quiet = false
 	if !l.t.acquired {
 		l.t.acquired = true
 		l.t.since = l.clock.Now().Round(0) // a wall time for events and heartbeats, not for leases
@@ -633,7 +675,12 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		return
 	}
 	l.t.leading = false
-	l.t.idleFrom = l.now()
+	if !l.t.relapsed || l.t.extended {
+		// A tenure that led again after a fence only on the renewal that re-acquired, one whose
+		// heartbeat was nearly a lease old, say, has not shown that it can renew: it has not led
+		// since its earlier fence, as far as a hand-over is concerned.
+		l.t.idleFrom = l.now()
+	}
 	l.c.fenced++
 	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }

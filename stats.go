@@ -111,7 +111,8 @@ type Stats struct {
 	// handed its roles over (HandOvers).
 	YieldRemaining time.Duration
 	// NotLeadingSince is set while this instance owns the role's partition and does not lead it:
-	// since its assignment, or since it was fenced, whichever came last. It is zero while the
+	// since its assignment, or since it was fenced, whichever came last (a lead regained after a
+	// fence that no renewal extended before the next fence does not count). It is zero while the
 	// instance leads, does not own the partition, waits for the previous holder to release it
 	// (Releasing), or waits for the group check to clear it (one that failed, or found a
 	// GroupConflict), none of which a hand-over would mend. A tenure normally leads within a few

@@ -107,7 +107,7 @@ func (d *driver) extendYield(dur time.Duration) {
 // without leading for the hand-over bound (handover.go). Called with mu held, after the leases
 // have seen the time.
 func (d *driver) checkHandOver() {
-	if !d.live() || d.yield.unsubscribed || d.yielding() {
+	if !d.live() || d.yield.unsubscribed {
 		return
 	}
 	now := d.now()
@@ -120,6 +120,12 @@ func (d *driver) checkHandOver() {
 		}
 		r.deferred, r.readsBack = d.consumerSuspect(p, now), p.lease.readsBack()
 		roles[i] = r
+		if p.lease.quiesce(d.handover.quiet(now, r)) {
+			d.withdraw(p)
+		}
+	}
+	if d.yielding() {
+		return
 	}
 	backoff, ok := d.handover.decide(now, roles)
 	if !ok {
