@@ -139,8 +139,9 @@ func TestKernelFaults(t *testing.T) {
 	t.Logf("kernel faults, seed %d, in %v:\n%s", s.seed, time.Since(start).Round(time.Second), out.String())
 	for _, sc := range res.scenarios {
 		if sc.name == scenarioDelayLeader && s.lease <= time.Second && !sc.metTarget() {
-			// The target is not met yet at the default HandOverAfter (docs/chaos.md): it
-			// fails the run only where asked to, so that CI stays a check of mutual exclusion.
+			// A timing, which a loaded CI machine can miss, with some 0.2-0.5 s to spare here
+			// (docs/chaos.md): it fails the run only where asked to, so that CI stays a check of
+			// mutual exclusion.
 			report := t.Logf
 			if os.Getenv("KERNEL_TARGETS") == "1" {
 				report = t.Errorf
