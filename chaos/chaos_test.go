@@ -665,17 +665,11 @@ func (h *harness) leader() int {
 		slot, _ := h.busiest()
 		return slot
 	}
-	lastAct := verdict.LastActs(h.fleet.Lines())
-	best, bestAt := -1, time.Time{}
+	names := make([]string, len(h.procs))
 	for slot, p := range h.procs {
-		if at := lastAct[p.Name]; at.After(bestAt) {
-			best, bestAt = slot, at
-		}
+		names[slot] = p.Name
 	}
-	if time.Since(bestAt) > recent {
-		return -1
-	}
-	return best
+	return verdict.LastActor(h.fleet.Lines(), names, time.Now().Add(-recent))
 }
 
 // led returns who leads each role now, judged by the members' recent actions.

@@ -191,17 +191,11 @@ func (h *harness) awaitAct(since time.Time, what string) {
 
 // leader returns the slot of the member that acted last, within recent, or -1.
 func (h *harness) leader() int {
-	last := verdict.LastActs(h.fleet.Lines())
-	best, at := -1, time.Time{}
+	names := make([]string, len(h.procs))
 	for slot, p := range h.procs {
-		if a := last[p.Name]; a.After(at) {
-			best, at = slot, a
-		}
+		names[slot] = p.Name
 	}
-	if time.Since(at) > recent {
-		return -1
-	}
-	return best
+	return verdict.LastActor(h.fleet.Lines(), names, time.Now().Add(-recent))
 }
 
 // awaitLeader waits for a member to lead now and returns its slot.

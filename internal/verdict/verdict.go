@@ -302,6 +302,22 @@ func LastActs(lines []member.Line) map[string]time.Time {
 	return out
 }
 
+// LastActor returns the index in names of the process whose latest act span ended last in a
+// merged log, if it ended at or after since, and -1 otherwise: who leads now, judged by its actions.
+func LastActor(lines []member.Line, names []string, since time.Time) int {
+	last := LastActs(lines)
+	best, bestAt := -1, time.Time{}
+	for i, name := range names {
+		if at := last[name]; at.After(bestAt) {
+			best, bestAt = i, at
+		}
+	}
+	if bestAt.Before(since) {
+		return -1
+	}
+	return best
+}
+
 // Leaders returns, for each role, the process that acted for it last in a merged log, if that
 // action was at or after since: who leads each role now, judged by its actions.
 func Leaders(lines []member.Line, since time.Time) map[string]string {

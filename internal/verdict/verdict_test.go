@@ -125,6 +125,16 @@ func TestActsAndLastActs(t *testing.T) {
 	if last["a"].UnixNano() != 60 || last["b"].UnixNano() != 40 || len(last) != 2 {
 		t.Errorf("LastActs = %v", last)
 	}
+	names := []string{"b", "a", "c"}
+	if i := LastActor(lines, names, time.Unix(0, 60)); i != 1 {
+		t.Errorf("LastActor since 60 = %d, want 1 (a)", i)
+	}
+	if i := LastActor(lines, names, time.Unix(0, 61)); i != -1 {
+		t.Errorf("LastActor since 61 = %d, want -1", i)
+	}
+	if i := LastActor(lines, names[:1], time.Unix(0, 0)); i != 0 {
+		t.Errorf("LastActor of b alone = %d, want 0", i)
+	}
 }
 
 func TestEventOrder(t *testing.T) {
