@@ -103,9 +103,10 @@ type simMember struct {
 
 	// For the oracle and the adversary's triggers.
 	leading bool // IsLeader at the last check
-	// autoAccepted and autoProcessed are when the coordinator accepted the last automatic commit
-	// whose result the driver processed, and when it processed it (true time).
-	autoAccepted, autoProcessed time.Duration
+	// autoAccepted, autoQueued and autoProcessed are when the coordinator accepted the last
+	// automatic commit whose result the driver processed, when its result reached the consumer's
+	// queue, and when the driver processed it (true time).
+	autoAccepted, autoQueued, autoProcessed time.Duration
 	// renewedExplicitly says that the lease's last renewal came from an explicit commit.
 	renewedExplicitly bool
 	tracedEnd         time.Duration
@@ -120,8 +121,9 @@ type simAppEvent struct {
 	err    simErr
 	p0     bool // appAssigned: partition 0 is newly assigned
 	lost   bool // appRevoked
-	// accepted is when the coordinator accepted the commit (appCommitted), in true time.
-	accepted time.Duration
+	// accepted is when the coordinator accepted the commit (appCommitted), in true time; queued is
+	// when the event entered the queue.
+	accepted, queued time.Duration
 }
 
 type simAppKind uint8
@@ -364,6 +366,7 @@ func (m *simMember) pollWake() {
 
 // push queues an event for goneli's next poll; one waiting in a poll takes it at once.
 func (m *simMember) push(e simAppEvent) {
+	e.queued = m.w.now
 	m.queue = append(m.queue, e)
 	if m.polling {
 		tok := m.pollTok
@@ -418,7 +421,7 @@ func (m *simMember) handle(e simAppEvent) {
 	case appCommitted:
 		m.owedCommit = false
 		if e.err == errNone && e.offset >= 0 {
-			m.autoAccepted, m.autoProcessed = e.accepted, m.w.now
+			m.autoAccepted, m.autoQueued, m.autoProcessed = e.accepted, e.queued, m.w.now
 			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
 		}
 		m.lease.onCommit(e.offset, e.err, false)

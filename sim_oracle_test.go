@@ -66,7 +66,8 @@ func (o *simOracle) check(w *simWorld) {
 	// What the analysis of issue 38 needs: when each one's last automatic commit was accepted and
 	// when the driver processed its result, against the last rebalance's start.
 	for _, m := range leaders {
-		w.verdict.detail += fmt.Sprintf("; %s's last auto-commit accepted at %s, processed at %s", m.name, fmtDur(m.autoAccepted), fmtDur(m.autoProcessed))
+		w.verdict.detail += fmt.Sprintf("; %s's last auto-commit accepted at %s, its result queued at %s and processed at %s",
+			m.name, fmtDur(m.autoAccepted), fmtDur(m.autoQueued), fmtDur(m.autoProcessed))
 	}
 	w.verdict.detail += fmt.Sprintf("; the last rebalance began at %s", fmtDur(w.rebalanceAt))
 	stale := a
@@ -76,22 +77,28 @@ func (o *simOracle) check(w *simWorld) {
 	w.verdict.mechanism = mechanism(w, stale)
 }
 
-// mechanism labels an overlap by the earlier tenure (stale): how its last automatic commit came to
-// open the commit window, and which commit renewed it last.
+// mechanism labels an overlap by the earlier tenure (stale): how the result of its last automatic
+// commit, which opens the commit window (lease.stalled), came late, and which kind of commit
+// renewed it last:
 //
-//   - queued result: the commit was accepted, and its result waited in the consumer's queue for
-//     more than a group heartbeat interval before the driver processed it (goneli's loop was paused
-//     or stopped): the window opened at processing time (issue 38's timeline);
-//   - late auto-commit: the commit was accepted more than a group heartbeat interval after the
-//     rebalance began, which the window's argument rules out (librdkafka stopped, or its requests
-//     delayed, while the rebalance began);
-//   - other: neither.
+//   - queued result: the result waited in the consumer's queue for more than a group heartbeat
+//     interval before the driver processed it (goneli's loop was paused): the window opened at
+//     processing time, issue 38's timeline;
+//   - delayed answer: the answer took more than a group heartbeat interval to come back from the
+//     coordinator (the connection was slow; the group heartbeats' answers, behind or before it on
+//     the same connection, were as late);
+//   - late auto-commit: the coordinator accepted the commit more than a group heartbeat interval
+//     after the rebalance began (librdkafka was stopped, or its requests held up, as the rebalance
+//     began), which the window's argument rules out;
+//   - other: none of these.
 func mechanism(w *simWorld, stale *simMember) string {
 	hb := w.prof.hbInterval
 	cause := "other"
 	switch {
-	case stale.autoProcessed-stale.autoAccepted > hb:
+	case stale.autoProcessed-stale.autoQueued > hb:
 		cause = "queued result"
+	case stale.autoQueued-stale.autoAccepted > hb:
+		cause = "delayed answer"
 	case stale.autoAccepted > w.rebalanceAt+hb:
 		cause = "late auto-commit"
 	}
