@@ -44,7 +44,11 @@ func (a simLease) apply(out leaseOut) *simDelivery {
 		m.wantCheck = true
 	}
 	m.unwatched = true
-	return m.deliver(out.events)
+	dl := m.deliver(out.events)
+	// IsLeader reads the published view without the driver's lock, so every state between two
+	// transitions of one cycle is visible: the oracle looks at each.
+	m.w.oracle.check(m.w)
+	return dl
 }
 
 // assign is driver.beginTenure.

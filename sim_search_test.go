@@ -3,6 +3,7 @@ package goneli
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -163,14 +164,37 @@ func simReport(seed uint64, prof simProfile) (string, *simVerdict) {
 		from = w.verdict.at - 2*prof.maxPoll - 2*prof.ht
 	}
 	fmt.Fprintf(&b, "timeline from %s (true time; ppm is each clock's rate):\n", fmtDur(max(from, 0)))
-	for _, l := range w.trace.entries {
-		if l.at >= from {
-			b.WriteString(l.text)
-			b.WriteString("\n")
+	// A line that repeats the one before it but for the time (librdkafka sending a commit again
+	// at every tick, say) is counted rather than printed.
+	var last string
+	var repeats int
+	var until time.Duration
+	flush := func() {
+		if repeats > 0 {
+			fmt.Fprintf(&b, "%28s(and %d more times, the last at %s)\n", "", repeats, fmtDur(until))
 		}
+		repeats = 0
 	}
+	for _, l := range w.trace.entries {
+		if l.at < from {
+			continue
+		}
+		if body := l.text[simTimeColumns:]; body == last {
+			repeats, until = repeats+1, l.at
+			continue
+		} else {
+			last = body
+		}
+		flush()
+		b.WriteString(l.text)
+		b.WriteString("\n")
+	}
+	flush()
 	return b.String(), w.verdict
 }
+
+// simTimeColumns is the width of a timeline line's time.
+const simTimeColumns = 15
 
 // simSummary renders a search's result as a line.
 func (r simSearchResult) summary() string {
@@ -179,6 +203,12 @@ func (r simSearchResult) summary() string {
 		r.prof.name, r.schedules, r.elapsed.Round(time.Millisecond), rate, r.simulated.Hours(), r.steps, r.overlaps, r.liveness, r.runaways)
 	if r.first != nil {
 		s += fmt.Sprintf("; first overlap at schedule %d after %v (seed %d)", r.first.index+1, r.first.after.Round(time.Millisecond), r.first.seed)
+	}
+	if n := len(r.failovers); n > 0 {
+		f := slices.Clone(r.failovers)
+		slices.Sort(f)
+		s += fmt.Sprintf("; failover after the leader's crash (%d watched): median %s, 99th percentile %s, max %s (bound %s)",
+			n, fmtDur(f[n/2]), fmtDur(f[n*99/100]), fmtDur(f[n-1]), fmtDur(r.prof.liveness))
 	}
 	for _, name := range r.mechanismNames() {
 		mc := r.mechanisms[name]
