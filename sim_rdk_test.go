@@ -1,6 +1,9 @@
 package goneli
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // simRdk is librdkafka's consumer group client under the classic protocol with cooperative-sticky
 // assignment (what goneli configures: config.go, clientConfigs), from src/rdkafka_cgrp.c of
@@ -12,8 +15,16 @@ import "time"
 // (rd_kafka_cgrp_session_timeout_check, in the steady state only), max.poll.interval.ms, and the
 // auto-commit timer (rd_kafka_cgrp_offset_commit_tmr_cb: only in the steady state, committing the
 // stored offset whenever it is above the committed one, so again at every tick until a commit of
-// it is answered). Its threads run on while goneli's poll loop is paused, and stop only when the
-// whole process does (simMember.do).
+// it is answered: simConsumer). Its threads run on while goneli's poll loop is paused, and stop
+// only when the whole process does (simMember.do).
+//
+// Simplified: the coordinator never moves, so there is no FindCoordinator, NOT_COORDINATOR or
+// coordinator reload (a reload gives every member a fresh session from the load, which only keeps
+// a member longer); a commit that fails in transport is not deferred to the reconnection, but the
+// stored offset goes out again at the next auto-commit tick, and an explicit one is asked for again
+// by the lease (stalled), which is what a deferred one would do; metadata and fetch sessions are
+// not modelled (simTopic pushes records over the fetcher's link). A JoinGroup or SyncGroup answer
+// that comes in the wrong join state is dropped, as librdkafka drops an outdated one.
 type simRdk struct {
 	simConsumer
 
@@ -389,4 +400,13 @@ func (r *simRdk) onCommit(q *simReq) {
 	}
 	r.committedAnswer(q, q.err != errTransport)
 	r.unassignDone()
+}
+
+func (r *simRdk) id() int    { return r.memberID }
+func (r *simRdk) left() bool { return !r.subscribed && r.state == rdkInit && r.memberID == 0 }
+func (r *simRdk) steady() bool {
+	return r.subscribed && r.state == rdkSteady && r.memberID != 0 && !r.maxPollOut
+}
+func (r *simRdk) describe() string {
+	return fmt.Sprintf("m%d gen %d %s", r.memberID, r.gen, r.state)
 }
