@@ -39,6 +39,9 @@ func (a simLease) apply(out leaseOut) *simDelivery {
 	}
 	if out.commit != 0 {
 		m.commitAsk = out.commit
+		if out.restarted {
+			m.restartedAsk = out.commit
+		}
 	}
 	if out.check {
 		m.wantCheck = true
@@ -81,6 +84,7 @@ func (a simLease) onCommit(offset int64, err simErr, explicit bool) {
 		a.apply(a.l.committed(offset, explicit))
 		if v := a.l.load(); v.leading && v.end != before {
 			a.m.renewedExplicitly = explicit
+			a.m.renewedRestarted = explicit && offset == a.m.restartedAsk
 		}
 	case errUnknownMemberID, errIllegalGeneration, errFencedMemberEpoch:
 		a.apply(a.l.rejected(err.String()))
@@ -110,6 +114,17 @@ func (a simLease) expire() { a.m.deliver(a.l.expire().events) }
 // quiesce is the lease's part of driver.checkHandOver; it reports whether the stored offset must
 // be withdrawn (driver.withdraw).
 func (a simLease) quiesce(quiet bool) bool { return a.l.quiesce(quiet) }
+
+// heartbeat is when the newest group heartbeat that the coordinator answered was sent, and when
+// its answer came, on the lease's scale (ok false before the first): not an input of today's
+// lease, kept here for a driver that watches the group heartbeats (issue 38).
+func (a simLease) heartbeat() (sent, answered time.Duration, ok bool) {
+	s, r := a.m.rdk.lastHeartbeat()
+	if r == 0 {
+		return 0, 0, false
+	}
+	return s - a.m.leaseBase, r - a.m.leaseBase, true
+}
 
 // The reads the driver makes.
 

@@ -57,17 +57,19 @@ const (
 	faultAppendSlow
 	faultBarrierSlow
 	faultConnReset
+	faultLogRestart
 	faultKinds
 )
 
 var simFaultWeights = [faultKinds]int{
 	faultPause: 26, faultStop: 8, faultCrash: 7, faultJoin: 16, faultLeave: 6, faultJoinFail: 14,
 	faultSlowLink: 10, faultLinkDown: 5, faultCoordSlow: 4, faultAppendSlow: 3, faultBarrierSlow: 3, faultConnReset: 4,
+	faultLogRestart: 2,
 }
 
 func (k simFaultKind) String() string {
 	return [...]string{"pause", "sigstop", "crash", "join", "leave", "join-fail", "slow-link", "link-down", "coord-slow",
-		"append-slow", "barrier-slow", "conn-reset"}[k]
+		"append-slow", "barrier-slow", "conn-reset", "log-restart"}[k]
 }
 
 type simTarget uint8
@@ -302,7 +304,7 @@ func (a *simAdversary) fire(f *simFault) {
 	if w.tracing() {
 		w.note("adv", "fault %s on %s (%s, armed at %s, +%s)", f.kind, who, f.trigger, fmtDur(f.armAt), fmtDur(f.delay))
 	}
-	if m == nil && f.kind != faultJoin && f.kind != faultCoordSlow && f.kind != faultAppendSlow {
+	if m == nil && f.kind != faultJoin && f.kind != faultCoordSlow && f.kind != faultAppendSlow && f.kind != faultLogRestart {
 		return
 	}
 	switch f.kind {
@@ -353,6 +355,8 @@ func (a *simAdversary) fire(f *simFault) {
 		m.barrierSlowUntil, m.barrierSlowBy = w.now+f.dur, f.extra
 	case faultConnReset:
 		m.coordConn.reset()
+	case faultLogRestart:
+		w.topic.restart()
 	}
 }
 
@@ -371,20 +375,22 @@ func (a *simAdversary) quiet() bool {
 	}
 	healthy := 0
 	for _, m := range w.members {
-		if !m.alive {
-			continue
-		}
-		healthy++
-		if m.frozen || w.now < m.pausedUntil || m.failJoins > 0 || m.closing || w.now < m.barrierSlowUntil || !m.rdk.steady() {
-			return false
-		}
+		// A crashed member's requests still on their way count too: a heartbeat held up by a slow
+		// link keeps its session when it lands.
 		for _, l := range []*simLink{m.coordConn.up, m.coordConn.down, m.fetchLink, m.prodConn.up, m.prodConn.down, m.checkConn.up, m.checkConn.down} {
 			for _, s := range l.spikes {
-				if w.now < s.to {
+				if w.now < s.to+s.extra {
 					return false
 				}
 			}
 		}
+		if !m.alive {
+			continue
+		}
+		if m.frozen || w.now < m.pausedUntil || m.failJoins > 0 || m.closing || w.now < m.barrierSlowUntil || !m.rdk.steady() {
+			return false
+		}
+		healthy++
 	}
 	return healthy > 0
 }

@@ -30,7 +30,18 @@ type simConsumer struct {
 	// ids are the member id and the generation (classic) or member epoch (KIP-848) that a commit
 	// carries.
 	ids func() (member, gen int)
+	// hbSent and hbAnswered are, on the member's clock, when the newest group heartbeat that the
+	// coordinator answered was sent and when its answer came (0 before one): what a driver that
+	// watches the group heartbeats would know (simLease.heartbeat).
+	hbSent, hbAnswered time.Duration
 }
+
+// heartbeatAnswered records the answer of the group heartbeat sent at sent.
+func (c *simConsumer) heartbeatAnswered(sent time.Duration) {
+	c.hbSent, c.hbAnswered = sent, c.now()
+}
+
+func (c *simConsumer) lastHeartbeat() (sent, answered time.Duration) { return c.hbSent, c.hbAnswered }
 
 func newSimConsumer(m *simMember, conn *simConn, ids func() (int, int)) simConsumer {
 	return simConsumer{m: m, w: m.w, conn: conn, stored: -1, committed: -1, ids: ids}
@@ -132,7 +143,9 @@ func (c *simConsumer) commit(off int64) { c.sendCommit(off, false) }
 func (c *simConsumer) committedAnswer(q *simReq, report bool) {
 	c.waitCommits--
 	if q.err == errNone {
-		c.committed = max(c.committed, q.offset)
+		// rd_kafka_cgrp_update_committed_offsets sets the committed position to what was
+		// committed, lower or not: a log that restarted below it is committed from then on.
+		c.committed = q.offset
 	}
 	switch {
 	case !q.auto:

@@ -116,10 +116,13 @@ type simMember struct {
 	// automatic commit whose result the driver processed, when its result reached the consumer's
 	// queue, and when the driver processed it (true time).
 	autoAccepted, autoQueued, autoProcessed time.Duration
-	// renewedExplicitly says that the lease's last renewal came from an explicit commit.
-	renewedExplicitly bool
-	tracedEnd         time.Duration
-	storedCount       int
+	// renewedExplicitly says that the lease's last renewal came from an explicit commit, and
+	// renewedRestarted from the one a log restarted below the committed offset asks for
+	// (lease.readBack), whose offset restartedAsk is.
+	renewedExplicitly, renewedRestarted bool
+	restartedAsk                        int64
+	tracedEnd                           time.Duration
+	storedCount                         int
 }
 
 // simAppEvent is an event in the consumer's queue, which goneli reads with Poll.
@@ -160,6 +163,7 @@ type simGroupClient interface {
 	left() bool   // unsubscribed and its LeaveGroup is out
 	steady() bool // in the group, steady: a healthy member
 	fetcher() *simFetch
+	lastHeartbeat() (sent, answered time.Duration)
 	describe() string
 }
 

@@ -90,11 +90,15 @@ func (o *simOracle) check(w *simWorld) {
 //   - late auto-commit: the coordinator accepted the commit more than a group heartbeat interval
 //     after the rebalance began (librdkafka was stopped, or its requests held up, as the rebalance
 //     began), which the window's argument rules out;
+//   - restarted log: the last renewal came from the explicit commit that a log restarted below
+//     the committed offset asks for, which no window bounds (lease.readBack);
 //   - other: none of these.
 func mechanism(w *simWorld, stale *simMember) string {
 	hb := w.prof.hbInterval
 	cause := "other"
 	switch {
+	case stale.renewedRestarted:
+		cause = "restarted log"
 	case stale.autoProcessed-stale.autoQueued > hb:
 		cause = "queued result"
 	case stale.autoQueued-stale.autoAccepted > hb:

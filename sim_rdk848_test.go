@@ -138,10 +138,18 @@ func (r *simRdk848) onHeartbeat(q *simReq) {
 	if !r.subscribed {
 		return
 	}
+	r.heartbeatAnswered(r.hbLast)
 	r.full = false
 	r.memberID, r.epoch, r.joined = q.ansMember, q.ansGen, true
 	if q.interval > 0 {
 		r.interval = q.interval
+	}
+	if q.assigns && !q.hasP0 && r.state == rdkInit {
+		// The first assignment of a membership, empty: the rebalance callback still hears of it,
+		// and the join state becomes steady once the application has assigned nothing.
+		r.state = rdkWaitAssignCall
+		r.m.push(simAppEvent{kind: appAssigned})
+		return
 	}
 	if !q.assigns || q.hasP0 == r.groupP0 {
 		return

@@ -253,6 +253,9 @@ func (r *simRdk) onSync(q *simReq) {
 // onHeartbeat is rd_kafka_cgrp_handle_Heartbeat.
 func (r *simRdk) onHeartbeat(q *simReq) {
 	r.hbInFlight = false
+	if q.err == errNone || q.err == errRebalanceInProgress {
+		r.heartbeatAnswered(r.hbLast)
+	}
 	if q.err == errNone {
 		if r.sessionAt != 0 {
 			r.sessionAt = r.now() + r.m.prof.session

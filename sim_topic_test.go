@@ -72,3 +72,14 @@ func (t *simTopic) push(f *simFetch) {
 		})
 	}
 }
+
+// restart loses the partition's log (a broker that lost its data, an unclean leader election):
+// offsets start over from 0, and every fetcher, whose position is now out of range, starts again
+// from the beginning (auto.offset.reset=earliest, clientConfigs). Records already on their way to a
+// fetcher still arrive.
+func (t *simTopic) restart() {
+	t.recs = t.recs[:0]
+	for _, f := range t.fetchers {
+		f.next = 0
+	}
+}
