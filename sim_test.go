@@ -228,6 +228,9 @@ func TestSimSearch(t *testing.T) {
 	}
 }
 
+// simReportFindings is how many violations per profile the results page lists.
+const simReportFindings = 5
+
 // simWriteReport appends a Markdown section with the search's results to path.
 func simWriteReport(path string, base uint64, n int64, stopAtFirst bool, results []simSearchResult) error {
 	commit := "unknown"
@@ -280,13 +283,17 @@ func simWriteReport(path string, base uint64, n int64, stopAtFirst bool, results
 	}
 	var seeds []string
 	for _, r := range results {
-		for _, f := range r.findings {
-			seeds = append(seeds, fmt.Sprintf("- %s %s at %s, seed %d: %s", r.prof.name, f.verdict.kind, fmtDur(f.verdict.at), f.seed, f.verdict.detail))
+		for i, f := range r.findings {
+			if i == simReportFindings {
+				break
+			}
+			seeds = append(seeds, fmt.Sprintf("- %s %s at %s, seed %d (%s): %s", r.prof.name, f.verdict.kind, fmtDur(f.verdict.at), f.seed,
+				f.verdict.mechanism, f.verdict.detail))
 		}
 	}
 	if len(seeds) > 0 {
 		fmt.Fprintf(&b, "\nViolations found (the first %d per profile; replay with `go test -run TestSimReplay -sim.seed=N -sim.profile=P .`):\n\n%s\n",
-			simKeepFindings, strings.Join(seeds, "\n"))
+			simReportFindings, strings.Join(seeds, "\n"))
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
