@@ -46,9 +46,14 @@ var simKnownHoles = map[string]string{
 	"ht1s-minsession-848": "issue 38, item 1: under KIP-848 commits do not keep the session, and the least session has no clock margin",
 }
 
-// simShortSchedules is how many schedules TestSimShort searches per profile: a few seconds in all,
-// under the race detector too.
-const simShortSchedules = 20
+// simShortSchedules is how many schedules TestSimShort searches per profile: about a second in
+// all, and a few seconds under the race detector, which gets fewer.
+func simShortSchedules() int64 {
+	if simRace {
+		return 10
+	}
+	return 40
+}
 
 // simShortBase is the first seed of the short search. Its schedules reach none of the known
 // holes (the search needs hundreds to thousands of schedules for each), so it runs every profile
@@ -75,12 +80,14 @@ func TestSimDeterministic(t *testing.T) {
 	}
 }
 
-// TestSimShort is the short search: every profile, simShortSchedules schedules each from seed
+// TestSimShort is the short search: every profile, simShortSchedules() schedules each from seed
 // simShortBase. It fails, with the seed and the timeline, on any overlap or liveness violation.
 func TestSimShort(t *testing.T) {
 	for _, p := range simProfiles() {
 		t.Run(p.name, func(t *testing.T) {
-			r := simSearch{prof: p, base: simShortBase, n: simShortSchedules, workers: 1}.run()
+			// Two workers: under the race detector, the schedules running side by side show that
+			// they share nothing.
+			r := simSearch{prof: p, base: simShortBase, n: simShortSchedules(), workers: 2}.run()
 			t.Log(r.summary())
 			simFail(t, r)
 		})
