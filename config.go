@@ -532,11 +532,16 @@ func (t groupTiming) expelBound() time.Duration {
 // timing: what the coordinator's bound on keeping a silent member leaves beyond a lease of ht and
 // two group heartbeat intervals.
 func (t groupTiming) commitWindow(ht time.Duration) time.Duration {
-	hb := t.interval
+	return commitWindow(t.expelBound(), ht, t.heartbeat())
+}
+
+// heartbeat is the group heartbeat interval in force: the broker's under KIP-848 once New has read
+// it, else heartbeat.interval.ms.
+func (t groupTiming) heartbeat() time.Duration {
 	if !t.classic && t.brokerInterval > 0 {
-		hb = t.brokerInterval
+		return t.brokerInterval
 	}
-	return commitWindow(t.expelBound(), ht, hb)
+	return t.interval
 }
 
 // SessionTimeout is the group session timeout (session.timeout.ms) that goneli derives for a lease of

@@ -64,15 +64,26 @@
 //     last second, and the coordinator holds its JoinGroup until the rebalance completes, which
 //     holds back every later request on that connection. The coordinator accepts a commit with
 //     the current generation until then, and while librdkafka waits to rejoin goneli sends the
-//     stalled offsets' commits itself, but only within a window of the last automatic commit
-//     (commitWindow: the session timeout, or the rebalance timeout if shorter, minus
-//     HeartbeatTimeout minus two group heartbeat intervals; nothing if the settings leave no
-//     room). At the default timing that is the session's margin, a twentieth of the lease, so
-//     a leader at a short lease can be fenced by librdkafka's wait of up to a second to rejoin and
-//     lead again once the rebalance ends; a session.timeout.ms of twice the lease widens the window
-//     to 0.8 x HeartbeatTimeout, at the cost of failover. So a member's last renewal comes at most
-//     that window plus a heartbeat interval after it was last heard from, and its lease runs out a
-//     heartbeat interval before the coordinator could expel it. One qualification: while the coordinator is unreachable
+//     stalled offsets' commits itself. Such an explicit commit renews only a heartbeat sent within a
+//     window after the anchor, the moment the newest offset that an automatic commit got accepted
+//     was stored (commitWindow: the session timeout, or the rebalance timeout if shorter, minus
+//     HeartbeatTimeout minus two group heartbeat intervals; nothing if the settings leave no room).
+//     The offset was stored before the commit went out, so the anchor is never later than the
+//     commit's acceptance, however late a paused poll loop sees its result. For a rebalance that
+//     begins at R and that the member does not rejoin, an explicit renewal's lease therefore ends by
+//     R + hb + d + window + HeartbeatTimeout = R + expel - hb + d, where hb is the group heartbeat
+//     interval, expel the session or rebalance timeout (the shorter) after which the coordinator
+//     removes the member, and d how much longer than one interval librdkafka took to learn of the
+//     rebalance, its heartbeat's answer time beyond the interval: the lease runs out before the
+//     removal while d, plus what the clocks drift apart over expel, stays under one interval.
+//     librdkafka shows goneli neither its group heartbeats nor their answers, so goneli watches the
+//     answers it can see on the same connection, which the broker gives in order: explicit commits
+//     stop after one of them waited longer than an interval for its answer, until an automatic
+//     commit is accepted again. At the default timing the window is the session's margin, a
+//     twentieth of the lease, so a leader at a short lease can be fenced by librdkafka's wait of up
+//     to a second to rejoin and lead again once the rebalance ends; a session.timeout.ms of twice
+//     the lease widens the window to 0.8 x HeartbeatTimeout, at the cost of failover.
+//     One qualification: while the coordinator is unreachable
 //     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
 //     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
 //     a late commit from renewing a lease the group has moved on from is librdkafka's own session

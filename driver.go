@@ -52,6 +52,9 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
+	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
+	// again.
+	commitsHeld bool
 	// beats gathers the heartbeats that the leases produced during a cycle, for sendHeartbeats at
 	// its end; wire writes those of several roles in one request (heartwire.go), nil where it
 	// cannot speak the clients' settings.
@@ -299,6 +302,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.autoCommitted(e)
 		d.onCommit(e, false)
 	case kafka.Error:
 		if e.IsFatal() {
@@ -403,9 +407,17 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 }
 
 // startCommits sends the explicit commits that the leases asked for in this cycle as one request,
-// unless one is still under way; a lease whose offset stays uncommitted asks again (lease.stalled).
+// unless one is still under way or explicit commits are held (holdCommits); a lease whose offset
+// stays uncommitted asks again (lease.stalled).
 func (d *driver) startCommits() {
 	if len(d.commitAsks) == 0 {
+		return
+	}
+	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
+		d.holdCommits(wait)
+	}
+	if d.commitsHeld {
+		clear(d.commitAsks)
 		return
 	}
 	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
@@ -413,16 +425,19 @@ func (d *driver) startCommits() {
 		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
 	}
 	clear(d.commitAsks)
-	if d.commits.start(offsets) {
+	if d.commits.start(offsets, d.now()) {
 		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 	}
 }
 
 // collectCommits takes the answer to an explicit commit, once it has come.
 func (d *driver) collectCommits() {
-	e, ok := d.commits.collect()
+	e, took, ok := d.commits.collect(d.now())
 	if !ok {
 		return
+	}
+	if took > d.timing.heartbeat() {
+		d.holdCommits(took)
 	}
 	var ke kafka.Error
 	if errors.As(e.Error, &ke) && ke.Code() == kafka.ErrIllegalGeneration {
@@ -437,6 +452,40 @@ func (d *driver) collectCommits() {
 		d.reachable("consumer", "a commit accepted")
 	}
 	d.onCommit(e, true)
+}
+
+// holdCommits stops explicit commits because one waited for its answer for longer than a group
+// heartbeat interval, until librdkafka's auto-commit is accepted again (autoCommitted).
+//
+// The window for explicit commits (commitWindow in lease.go) leaves one group heartbeat interval
+// for the answer that tells librdkafka of a rebalance, since it auto-commits until that answer
+// comes. librdkafka shows goneli neither its group heartbeats nor their answers, but it sends them
+// on the connection to the coordinator that carries goneli's explicit commits, and a broker answers
+// a connection's requests in order: a commit answered late means that whatever went before it on
+// that connection, group heartbeats included, may have been answered as late. Explicit commits
+// then stop, and the lease lives on librdkafka's own commits, whose acceptance shows it steady in
+// the group again. What goneli cannot see is a heartbeat's answer held up while no explicit commit
+// was under way; the package doc states that assumption.
+func (d *driver) holdCommits(took time.Duration) {
+	if !d.commitsHeld {
+		d.commitsHeld = true
+		d.log.D()("goneli %s: an explicit commit has waited %v for its answer, more than a group heartbeat interval (%v): no explicit commits until librdkafka's own is accepted",
+			d.config.Name, took.Round(time.Millisecond), d.timing.heartbeat())
+	}
+}
+
+// autoCommitted takes an answer to one of librdkafka's automatic commits: one that the coordinator
+// accepted for a partition ends a hold on explicit commits.
+func (d *driver) autoCommitted(e kafka.OffsetsCommitted) {
+	if !d.commitsHeld || e.Error != nil {
+		return
+	}
+	for _, tp := range e.Offsets {
+		if tp.Error == nil && tp.Offset >= 0 && d.partOf(tp) != nil {
+			d.commitsHeld = false
+			return
+		}
+	}
 }
 
 func (d *driver) onCommitError(p *part, err error) {
@@ -716,6 +765,7 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
+	d.commitsHeld = false
 	clear(d.group.parts)
 	clear(d.commitAsks)
 	d.group.owedCommit = false

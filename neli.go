@@ -163,8 +163,10 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if digest == "" {
 		what = "leadership"
 	}
+	// The driver's timing, not the one New was given: joining may have raised the session to the
+	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, timing.describe())
+		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.describe())
 	return n, nil
 }
 
