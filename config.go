@@ -515,13 +515,19 @@ func (c Config) groupTiming() (groupTiming, error) {
 	return t, nil
 }
 
-// expelBound is how long after its last group heartbeat, or after a rebalance began that it has
-// not rejoined, the coordinator may keep a member: the session timeout where it is known, and never
-// more than the rebalance timeout. Under KIP-848 the broker's session counts once New has read it.
+// expelBound is how long after a rebalance began that it did not rejoin the coordinator may still
+// keep a member that goes on committing, the bound the window for explicit commits rests on
+// (commitWindow in lease.go). Under the classic protocol that is the rebalance timeout: Apache
+// Kafka's coordinator renews a classic member's session with every commit it accepts while the
+// group is Stable or PreparingRebalance (OffsetMetadataManager.validateOffsetCommit, "offset commits
+// maintain the session"; kfake's group.handleOffsetCommit alike), so a member whose explicit commits
+// are accepted is removed only when the join phase it did not rejoin ends, the rebalance timeout
+// after it began. Under KIP-848 commits renew no session (only ConsumerGroupHeartbeat does), so the
+// session counts as well, the broker's once New has read it.
 func (t groupTiming) expelBound() time.Duration {
 	switch {
 	case t.classic:
-		return min(t.session, t.maxPoll)
+		return t.maxPoll
 	case t.brokerSession > 0:
 		return min(t.brokerSession, t.maxPoll)
 	}
@@ -529,8 +535,8 @@ func (t groupTiming) expelBound() time.Duration {
 }
 
 // commitWindow is the lease's window for explicit commits (commitWindow in lease.go) under this
-// timing: what the coordinator's bound on keeping a silent member leaves beyond a lease of ht and
-// two group heartbeat intervals.
+// timing: what the coordinator's bound on keeping a member that did not rejoin a rebalance
+// (expelBound) leaves beyond a lease of ht and two group heartbeat intervals.
 func (t groupTiming) commitWindow(ht time.Duration) time.Duration {
 	return commitWindow(t.expelBound(), ht, t.heartbeat())
 }

@@ -245,15 +245,16 @@ func TestSafeOverridesAreAccepted(t *testing.T) {
 
 func TestDerivedGroupTiming(t *testing.T) {
 	// The session is the lease, two group heartbeat intervals and a twentieth of the lease (at
-	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease; explicit commits may renew for
-	// what the session leaves beyond the lease and two intervals.
+	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease, and at
+	// least the session; explicit commits may renew for what the rebalance timeout leaves beyond
+	// the lease and two intervals (expelBound).
 	for _, tc := range []struct {
 		lease, session, interval, window time.Duration
 	}{
-		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 250 * time.Millisecond},
-		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond},
+		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 4 * time.Second},
+		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 800 * time.Millisecond},
 		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 300 * time.Millisecond},
-		{60 * time.Second, 69 * time.Second, 3 * time.Second, 3 * time.Second},
+		{60 * time.Second, 69 * time.Second, 3 * time.Second, 54 * time.Second},
 	} {
 		c := validConfig()
 		c.HeartbeatTimeout, c.RenewInterval = Duration(tc.lease), nil
@@ -262,9 +263,9 @@ func TestDerivedGroupTiming(t *testing.T) {
 			t.Fatalf("lease %v: %v", tc.lease, err)
 		}
 		timing, _ := c.groupTiming()
-		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != 2*tc.lease {
+		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != max(2*tc.lease, tc.session) {
 			t.Errorf("lease %v: session %v interval %v maxPoll %v; want %v %v %v",
-				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, 2*tc.lease)
+				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, max(2*tc.lease, tc.session))
 		}
 		if got := SessionTimeout(tc.lease); got != tc.session {
 			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)

@@ -66,23 +66,25 @@
 //     the current generation until then, and while librdkafka waits to rejoin goneli sends the
 //     stalled offsets' commits itself. Such an explicit commit renews only a heartbeat sent within a
 //     window after the anchor, the moment the newest offset that an automatic commit got accepted
-//     was stored (commitWindow: the session timeout, or the rebalance timeout if shorter, minus
-//     HeartbeatTimeout minus two group heartbeat intervals; nothing if the settings leave no room).
+//     was stored (commitWindow: the rebalance timeout, max.poll.interval.ms, minus HeartbeatTimeout
+//     minus two group heartbeat intervals; nothing if the settings leave no room; under KIP-848 the
+//     shorter of the session and rebalance timeouts stands for the rebalance timeout, since there
+//     commits renew no session).
 //     The offset was stored before the commit went out, so the anchor is never later than the
 //     commit's acceptance, however late a paused poll loop sees its result. For a rebalance that
 //     begins at R and that the member does not rejoin, an explicit renewal's lease therefore ends by
 //     R + hb + d + window + HeartbeatTimeout = R + expel - hb + d, where hb is the group heartbeat
-//     interval, expel the session or rebalance timeout (the shorter) after which the coordinator
-//     removes the member, and d how much longer than one interval librdkafka took to learn of the
+//     interval, expel the rebalance timeout after which the coordinator removes the member (a
+//     classic coordinator renews the session of a member with every commit it accepts, Apache
+//     Kafka's OffsetMetadataManager says), and d how much longer than one interval librdkafka took to learn of the
 //     rebalance, its heartbeat's answer time beyond the interval: the lease runs out before the
 //     removal while d, plus what the clocks drift apart over expel, stays under one interval.
 //     librdkafka shows goneli neither its group heartbeats nor their answers, so goneli watches the
 //     answers it can see on the same connection, which the broker gives in order: explicit commits
 //     stop after one of them waited longer than an interval for its answer, until an automatic
-//     commit is accepted again. At the default timing the window is the session's margin, a
-//     twentieth of the lease, so a leader at a short lease can be fenced by librdkafka's wait of up
-//     to a second to rejoin and lead again once the rebalance ends; a session.timeout.ms of twice
-//     the lease widens the window to 0.8 x HeartbeatTimeout, at the cost of failover.
+//     commit is accepted again. At the default timing the window is 0.8 x HeartbeatTimeout, which
+//     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up; at
+//     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
 //     One qualification: while the coordinator is unreachable
 //     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
 //     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
@@ -207,11 +209,13 @@
 //
 // librdkafka also sends at most one JoinGroup per member per second. A rebalance that begins
 // within a second of the previous one (a rolling restart: one member leaves, its replacement joins
-// a moment later) therefore lasts until a second after the previous one for every member, and the
-// leader renews nothing meanwhile. With HeartbeatTimeout under about two seconds that can fence the
-// leader, which renews again once the rebalance completes: the benchmark at HeartbeatTimeout=1s
-// saw this in about one trial in five, when a member was started right after a handoff. Leases of
-// several seconds are not affected.
+// a moment later) therefore lasts until a second after the previous one for every member, and
+// librdkafka auto-commits nothing meanwhile. The leader renews through it on explicit commits, for
+// heartbeats sent up to 0.8 x HeartbeatTimeout after its last automatic commit's offset was stored
+// (the window above), which outlasts the wait at leases from about 0.7 s up; below that the leader
+// can be fenced, and renews again once the rebalance completes. (Before the window was anchored at
+// the offset's store time it was the session's margin, a twentieth of the lease, and the benchmark
+// at HeartbeatTimeout=1s saw such a fence in about one trial in five.)
 //
 // librdkafka keeps, for a client's life, the highest leader epoch it has seen for each partition
 // and ignores metadata that names an older one (confluentinc/librdkafka#4898). A leader topic that

@@ -300,8 +300,9 @@ func commitStall(poll time.Duration) time.Duration {
 
 // commitWindow is how long after the anchor (lease.autoAt: when the newest offset that an
 // automatic commit got accepted was stored) explicit commits may still renew, for a coordinator
-// that may remove a member expel after a rebalance began that the member did not rejoin (the
-// session timeout, or the rebalance timeout if shorter: groupTiming.expelBound), and a group
+// that may remove a member expel after a rebalance began that the member did not rejoin, however
+// long it went on committing (groupTiming.expelBound: the rebalance timeout under the classic
+// protocol, whose coordinator renews a member's session with each commit it accepts), and a group
 // heartbeat interval hb; zero where the settings leave no room.
 //
 // Let a rebalance begin at R, and the member fail to rejoin it (its JoinGroup refused, say), so
@@ -315,10 +316,9 @@ func commitStall(poll time.Duration) time.Duration {
 // window + HeartbeatTimeout = R + expel - hb: a group heartbeat interval before the member can be
 // removed, which is the slack for that answer. The anchor is the offset's store time rather than
 // when the commit's result was seen, because a poll loop that was paused sees a result late, and a
-// window measured from that moment reached past R + expel (issue 38: two leaders for up to 317 ms
-// at a 500 ms lease). goneli's default session leaves a window of its margin, a twentieth of the
-// lease; a session of twice the lease leaves 0.8 x HeartbeatTimeout, which covers librdkafka's wait
-// of up to a second to rejoin at leases from about 1.2 s up.
+// window measured from that moment reached past R + expel (issue 38: two leaders for up to 693 ms).
+// goneli's default rebalance timeout, twice the lease, leaves a window of 0.8 x HeartbeatTimeout,
+// which rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up.
 func commitWindow(rebalance, lease, hb time.Duration) time.Duration {
 	return max(0, rebalance-lease-2*hb)
 }
