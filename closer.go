@@ -122,9 +122,10 @@ func (n *neli) Await() {
 	}
 }
 
-// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout.
+// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout
+// (Config.CloseBound, with the session New fitted to the brokers).
 func (d *driver) closeBound() time.Duration {
-	return d.timing.maxPoll + *d.config.HeartbeatTimeout
+	return d.timing.closeBound(*d.config.HeartbeatTimeout)
 }
 
 // leave ends every tenure, leaves the group and closes the consumers, by deadline (on the driver's

@@ -3,6 +3,7 @@ package goneli
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -513,6 +514,43 @@ func (c Config) groupTiming() (groupTiming, error) {
 		t.maxPoll = v
 	}
 	return t, nil
+}
+
+// closeBound is how long Close may take with this timing and a lease of ht: the rebalance timeout,
+// for which a revocation may wait for the barrier or a close may wait for a rebalance under way,
+// plus one lease for leaving the group and closing the clients.
+func (t groupTiming) closeBound(ht time.Duration) time.Duration {
+	return t.maxPoll + ht
+}
+
+// CloseBound is how long Close may take with this configuration, its unset fields taking their
+// defaults: the rebalance timeout (max.poll.interval.ms: twice HeartbeatTimeout, or the session
+// timeout if that is longer, unless KafkaConfig sets it) plus one HeartbeatTimeout; 15 s at the
+// default lease. Run returns within it too once its context ends, if the leader function returns
+// promptly when its context is cancelled.
+//
+// A supervisor that kills a process it asked to stop should wait longer than this, and longer
+// than the program needs for its own work after Close: Kubernetes' terminationGracePeriodSeconds,
+// systemd's TimeoutStopSec. A process killed while Close is under way is as safe as one that
+// crashes, but its successor waits for its group session to expire (SessionTimeout) instead of
+// taking over within a group heartbeat interval.
+//
+// New may raise the bound: where the brokers' group.min.session.timeout.ms is longer than the
+// derived session and the rebalance timeout (leases under 3 s against Kafka's default minimum of
+// 6 s), New raises both to that minimum, and Close's bound is then that minimum plus one
+// HeartbeatTimeout. CloseBound returns Validate's error for a configuration that New would refuse.
+func (c Config) CloseBound() (time.Duration, error) {
+	// SetDefaults adds bootstrap.servers to the map, which is the caller's.
+	c.KafkaConfig = maps.Clone(c.KafkaConfig)
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return 0, err
+	}
+	t, err := c.groupTiming()
+	if err != nil {
+		return 0, err
+	}
+	return t.closeBound(*c.HeartbeatTimeout), nil
 }
 
 // expelBound is how long after a rebalance began that it did not rejoin the coordinator may still

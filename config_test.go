@@ -279,6 +279,42 @@ func TestDerivedGroupTiming(t *testing.T) {
 	}
 }
 
+func TestCloseBound(t *testing.T) {
+	// The rebalance timeout plus a lease: the rebalance timeout is twice the lease, or the session
+	// if that is longer, or what max.poll.interval.ms says.
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration
+		kafka KafkaConfigMap
+		want  time.Duration
+	}{
+		{"defaults", 0, nil, 15 * time.Second},
+		{"1s lease", time.Second, nil, 3 * time.Second},
+		{"shortest lease, whose 1 s session is its rebalance timeout", 500 * time.Millisecond, nil, 1500 * time.Millisecond},
+		{"long session", 0, KafkaConfigMap{"session.timeout.ms": 20000}, 25 * time.Second},
+		{"max.poll.interval.ms", 0, KafkaConfigMap{"max.poll.interval.ms": "30000"}, 35 * time.Second},
+		{"KIP-848", time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 3 * time.Second},
+	} {
+		c := Config{KafkaConfig: tc.kafka}
+		if tc.lease > 0 {
+			c.HeartbeatTimeout = Duration(tc.lease)
+		}
+		got, err := c.CloseBound()
+		if err != nil || got != tc.want {
+			t.Errorf("%s: CloseBound() = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+		if _, ok := tc.kafka["bootstrap.servers"]; ok {
+			t.Errorf("%s: CloseBound wrote the default bootstrap.servers into the caller's KafkaConfig", tc.name)
+		}
+	}
+
+	_, err := Config{HeartbeatTimeout: Duration(100 * time.Millisecond)}.CloseBound()
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "HeartbeatTimeout" {
+		t.Errorf("CloseBound of a lease below the minimum: %v, want a ConfigError naming HeartbeatTimeout", err)
+	}
+}
+
 func TestConsumerProtocolSkipsClientGroupTiming(t *testing.T) {
 	c := validConfig()
 	c.KafkaConfig["group.protocol"] = "consumer"

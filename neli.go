@@ -66,8 +66,8 @@ type Neli interface {
 	// Close gives up leadership (IsLeader turns false and the barrier receives LeaderRevoked if
 	// a tenure was acquired), then leaves the group so that a successor is elected at once, and
 	// releases every client and goroutine. It is idempotent: later calls wait for the first to
-	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout,
-	// whatever the broker or the barrier does (see ErrCloseTimeout and Barrier). A Close made
+	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout
+	// (Config.CloseBound), whatever the broker or the barrier does (see ErrCloseTimeout and Barrier). A Close made
 	// while the barrier is being called (from the barrier itself, or from another goroutine) does
 	// not wait for that call: it returns once the instance has left the group, and the remaining
 	// events follow when the call returns; Await waits for those as well.
