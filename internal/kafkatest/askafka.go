@@ -66,6 +66,7 @@ type kafkaConfig struct {
 	reauth              time.Duration // connections.max.reauth.ms; 0 turns re-authentication off
 	ackDelay            time.Duration // how long every node takes to have acks=-1 acknowledged
 	sessions            bool          // KIP-848 sessions end a session timeout after the last heartbeat
+	groupConfigsDenied  map[string]bool
 }
 
 // Defaults: Kafka's for the settings it has (connections.max.idle.ms 10 min, re-authentication
@@ -107,6 +108,21 @@ func ReauthAfter(d time.Duration) KafkaOpt { return func(c *kafkaConfig) { c.rea
 // AckDelay makes every node hold an acks=-1 produce for d before answering, as a broker whose
 // followers are slow to fetch does; Kafka.SetAckDelay changes it per node while a test runs.
 func AckDelay(d time.Duration) KafkaOpt { return func(c *kafkaConfig) { c.ackDelay = d } }
+
+// GroupConfigsDeniedTo refuses DESCRIBE_CONFIGS on every GROUP resource to the SASL users named
+// ("ANONYMOUS" for a connection without SASL), as Kafka does to a principal without that grant.
+// kfake checks no ACL on GROUP config resources and has no way to ask it for one, so this stands
+// in for the ACL.
+func GroupConfigsDeniedTo(users ...string) KafkaOpt {
+	return func(c *kafkaConfig) {
+		if c.groupConfigsDenied == nil {
+			c.groupConfigsDenied = map[string]bool{}
+		}
+		for _, u := range users {
+			c.groupConfigsDenied[u] = true
+		}
+	}
+}
 
 // LenientSessions keeps kfake's KIP-848 sessions, which an OffsetCommit refreshes as a heartbeat
 // does, instead of ending them a session timeout after the last heartbeat as Kafka does.

@@ -22,7 +22,7 @@ import (
 //
 // Kafka also checks DESCRIBE_CONFIGS on a GROUP resource; kfake checks none there
 // (32_describe_configs.go, ConfigResourceTypeGroupConfig) and offers no way to ask whether a
-// principal may, so that check is missing here.
+// principal may, so GroupConfigsDeniedTo names who may not.
 func (k *Kafka) describeConfigs(x *exchange, node int32) ([]byte, bool) {
 	req, ok := x.request().(*kmsg.DescribeConfigsRequest)
 	if !ok {
@@ -43,7 +43,8 @@ func (k *Kafka) describeConfigs(x *exchange, node int32) ([]byte, bool) {
 	}
 	return x.patched(func(_ kmsg.Request, resp kmsg.Response) bool {
 		r := resp.(*kmsg.DescribeConfigsResponse)
-		changed := k.groupDefaults(x, node, req, r)
+		changed := k.denyGroupConfigs(x, r)
+		changed = k.groupDefaults(x, node, req, r) || changed
 		refused := func(rr kmsg.DescribeConfigsResponseResource) bool {
 			switch rr.ErrorCode {
 			case kerr.ClusterAuthorizationFailed.Code, kerr.TopicAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code:
@@ -125,6 +126,27 @@ func (k *Kafka) groupDefaults(x *exchange, node int32, req *kmsg.DescribeConfigs
 				syn.Name, syn.Value, syn.Source = c.Name, v, kmsg.ConfigSourceDefaultConfig
 				c.ConfigSynonyms = append([]kmsg.DescribeConfigsResponseResourceConfigConfigSynonym{syn}, c.ConfigSynonyms...)
 			}
+		}
+	}
+	return changed
+}
+
+// denyGroupConfigs refuses the GROUP resources to a user that GroupConfigsDeniedTo names, as
+// ConfigHelper does without DESCRIBE_CONFIGS on the group: GROUP_AUTHORIZATION_FAILED, no configs.
+func (k *Kafka) denyGroupConfigs(x *exchange, r *kmsg.DescribeConfigsResponse) bool {
+	user := x.c.user
+	if user == "" {
+		user = "ANONYMOUS"
+	}
+	if !k.cfg.groupConfigsDenied[user] {
+		return false
+	}
+	changed := false
+	for i := range r.Resources {
+		rr := &r.Resources[i]
+		if rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig {
+			msg := kerr.GroupAuthorizationFailed.Description
+			rr.ErrorCode, rr.ErrorMessage, rr.Configs, changed = kerr.GroupAuthorizationFailed.Code, &msg, nil, true
 		}
 	}
 	return changed

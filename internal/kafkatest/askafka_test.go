@@ -232,19 +232,22 @@ func TestAsKafkaDescribeConfigs(t *testing.T) {
 		opts := append(aclBroker(allow(kmsg.ACLResourceTypeTopic, "b", kmsg.ACLOperationDescribeConfigs)), kfake.SeedTopics(1, "a", "b"))
 		eachBroker(t, instant, opts, func(t *testing.T, b *Broker, asKafka bool) {
 			alice := newClient(t, b, user("alice", "alice-pw"))
-			req := kmsg.NewPtrDescribeConfigsRequest()
-			for _, name := range []string{"a", "b"} {
-				r := kmsg.NewDescribeConfigsRequestResource()
-				r.ResourceType, r.ResourceName = kmsg.ConfigResourceTypeTopic, name
-				req.Resources = append(req.Resources, r)
-			}
-			var got []string
-			for _, r := range direct[*kmsg.DescribeConfigsResponse](t, alice, 0, req).Resources {
-				got = append(got, r.ResourceName+":"+strconv.Itoa(int(r.ErrorCode)))
-			}
+			got := describeConfigs(t, alice, kmsg.ConfigResourceTypeTopic, "a", kmsg.ConfigResourceTypeTopic, "b")
 			want := map[bool][]string{false: {"a:29", "b:0"}, true: {"b:0", "a:29"}}[asKafka]
 			if !slices.Equal(got, want) {
 				t.Errorf("answer order %v, want %v", got, want)
+			}
+		})
+	})
+
+	t.Run("group refused", func(t *testing.T) {
+		opts := aclBroker(allow(kmsg.ACLResourceTypeCluster, "kafka-cluster", kmsg.ACLOperationDescribeConfigs))
+		eachBroker(t, append(instant, GroupConfigsDeniedTo("alice")), opts, func(t *testing.T, b *Broker, asKafka bool) {
+			alice := newClient(t, b, user("alice", "alice-pw"))
+			got := describeConfigs(t, alice, kmsg.ConfigResourceTypeGroupConfig, "g", kmsg.ConfigResourceTypeBroker, "0")
+			want := map[bool][]string{false: {"g:0", "0:0"}, true: {"0:0", "g:30"}}[asKafka]
+			if !slices.Equal(got, want) {
+				t.Errorf("answer %v, want %v", got, want)
 			}
 		})
 	})
@@ -282,21 +285,30 @@ func TestAsKafkaDescribeConfigs(t *testing.T) {
 
 	t.Run("3.9", func(t *testing.T) {
 		eachBroker(t, append(instant, Version(Kafka39)), nil, func(t *testing.T, b *Broker, asKafka bool) {
-			cl := newClient(t, b)
-			req := kmsg.NewPtrDescribeConfigsRequest()
-			g := kmsg.NewDescribeConfigsRequestResource()
-			g.ResourceType, g.ResourceName = kmsg.ConfigResourceTypeGroupConfig, "g"
-			br := kmsg.NewDescribeConfigsRequestResource()
-			br.ResourceType, br.ResourceName = kmsg.ConfigResourceTypeBroker, "0"
-			req.Resources = append(req.Resources, g, br)
-			want := map[bool]int16{true: kerr.InvalidRequest.Code}[asKafka]
-			for _, r := range direct[*kmsg.DescribeConfigsResponse](t, cl, 0, req).Resources {
-				if r.ErrorCode != want {
-					t.Errorf("%v %s: error %d, want %d", r.ResourceType, r.ResourceName, r.ErrorCode, want)
-				}
+			got := describeConfigs(t, newClient(t, b), kmsg.ConfigResourceTypeGroupConfig, "g", kmsg.ConfigResourceTypeBroker, "0")
+			want := map[bool][]string{false: {"g:0", "0:0"}, true: {"g:42", "0:42"}}[asKafka] // 42: INVALID_REQUEST
+			if !slices.Equal(got, want) {
+				t.Errorf("answer %v, want %v", got, want)
 			}
 		})
 	})
+}
+
+// describeConfigs describes the resources given as type, name pairs at node 0, and returns
+// "name:error code" for each result in the answer's order.
+func describeConfigs(t *testing.T, cl *kgo.Client, resources ...any) []string {
+	t.Helper()
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	for i := 0; i < len(resources); i += 2 {
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType, r.ResourceName = resources[i].(kmsg.ConfigResourceType), resources[i+1].(string)
+		req.Resources = append(req.Resources, r)
+	}
+	var got []string
+	for _, r := range direct[*kmsg.DescribeConfigsResponse](t, cl, 0, req).Resources {
+		got = append(got, r.ResourceName+":"+strconv.Itoa(int(r.ErrorCode)))
+	}
+	return got
 }
 
 // 6a. A connection whose SASL session has ended is closed at its next request other than a
@@ -472,5 +484,23 @@ func TestAsKafkaEnv(t *testing.T) {
 	t.Setenv(AsKafkaEnv, "3.9")
 	if cfg, _, _ := splitAsKafka([]kfake.Opt{AsKafka()}); cfg == nil || cfg.version != Kafka40 {
 		t.Errorf("AsKafka() under %s=3.9: %+v", AsKafkaEnv, cfg)
+	}
+}
+
+func TestSASLUser(t *testing.T) {
+	for _, c := range []struct {
+		mechanism, msg, user string
+		ok                   bool
+	}{
+		{"PLAIN", "\x00alice\x00pw", "alice", true},
+		{"PLAIN", "alice\x00alice\x00pw", "alice", true},
+		{"PLAIN", "garbage", "", false},
+		{"SCRAM-SHA-256", "n,,n=al=2Cice=3D,r=nonce", "al,ice=", true},
+		{"SCRAM-SHA-512", "c=biws,r=nonce,p=proof", "", false},
+		{"OAUTHBEARER", "n,,\x01auth=Bearer x\x01\x01", "", false},
+	} {
+		if u, ok := saslUser(c.mechanism, []byte(c.msg)); u != c.user || ok != c.ok {
+			t.Errorf("saslUser(%s, %q) = %q, %v; want %q, %v", c.mechanism, c.msg, u, ok, c.user, c.ok)
+		}
 	}
 }

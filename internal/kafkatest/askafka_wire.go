@@ -37,6 +37,7 @@ type kconn struct {
 
 	sessionEnd       time.Time    // when the SASL session ends (KIP-368); zero if it does not
 	reauthenticating bool         // a SaslHandshake began re-authentication of an ended session
+	mechanism, user  string       // the SASL mechanism and user; user is "" without SASL
 	lastActive       atomic.Int64 // UnixNano of the last read or write on the client's side
 	idle             *time.Timer  // nil if connections are never idle for too long
 

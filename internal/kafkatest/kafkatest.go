@@ -2,6 +2,10 @@
 // benchmarks, with a network layer that can cut, black-hole or slow down one client, recognised by
 // the client.id in its requests, or one broker of a multi-broker cluster, recognised by its listen
 // address.
+//
+// With AsKafka (or KAFKATEST_AS_KAFKA=1 in the environment) the broker answers as Apache Kafka
+// does where kfake is more lenient: see askafka.go for what that covers and the Kafka source each
+// behaviour follows.
 package kafkatest
 
 import (
