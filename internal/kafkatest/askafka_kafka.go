@@ -135,13 +135,12 @@ func (k *Kafka) exchange(x *exchange) ([]byte, bool) {
 // patched forwards the request and lets fix change kfake's answer; true from fix re-encodes it.
 func (x *exchange) patched(fix func(req kmsg.Request, resp kmsg.Response) bool) ([]byte, bool) {
 	req := x.request()
-	if req == nil {
-		raw, err := x.forwardRaw()
-		return raw, err == nil
-	}
 	raw, err := x.forwardRaw()
 	if err != nil {
 		return nil, false
+	}
+	if req == nil || raw == nil {
+		return raw, true
 	}
 	resp, err := decodeResponse(req, raw)
 	if err != nil || !fix(req, resp) {
