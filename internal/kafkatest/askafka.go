@@ -15,9 +15,9 @@ import (
 // follows). It is a kfake.Opt only so that it can ride in the same list; given to kfake.NewCluster
 // directly it does nothing. The broker's Kafka field then holds its knobs.
 //
-// It works at the wire, between the Netem and kfake, so it needs kafkatest's listener: with
-// kfake.TLS (whose listener wraps ours and hides the protocol) or a kfake.ListenFn of the caller's
-// own, connections pass through unchanged.
+// It works at the wire, between the Netem and kfake, so it needs kafkatest's listener and the
+// protocol in the clear: under kfake.TLS (whose listener wraps ours) it relays the encrypted bytes
+// unchanged, and with a kfake.ListenFn of the caller's own it is not there at all.
 func AsKafka(opts ...KafkaOpt) kfake.Opt {
 	cfg := defaultKafkaConfig()
 	for _, o := range opts {

@@ -1,9 +1,16 @@
 package kafkatest
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"math"
+	"math/big"
 	"net"
 	"slices"
 	"strconv"
@@ -503,4 +510,23 @@ func TestSASLUser(t *testing.T) {
 			t.Errorf("saslUser(%s, %q) = %q, %v; want %q, %v", c.mechanism, c.msg, u, ok, c.user, c.ok)
 		}
 	}
+}
+
+// Under kfake.TLS the bytes that reach AsKafka are encrypted: it relays them as they are.
+func TestAsKafkaRelaysTLS(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	b := StartT(t, kfake.TLS(&tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}), AsKafka(instant...))
+	newClient(t, b, kgo.DialTLSConfig(&tls.Config{RootCAs: pool}))
 }

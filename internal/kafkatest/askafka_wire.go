@@ -1,6 +1,7 @@
 package kafkatest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -41,6 +42,7 @@ type kconn struct {
 	lastActive       atomic.Int64 // UnixNano of the last read or write on the client's side
 	idle             *time.Timer  // nil if connections are never idle for too long
 
+	raw                  atomic.Bool // relaying bytes unread (TLS)
 	downOnce, brokerOnce sync.Once
 	downClosed           chan struct{} // the client's side is closed
 	closed               chan struct{} // kfake's side is closed
@@ -80,8 +82,17 @@ func (c *kconn) serve() {
 	if c.idle != nil {
 		defer c.idle.Stop()
 	}
+	var first [1]byte
+	if _, err := io.ReadFull(c.down, first[:]); err != nil {
+		return
+	}
+	if first[0] == tlsHandshake {
+		c.relay(first[0])
+		return
+	}
+	r := io.MultiReader(bytes.NewReader(first[:]), c.down)
 	for {
-		frame, err := readFrame(c.down)
+		frame, err := readFrame(r)
 		if err != nil {
 			return
 		}
@@ -89,6 +100,32 @@ func (c *kconn) serve() {
 		if !c.passThrough(frame) {
 			return
 		}
+		r = c.down
+	}
+}
+
+// tlsHandshake begins a TLS connection. A Kafka request cannot begin with it: its size would be
+// 369 MB or more.
+const tlsHandshake = 0x16
+
+// relay passes a connection's bytes to kfake and back unread: under kfake.TLS, kfake's TLS
+// listener wraps this one, so what arrives here is encrypted.
+func (c *kconn) relay(first byte) {
+	c.raw.Store(true)
+	buf := []byte{first}
+	for {
+		select {
+		case c.toBroker <- buf:
+		case <-c.closed:
+			return
+		}
+		c.touch()
+		buf = make([]byte, 16<<10)
+		n, err := c.down.Read(buf)
+		if err != nil {
+			return
+		}
+		buf = buf[:n]
 	}
 }
 
@@ -96,8 +133,7 @@ func (c *kconn) serve() {
 func (c *kconn) passThrough(frame []byte) bool {
 	x, err := newExchange(c, frame)
 	if err != nil {
-		// Not a Kafka request (a TLS handshake under kfake.TLS cannot reach here, since kfake's
-		// TLS listener wraps this one): let kfake judge it and close.
+		// Not a Kafka request header.
 		return false
 	}
 	c.turn.Lock()
@@ -175,6 +211,10 @@ func (c *kconn) Read(p []byte) (int, error) {
 
 // Write is kfake writing a response; kfake writes each whole, but any split works.
 func (c *kconn) Write(p []byte) (int, error) {
+	if c.raw.Load() {
+		c.touch()
+		return c.down.Write(p)
+	}
 	c.wbuf = append(c.wbuf, p...)
 	for len(c.wbuf) >= 4 {
 		n := 4 + int(binary.BigEndian.Uint32(c.wbuf))
