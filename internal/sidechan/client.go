@@ -58,8 +58,9 @@ type Client struct {
 	settings Settings
 	opts     Options
 	fallback atomic.Pointer[FallbackError]
-	opened   atomic.Int64 // connections opened, for tests and measurements
-	closing  sync.Once
+	// opened and closed count connections, for tests and measurements.
+	opened, closed atomic.Int64
+	closing        sync.Once
 
 	mu      sync.Mutex
 	leaders map[string]topicLeaders // by topic: where Produce sends each partition
@@ -107,7 +108,7 @@ func (c *Client) kgoOptions() []kgo.Opt {
 		// gigabytes; a description of a group of a few thousand members fits many times over.
 		kgo.BrokerMaxReadBytes(64 << 20),
 		kgo.DisableClientMetrics(),
-		kgo.WithHooks(connCounter{&c.opened}),
+		kgo.WithHooks(connCounter{&c.opened, &c.closed}),
 	}
 	if s.ClientID != "" {
 		opts = append(opts, kgo.ClientID(s.ClientID))
@@ -194,8 +195,11 @@ func (c *Client) Fallback() error {
 	return nil
 }
 
-// Opened is how many connections the client has opened.
+// Opened is how many connections the client has opened, Closed how many of them it has closed.
 func (c *Client) Opened() int64 { return c.opened.Load() }
+
+// Closed: see Opened.
+func (c *Client) Closed() int64 { return c.closed.Load() }
 
 // Settings are the client's connection settings.
 func (c *Client) Settings() Settings { return c.settings }
@@ -284,14 +288,16 @@ func asKafkaError(err error) error {
 	return err
 }
 
-// connCounter counts the connections a client opens.
-type connCounter struct{ n *atomic.Int64 }
+// connCounter counts the connections a client opens and closes.
+type connCounter struct{ opened, closed *atomic.Int64 }
 
 func (h connCounter) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err == nil {
-		h.n.Add(1)
+		h.opened.Add(1)
 	}
 }
+
+func (h connCounter) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.closed.Add(1) }
 
 // Coordinator types of FindCoordinator.
 const (
