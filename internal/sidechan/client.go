@@ -244,11 +244,13 @@ func (c *Client) SeedRequest(ctx context.Context, seed int, req kmsg.Request) (k
 	return resp, err
 }
 
-// retry calls fn until it returns no coordinator error, or ctx ends.
+// retry calls fn until it returns no coordinator error, ctx ends, or the client's Limit has
+// passed.
 func (c *Client) retry(ctx context.Context, fn func() error) error {
+	giveUp := time.Now().Add(max(c.opts.Limit, time.Second))
 	for tries := 0; ; tries++ {
 		err := fn()
-		if !coordinatorNotReady(err) {
+		if !coordinatorNotReady(err) || time.Now().After(giveUp) {
 			return err
 		}
 		pause := min(c.settings.Backoff<<min(tries, 16), c.settings.BackoffMax)
