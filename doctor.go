@@ -851,7 +851,7 @@ func (d *doctor) grant(ops, kind, name string) string {
 			list = append(list, op)
 		}
 	}
-	return fmt.Sprintf("grant %s on %s %s: %s", ops, kind, name, aclGrantCommand(grantee(d.principal), list, kind, name, false))
+	return fmt.Sprintf("grant %s on %s %s: %s%s", ops, kind, name, aclGrantCommand(grantee(d.principal), list, kind, name, false), managedNote(d.principal))
 }
 
 // checkTransactionalID asks whether the principal may use the transactional id that a
