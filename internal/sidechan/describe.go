@@ -21,7 +21,8 @@ import (
 // group as a Dead group without any error, as it answers a group that does not exist: so a Dead
 // answer is asked again with ConsumerGroupDescribe, where the broker has it. Members of a classic
 // group that migrates to KIP-848 (a mixed group) are then seen, and Describe finds a live KIP-848
-// group even when asked as a classic one.
+// group even when asked as a classic one. A group that neither kind knows is described as
+// librdkafka describes it, Dead without an error.
 
 // DescribeConsumerGroups describes the one group asked for; see Channel.
 func (c *Client) DescribeConsumerGroups(ctx context.Context, groups []string, _ ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
@@ -56,11 +57,11 @@ func (c *Client) describe(ctx context.Context, group string) (kafka.ConsumerGrou
 	case err != nil:
 		return desc, err
 	case unknown(o):
-		// Neither kind knows it: the classic answer says so in librdkafka's terms.
-		if c.opts.ConsumerProtocol {
-			return o, nil
-		}
-		return desc, nil
+		// Neither kind knows it: a group without members, as librdkafka describes one (Dead, no
+		// error), whichever version of DescribeGroups said so.
+		d := newDescription(group)
+		d.State, d.Type = kafka.ConsumerGroupStateDead, kafka.ConsumerGroupTypeClassic
+		return d, nil
 	}
 	return o, nil
 }

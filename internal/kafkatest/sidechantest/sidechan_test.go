@@ -174,10 +174,10 @@ func TestProduceAfterATimedOutRound(t *testing.T) {
 }
 
 // With connections.max.reauth.ms set, Kafka closes a connection that has not re-authenticated by
-// then (KIP-368, SaslServerAuthenticator); the client re-authenticates on the same connection
-// before the session it was given ends.
+// then (KIP-368, SaslServerAuthenticator; kafkatest.AsKafka does so too); the client
+// re-authenticates on the same connection before the session it was given ends.
 func TestReauthenticatesBeforeTheSessionEnds(t *testing.T) {
-	b := kafkatest.StartT(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "svc", "pw"),
+	b := kafkatest.StartT(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "svc", "pw"), kafkatest.AsKafka(),
 		kfake.BrokerConfigs(map[string]string{"connections.max.reauth.ms": "2000"}))
 	var auths atomic.Int32
 	b.ControlKey(int16(kmsg.SASLAuthenticate), func(kmsg.Request) (kmsg.Response, error, bool) {
