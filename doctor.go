@@ -268,7 +268,10 @@ func unjoin(err error) []error {
 func (d *doctor) checkReach(ctx context.Context) bool {
 	_, _, adminConf := d.config.clientConfigs(d.timing)
 	adminConf["client.id"] = fmt.Sprint(adminConf["client.id"]) + "-doctor"
-	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: d.kip848(), Limit: checkDialTimeout, MetadataV10: true})
+	// Each bootstrap server gets checkDialTimeout to answer, by the context of its request; the
+	// client's own bound is the whole check's, so that a silent server's answer is awaited until
+	// that context ends rather than given up on, and redialled, just before it.
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: d.kip848(), Limit: CheckTimeout, MetadataV10: true})
 	if err != nil {
 		d.add("reach", CheckWarn, "run the doctor where the cluster can be reached with PLAINTEXT, SSL (PEM) or SASL PLAIN/SCRAM, "+
 			"or check the cluster by hand against the production notes of docs/operations.md",
