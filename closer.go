@@ -194,12 +194,13 @@ func (d *driver) endAll(deadline time.Duration) {
 	d.releases = nil
 	limit := d.awaitHeartbeats()
 	if d.wire != nil {
-		d.wire.close()
+		d.wire.Close()
 	}
 	// Released markers also tell observers at once that these roles have no leader.
 	d.writeMarkers(append(unmarked, done...), limit)
-	// A group check may be using the producer's connections.
+	// A group check may be using the producer's connections, or goneli's own.
 	d.check.checker.stop()
+	d.closeSide()
 	if d.heart.p == nil {
 		return
 	}
@@ -233,6 +234,14 @@ func (d *driver) endAll(deadline time.Duration) {
 		}
 		writers.Wait()
 	}()
+}
+
+// closeSide closes goneli's own connection, if there is one, once nothing uses it: the group
+// checker has stopped and no heartbeat round starts any more (its round under way, if any, fails).
+func (d *driver) closeSide() {
+	if d.check.wire != nil {
+		d.check.wire.Close()
+	}
 }
 
 // subscriptionReader is what awaitLeft asks of the consumer beyond KafkaConsumer; *kafka.Consumer

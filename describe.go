@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
 )
 
 // GroupStatus is a group as Describe found it: its members as the group coordinator lists them,
@@ -114,8 +115,12 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	defer admin.Close()
 
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
-	w, _ := newWireDescriber(adminConf, !timing.classic)
-	desc, err := describeGroup(ctx, preferWire(w, admin), config.LeaderGroupID, bound)
+	var side sidechan.Channel
+	if c, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: bound}); err == nil {
+		defer c.Close()
+		side = c
+	}
+	desc, err := describeGroup(ctx, sideFirst{side, admin}, config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)

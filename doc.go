@@ -234,14 +234,16 @@
 // dropped: an assertion in its admin client fails after a use-after-free
 // (confluentinc/librdkafka#4605; a fix is proposed upstream, not released). So goneli asks
 // librdkafka for no such request where it can help it: the group check (New's, each membership's)
-// and Describe find the coordinator and describe the group over a short-lived connection of
-// goneli's own, in the Kafka protocol, with the clients' client.id and security settings
-// (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256 and
-// SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it cannot
-// speak (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine) leave the check to
-// librdkafka's admin client, and New logs so; there the check is sent once per membership and not
-// within a second of a failed broker connection (for at most ten seconds), and an abort stays
-// possible. The group handles an abort as a crash, so it costs a failover, not safety: run
+// and Describe describe the group over goneli's own connection (internal/sidechan: franz-go's kgo
+// client, one per instance), in the Kafka protocol, with the clients' client.id and security
+// settings (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256
+// and SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it
+// cannot follow (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine, a revocation list)
+// leave the check to librdkafka's admin client, and New logs so; so does a broker certificate that
+// Go refuses and OpenSSL may accept (a host named only in the subject's CN), from the first
+// description that meets it, for the instance's life. There the check is sent once per membership
+// and not within a second of a failed broker connection (for at most ten seconds), and an abort
+// stays possible. The group handles an abort as a crash, so it costs a failover, not safety: run
 // contenders under a supervisor that restarts them, as Kubernetes and systemd do.
 //
 // A follower that cannot reach Kafka looks like a healthy follower to Pulse, which returns

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
@@ -56,10 +57,10 @@ type driver struct {
 	// again.
 	commitsHeld bool
 	// beats gathers the heartbeats that the leases produced during a cycle, for sendHeartbeats at
-	// its end; wire writes those of several roles in one request (heartwire.go), nil where it
-	// cannot speak the clients' settings.
+	// its end; wire writes those of several roles in one request over goneli's own connection
+	// (internal/sidechan), nil where that cannot follow the clients' settings.
 	beats []wireBeat
-	wire  *wireHeartbeats
+	wire  *sidechan.Beats[wireBeat]
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
@@ -81,10 +82,10 @@ type driver struct {
 // checkState is what the driver keeps beside the group checker (groupcheck.go).
 type checkState struct {
 	checker *groupChecker
-	// wire describes the group over connections of goneli's own (groupwire.go); nil where the
-	// clients' security settings are ones it cannot speak, and the check then goes through
-	// librdkafka's admin client.
-	wire *wireDescriber
+	// wire is goneli's own connection (internal/sidechan), which describes the group; nil where
+	// it cannot follow the clients' settings, and the check then goes through librdkafka's admin
+	// client, as it does once the connection has given way to librdkafka (viaSide).
+	wire sidechan.Channel
 	// alone is set after a group check failed: the next one goes through an admin client of its
 	// own rather than the producer's (describer).
 	alone bool
@@ -831,7 +832,9 @@ func (d *driver) collectGroupCheck() {
 		return
 	}
 	d.check.alone = res.err != nil
-	if res.err != nil {
+	// A check that failed because goneli's own connection gave way to librdkafka says nothing of
+	// the brokers' connections: the next one goes through librdkafka without a quiet.
+	if res.err != nil && !sidechan.IsFallback(res.err) {
 		d.trouble()
 	}
 	switch {
@@ -871,7 +874,8 @@ func (d *driver) trouble() {
 }
 
 // describer returns what describes the group for the group check: goneli's own connection where
-// it can speak the clients' security settings (groupwire.go), else an admin client.
+// it follows the clients' settings and has not given way to librdkafka (viaSide), else an admin
+// client.
 //
 // Of admin clients the producer's own is preferred: it shares the producer's connections, which,
 // unlike the consumer's, never wait in a long fetch. But after a failed check the next one gets a
@@ -882,7 +886,7 @@ func (d *driver) trouble() {
 // afresh. The producer's is tried again at the next tenure, as a working handle costs nothing to
 // reuse and a stale one costs one retry.
 func (d *driver) describer() (groupDescriber, func(), error) {
-	if d.check.wire != nil {
+	if d.viaSide() {
 		return d.check.wire, func() {}, nil
 	}
 	if !d.ensureProducer() {

@@ -366,6 +366,7 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, systemClock{})
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
+	r.n.d.closeSide()
 	r.n.d.check.wire, r.n.d.wire = nil, nil
 	admin.clientID = r.n.d.clientID
 	if err := r.n.d.join(); err != nil {

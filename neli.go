@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
@@ -139,6 +140,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	n := assemble(config, timing, roles, digest, barrier, systemClock{})
 	if err := n.d.join(); err != nil {
 		n.d.check.checker.stop()
+		n.d.closeSide()
 		n.d.logs.close()
 		return nil, err
 	}
@@ -154,6 +156,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 			n.events.wait()
 			_ = n.d.consumer.Close()
 			n.d.check.checker.stop()
+			n.d.closeSide()
 			n.d.logs.close()
 			return nil, err
 		}
@@ -220,14 +223,15 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
 	d.clientID = fmt.Sprint(consumerConf["client.id"])
 	d.check.checker = newGroupChecker()
-	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
-		d.check.wire = w
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: *config.HeartbeatTimeout,
+		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
+	if err == nil {
+		d.check.wire = side
 		if len(n.parts) > 1 {
-			d.wire = newWireHeartbeats(w, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
+			d.wire = sidechan.NewBeats[wireBeat](side, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
 		}
 	} else {
-		d.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
-			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)
+		d.log.I()("goneli %s: %s", config.Name, viaLibrdkafka(err))
 	}
 	d.watchdog = newWatchdog(d.now, d.expireLeases, n.life.closing)
 	n.d = d

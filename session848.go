@@ -22,10 +22,18 @@ import (
 //	session timeout >= HeartbeatTimeout + 2 x heartbeat interval
 //
 // (one interval for the argument, one for slack), where the session timeout is the group's own
-// consumer.session.timeout.ms if the broker describes one (Kafka 4.0 or later, which describes the
-// value in force, its own default included), else the smallest group.consumer.session.timeout.ms
-// of the brokers, and the heartbeat interval likewise consumer.heartbeat.interval.ms or the largest
-// group.consumer.heartbeat.interval.ms. Whichever broker coordinates the group, the bound holds.
+// consumer.session.timeout.ms where one is set for the group (Kafka 4.0 or later), else the
+// smallest group.consumer.session.timeout.ms of the brokers, and the heartbeat interval likewise
+// consumer.heartbeat.interval.ms or the largest group.consumer.heartbeat.interval.ms. Whichever
+// broker coordinates the group, the bound holds.
+//
+// A group's value counts only when its source is GROUP_CONFIG: Apache Kafka describes a GROUP
+// resource's settings that are not set for the group with the answering broker's own defaults,
+// source DEFAULT_CONFIG (ConfigHelper.createGroupConfigEntry), and the answering broker need not be
+// the coordinator. Kafka 3.7 to 3.9 know no GROUP resource at all, and answer a DescribeConfigs
+// that names one with INVALID_REQUEST for every resource in it
+// (ConfigHelper.handleDescribeConfigsRequest, ConfigResource.Type.forId), so the group is asked
+// for in a request of its own, and a broker's answer never depends on it.
 
 // configDescriber is what New asks of a KafkaAdmin to read the broker's KIP-848 group timing. It
 // is not part of KafkaAdmin, so that wrappers written for earlier versions still satisfy that;
@@ -64,17 +72,10 @@ func readConsumerGroupTiming(ctx context.Context, cd configDescriber, group stri
 	brokers = slices.Clone(brokers)
 	slices.Sort(brokers)
 	// librdkafka sends a request that names a broker's resource to that broker, and takes one
-	// broker resource per request; the group's resource rides along with the first.
-	var requests [][]kafka.ConfigResource
-	for i, id := range brokers {
-		req := []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}}
-		if i == 0 {
-			req = append([]kafka.ConfigResource{{Type: kafka.ResourceGroup, Name: group}}, req...)
-		}
-		requests = append(requests, req)
-	}
-	if len(requests) == 0 {
-		requests = append(requests, []kafka.ConfigResource{{Type: kafka.ResourceGroup, Name: group}})
+	// broker resource per request; the group's resource goes alone (see above).
+	requests := [][]kafka.ConfigResource{{{Type: kafka.ResourceGroup, Name: group}}}
+	for _, id := range brokers {
+		requests = append(requests, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}})
 	}
 	type answer struct {
 		res []kafka.ConfigResourceResult
@@ -110,8 +111,8 @@ func readConsumerGroupTiming(ctx context.Context, cd configDescriber, group stri
 			}
 			switch r.Type {
 			case kafka.ResourceGroup:
-				t.session = t.session.or(settingOf(r, groupSessionKey, what, &t.problems))
-				t.interval = t.interval.or(settingOf(r, groupIntervalKey, what, &t.problems))
+				t.session = t.session.or(groupSettingOf(r, groupSessionKey, what, &t.problems))
+				t.interval = t.interval.or(groupSettingOf(r, groupIntervalKey, what, &t.problems))
 			case kafka.ResourceBroker:
 				if s := settingOf(r, brokerSessionKey, what, &t.problems); s.from != "" && (brokerSession.from == "" || s.value < brokerSession.value) {
 					brokerSession = s
@@ -133,6 +134,14 @@ func (s brokerSetting) or(alt brokerSetting) brokerSetting {
 		return s
 	}
 	return alt
+}
+
+// groupSettingOf is settingOf for a GROUP resource: only a value set for the group counts.
+func groupSettingOf(r kafka.ConfigResourceResult, key, what string, problems *[]string) brokerSetting {
+	if r.Config[key].Source != kafka.ConfigSourceGroup {
+		return brokerSetting{}
+	}
+	return settingOf(r, key, what, problems)
 }
 
 // settingOf reads a millisecond setting from a described resource. A setting that is missing or

@@ -52,6 +52,19 @@ func (l *Log) Contains(s string) bool {
 	return false
 }
 
+// Count reports how many lines logged so far contain s.
+func (l *Log) Count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}
+
 // Scribe returns a scribe, debug level enabled, that logs into l.
 func (l *Log) Scribe() scribe.Scribe {
 	s := scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(func(format string, args ...interface{}) {
