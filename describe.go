@@ -116,14 +116,21 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
 	var side sidechan.Channel
+	var client *sidechan.Client
 	if c, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: bound}); err == nil {
 		defer c.Close()
-		side = c
+		side, client = c, c
 	}
 	desc, err := describeGroup(ctx, sideFirst{side, admin}, config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)
+	case err != nil && client != nil && client.AuthenticationFailed(err):
+		// A broker may answer bad credentials by closing the connection (kfake does), which
+		// alone would read as a bare EOF.
+		s := client.Settings()
+		return status, fmt.Errorf("goneli: cannot describe group %q: SASL %s authentication as %q failed (check sasl.username and sasl.password): %w",
+			config.LeaderGroupID, s.Mechanism, s.User, err)
 	case err != nil:
 		return status, fmt.Errorf("goneli: cannot describe group %q: %w", config.LeaderGroupID, err)
 	case desc.State == kafka.ConsumerGroupStateDead || desc.State == kafka.ConsumerGroupStateUnknown && len(desc.Members) == 0:
