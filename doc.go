@@ -106,13 +106,19 @@
 // covers the time between the member's last group heartbeat and the heartbeat's send time, one is
 // slack for the group heartbeat on the wire; delivery delays only help (a renewal is measured from
 // the send time, the coordinator's session from when it heard the member), and the margin covers
-// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the KIP-848 consumer protocol (group.protocol=consumer) the
-// broker sets both, and New enforces the same condition on them: the group's session timeout
-// (the group's consumer.session.timeout.ms where the broker describes group configs, else the
-// smallest group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout
-// plus twice the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
-// group.consumer.heartbeat.interval.ms), or New fails with a ConfigError naming both values. Where
-// they cannot be read (DescribeConfigs refused, say), New logs a warning and goes on unchecked.
+// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the
+// KIP-848 consumer protocol (group.protocol=consumer) the broker sets both, and New enforces the
+// same condition on them, margin included: the group's session timeout (the group's own
+// consumer.session.timeout.ms where one is set for it, else the smallest
+// group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout plus twice
+// the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
+// group.consumer.heartbeat.interval.ms) plus the margin, or New fails with a ConfigError naming
+// the values. Since an operator can lower them while instances run, every tenure reads them again
+// before it leads, and again after each fence, and does not lead while they no longer cover the
+// lease. Where they cannot be read (DescribeConfigs refused, say), goneli logs a warning and goes
+// on unchecked. Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
+// Apache Kafka; kfake renews it on commits too, which kafkatest.AsKafka corrects), so the argument
+// above rests on the group heartbeats alone, which librdkafka sends whatever the rebalance.
 //
 // An accepted commit proves membership of the current generation, not ownership of partition 0:
 // the coordinator does not check which partitions a member owns. Members of one group that use

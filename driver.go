@@ -64,6 +64,9 @@ type driver struct {
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
+	// brokers are the ids of the brokers New found, whose KIP-848 group settings a check reads
+	// again (checkSessionAgain).
+	brokers   []int32
 	releases  []release // tenures whose released marker waits for the barrier
 	check     checkState
 	reach     reachability // whether Kafka answers, for Stats (reach.go)
@@ -586,7 +589,9 @@ func (d *driver) beginTenure(p *part) {
 		return
 	}
 	p.member = d.group.member.member
-	d.apply(p, p.lease.assign(d.group.member.vouched))
+	// Under KIP-848 every tenure is checked, whatever its membership passed: the check reads the
+	// broker's session for the group again (checkSessionAgain).
+	d.apply(p, p.lease.assign(d.group.member.vouched && d.timing.classic))
 	_, name := p.lease.tenure()
 	d.log.D()("goneli %s: assigned partition %d (tenure %s)", d.config.Name, p.id, name)
 }
@@ -823,7 +828,7 @@ func (d *driver) startGroupCheck() {
 		}
 		return
 	}
-	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures)
+	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures, d.sessionReader(desc))
 }
 
 func (d *driver) collectGroupCheck() {
@@ -846,11 +851,18 @@ func (d *driver) collectGroupCheck() {
 			d.throttle.log(d.log.E(), "conflict", "goneli %s: not leading: %v", d.config.Name, conflict)
 		}
 	}
+	var sessionErr error
+	if res.err == nil && res.timing != nil {
+		sessionErr = d.checkSessionAgain(*res.timing)
+	}
 	for id, tenure := range tenures {
 		p := d.parts[id]
 		c := groupCheck{err: res.err}
 		if res.err == nil {
 			c.verdict = judgeGroup(res.desc, d.topic, d.clientID, p.member, id)
+		}
+		if sessionErr != nil {
+			c.err = sessionErr
 		}
 		d.apply(p, p.lease.checked(tenure, c))
 		if p.lease.cleared(tenure) {

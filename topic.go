@@ -74,6 +74,7 @@ func (d *driver) prepareGroup() error {
 		}
 		return err
 	}
+	d.brokers = brokers
 	d.fitSession(admin, brokers)
 	d.check.count.Add(1)
 	if !d.timing.classic {
