@@ -1,9 +1,16 @@
-.PHONY: test demo vet tidy chaos chaos-kernel chaos-kernel-heal soak release release-check sim
+.PHONY: test test-as-kafka demo vet tidy chaos chaos-kernel chaos-kernel-heal soak release release-check sim
 
 # Every package of every module (go.work), race detector on. Tests that need Docker skip themselves
 # where there is none.
 test:
 	go test -race -count=1 work
+
+# The library's broker tests (internal/kafkatest/coretest) with the embedded broker answering as
+# Apache Kafka does where kfake is more lenient (kafkatest.AsKafka): KAFKA=3.9 for 3.9's answers,
+# RUN=<regexp> for some tests only. Not part of `make test` or CI yet (issue 37).
+KAFKA ?= 4.0
+test-as-kafka:
+	KAFKATEST_AS_KAFKA=$(KAFKA) go test -race -count=1 $(if $(RUN),-run '$(RUN)') ./internal/kafkatest/coretest/
 
 demo:
 	go run ./cmd/neli demo

@@ -1,6 +1,7 @@
 package goneli
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -18,24 +19,39 @@ import (
 // ACL. A lease the instance may still hold runs out on its own, as nothing can renew it.
 type AuthorizationError struct {
 	// Principal is "User:" and KafkaConfig's sasl.username, or empty when none is configured.
+	// On a managed service whose sasl.username is an API key (Confluent Cloud, for one), the
+	// principal that ACLs name is the key's service account instead, which the client cannot
+	// tell; the message says so.
 	Principal string
 	// Operation is the ACL operation missing, for example "Read" or "Write".
 	Operation string
-	// Resource is "topic" or "group", and Name its name.
+	// Resource is "topic", "group" or "transactional-id" (as kafka-acls.sh names it), and Name its
+	// name.
 	Resource, Name string
 	// Prefixed is set when the grant is best given on every resource whose name starts with
-	// Name: the observers' groups are Name and Name-status.
+	// Name: the observers' groups are Name and Name-status, a FencedProducer's transactional ids
+	// Name and Name.<role>.
 	Prefixed bool
-	// Client is the Kafka client that was refused: "consumer", "producer" or "observer".
+	// Client is the Kafka client that was refused: "consumer", "producer", "observer" or
+	// "fenced producer".
 	Client string
 	Err    error
 }
 
 func (e *AuthorizationError) Error() string {
 	who := grantee(e.Principal)
-	return fmt.Sprintf("goneli: the broker refuses %s %s on %s %s (%s: %v); grant it, for example: %s "+
+	return fmt.Sprintf("goneli: the broker refuses %s %s on %s %s (%s: %v); grant it, for example: %s%s "+
 		"(docs/operations.md lists every ACL goneli needs, under ACLs)",
-		who, e.Operation, e.Resource, e.Name, e.Client, e.Err, aclGrantCommand(who, []string{e.Operation}, e.Resource, e.Name, e.Prefixed))
+		who, e.Operation, e.Resource, e.Name, e.Client, e.Err, aclGrantCommand(who, []string{e.Operation}, e.Resource, e.Name, e.Prefixed),
+		managedNote(e.Principal))
+}
+
+// managedNote reminds that a principal read from sasl.username may not be the one ACLs name.
+func managedNote(principal string) string {
+	if principal == "" {
+		return ""
+	}
+	return " (on a managed service where sasl.username is an API key, grant it to the key's service account instead)"
 }
 
 // Unwrap returns the cause.
@@ -66,8 +82,26 @@ func authorizationError(config Config, client string, err error) error {
 	return e
 }
 
+// transactionalAuthorizationError returns the *AuthorizationError that a FencedProducer's
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) stands for, or nil if err is not that: it needs Write
+// on its transactional id, and, where the id is goneli's (fencedPrefix + group, and "." + role for
+// a role), the grant is given on the prefix so that it covers every role.
+func transactionalAuthorizationError(principal, txid, group string, err error) error {
+	var ke kafka.Error
+	if !errors.As(err, &ke) || ke.Code() != kafka.ErrTransactionalIDAuthorizationFailed {
+		return nil
+	}
+	e := &AuthorizationError{Principal: principal, Operation: "Write", Resource: "transactional-id", Name: txid, Client: "fenced producer", Err: ke}
+	if prefix := fencedPrefix + group; group != "" && strings.HasPrefix(txid, prefix) {
+		e.Name, e.Prefixed = prefix, true
+	}
+	return e
+}
+
 // principalOf is the principal that the broker knows the client by when it can be told from
 // config: "User:" and the SASL user name; empty otherwise (a TLS client's is its certificate's).
+// A managed service may map the user name (an API key) to another principal (a service account);
+// what is shown to the operator says so (managedNote).
 func principalOf(config Config) string {
 	if u, ok := config.KafkaConfig["sasl.username"]; ok {
 		return "User:" + fmt.Sprint(u)
@@ -84,7 +118,7 @@ func grantee(principal string) string {
 }
 
 // aclGrantCommand is the kafka-acls.sh command that grants ops on a resource to who: kind is
-// "topic", "group" or "cluster" (whose name the command does not take).
+// "topic", "group", "transactional-id" or "cluster" (whose name the command does not take).
 func aclGrantCommand(who string, ops []string, kind, name string, prefixed bool) string {
 	var b strings.Builder
 	b.WriteString("kafka-acls.sh --add --allow-principal " + who)

@@ -122,9 +122,10 @@ func (n *neli) Await() {
 	}
 }
 
-// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout.
+// closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout
+// (Config.CloseBound, with the session New fitted to the brokers).
 func (d *driver) closeBound() time.Duration {
-	return d.timing.maxPoll + *d.config.HeartbeatTimeout
+	return d.timing.closeBound(*d.config.HeartbeatTimeout)
 }
 
 // leave ends every tenure, leaves the group and closes the consumers, by deadline (on the driver's
@@ -193,12 +194,13 @@ func (d *driver) endAll(deadline time.Duration) {
 	d.releases = nil
 	limit := d.awaitHeartbeats()
 	if d.wire != nil {
-		d.wire.close()
+		d.wire.Close()
 	}
 	// Released markers also tell observers at once that these roles have no leader.
 	d.writeMarkers(append(unmarked, done...), limit)
-	// A group check may be using the producer's connections.
+	// A group check may be using the producer's connections, or goneli's own.
 	d.check.checker.stop()
+	d.closeSide()
 	if d.heart.p == nil {
 		return
 	}
@@ -232,6 +234,14 @@ func (d *driver) endAll(deadline time.Duration) {
 		}
 		writers.Wait()
 	}()
+}
+
+// closeSide closes goneli's own connection, if there is one, once nothing uses it: the group
+// checker has stopped and no heartbeat round starts any more (its round under way, if any, fails).
+func (d *driver) closeSide() {
+	if d.check.wire != nil {
+		d.check.wire.Close()
+	}
 }
 
 // subscriptionReader is what awaitLeft asks of the consumer beyond KafkaConsumer; *kafka.Consumer

@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"sync"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -19,6 +20,9 @@ type committer struct {
 	gate   sync.RWMutex
 	closed bool
 	busy   bool // a commit was started and its answer not collected yet; guarded by the driver's lock
+	// sentAt is when the commit under way was started, on the driver's clock; guarded by the
+	// driver's lock.
+	sentAt time.Duration
 	answer chan kafka.OffsetsCommitted
 }
 
@@ -27,12 +31,12 @@ func newCommitter(c KafkaConsumer, running *sync.WaitGroup) *committer {
 }
 
 // start commits offsets unless a commit is still under way, and reports whether it began one.
-// Called with the driver's lock held.
-func (m *committer) start(offsets []kafka.TopicPartition) bool {
+// now is the driver's time. Called with the driver's lock held.
+func (m *committer) start(offsets []kafka.TopicPartition, now time.Duration) bool {
 	if m.busy || len(offsets) == 0 {
 		return false
 	}
-	m.busy = true
+	m.busy, m.sentAt = true, now
 	m.running.Add(1)
 	go func() {
 		defer m.running.Done()
@@ -49,16 +53,25 @@ func (m *committer) start(offsets []kafka.TopicPartition) bool {
 	return true
 }
 
-// collect returns the answer to the commit under way once it has come. Called with the driver's
-// lock held.
-func (m *committer) collect() (kafka.OffsetsCommitted, bool) {
+// collect returns the answer to the commit under way once it has come, and how long after its
+// start (at the driver's time now) it was collected. Called with the driver's lock held.
+func (m *committer) collect(now time.Duration) (kafka.OffsetsCommitted, time.Duration, bool) {
 	select {
 	case e := <-m.answer:
 		m.busy = false
-		return e, true
+		return e, now - m.sentAt, true
 	default:
-		return kafka.OffsetsCommitted{}, false
+		return kafka.OffsetsCommitted{}, 0, false
 	}
+}
+
+// waiting is how long the commit under way has waited for its answer at the driver's time now;
+// zero when none is. Called with the driver's lock held.
+func (m *committer) waiting(now time.Duration) time.Duration {
+	if !m.busy {
+		return 0
+	}
+	return now - m.sentAt
 }
 
 // close keeps commits from starting on the consumer from now on, after waiting for one under way;

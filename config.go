@@ -3,6 +3,7 @@ package goneli
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -515,13 +516,56 @@ func (c Config) groupTiming() (groupTiming, error) {
 	return t, nil
 }
 
-// expelBound is how long after its last group heartbeat, or after a rebalance began that it has
-// not rejoined, the coordinator may keep a member: the session timeout where it is known, and never
-// more than the rebalance timeout. Under KIP-848 the broker's session counts once New has read it.
+// closeBound is how long Close may take with this timing and a lease of ht: the rebalance timeout,
+// for which a revocation may wait for the barrier or a close may wait for a rebalance under way,
+// plus one lease for leaving the group and closing the clients.
+func (t groupTiming) closeBound(ht time.Duration) time.Duration {
+	return t.maxPoll + ht
+}
+
+// CloseBound is how long Close may take with this configuration, its unset fields taking their
+// defaults: the rebalance timeout (max.poll.interval.ms: twice HeartbeatTimeout, or the session
+// timeout if that is longer, unless KafkaConfig sets it) plus one HeartbeatTimeout; 15 s at the
+// default lease. Run returns within it too once its context ends, if the leader function returns
+// promptly when its context is cancelled.
+//
+// A supervisor that kills a process it asked to stop should wait longer than this, and longer
+// than the program needs for its own work after Close: Kubernetes' terminationGracePeriodSeconds,
+// systemd's TimeoutStopSec. A process killed while Close is under way is as safe as one that
+// crashes, but its successor waits for its group session to expire (SessionTimeout) instead of
+// taking over within a group heartbeat interval.
+//
+// New may raise the bound: where the brokers' group.min.session.timeout.ms is longer than the
+// derived session and the rebalance timeout (leases under 3 s against Kafka's default minimum of
+// 6 s), New raises both to that minimum, and Close's bound is then that minimum plus one
+// HeartbeatTimeout. CloseBound returns Validate's error for a configuration that New would refuse.
+func (c Config) CloseBound() (time.Duration, error) {
+	// SetDefaults adds bootstrap.servers to the map, which is the caller's.
+	c.KafkaConfig = maps.Clone(c.KafkaConfig)
+	c.SetDefaults()
+	if err := c.Validate(); err != nil {
+		return 0, err
+	}
+	t, err := c.groupTiming()
+	if err != nil {
+		return 0, err
+	}
+	return t.closeBound(*c.HeartbeatTimeout), nil
+}
+
+// expelBound is how long after a rebalance began that it did not rejoin the coordinator may still
+// keep a member that goes on committing, the bound the window for explicit commits rests on
+// (commitWindow in lease.go). Under the classic protocol that is the rebalance timeout: Apache
+// Kafka's coordinator renews a classic member's session with every commit it accepts while the
+// group is Stable or PreparingRebalance (OffsetMetadataManager.validateOffsetCommit, "offset commits
+// maintain the session"; kfake's group.handleOffsetCommit alike), so a member whose explicit commits
+// are accepted is removed only when the join phase it did not rejoin ends, the rebalance timeout
+// after it began. Under KIP-848 commits renew no session (only ConsumerGroupHeartbeat does), so the
+// session counts as well, the broker's once New has read it.
 func (t groupTiming) expelBound() time.Duration {
 	switch {
 	case t.classic:
-		return min(t.session, t.maxPoll)
+		return t.maxPoll
 	case t.brokerSession > 0:
 		return min(t.brokerSession, t.maxPoll)
 	}
@@ -529,14 +573,19 @@ func (t groupTiming) expelBound() time.Duration {
 }
 
 // commitWindow is the lease's window for explicit commits (commitWindow in lease.go) under this
-// timing: what the coordinator's bound on keeping a silent member leaves beyond a lease of ht and
-// two group heartbeat intervals.
+// timing: what the coordinator's bound on keeping a member that did not rejoin a rebalance
+// (expelBound) leaves beyond a lease of ht and two group heartbeat intervals.
 func (t groupTiming) commitWindow(ht time.Duration) time.Duration {
-	hb := t.interval
+	return commitWindow(t.expelBound(), ht, t.heartbeat())
+}
+
+// heartbeat is the group heartbeat interval in force: the broker's under KIP-848 once New has read
+// it, else heartbeat.interval.ms.
+func (t groupTiming) heartbeat() time.Duration {
 	if !t.classic && t.brokerInterval > 0 {
-		hb = t.brokerInterval
+		return t.brokerInterval
 	}
-	return commitWindow(t.expelBound(), ht, hb)
+	return t.interval
 }
 
 // SessionTimeout is the group session timeout (session.timeout.ms) that goneli derives for a lease of

@@ -245,15 +245,16 @@ func TestSafeOverridesAreAccepted(t *testing.T) {
 
 func TestDerivedGroupTiming(t *testing.T) {
 	// The session is the lease, two group heartbeat intervals and a twentieth of the lease (at
-	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease; explicit commits may renew for
-	// what the session leaves beyond the lease and two intervals.
+	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease, and at
+	// least the session; explicit commits may renew for what the rebalance timeout leaves beyond
+	// the lease and two intervals (expelBound).
 	for _, tc := range []struct {
 		lease, session, interval, window time.Duration
 	}{
-		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 250 * time.Millisecond},
-		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 50 * time.Millisecond},
+		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 4 * time.Second},
+		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 800 * time.Millisecond},
 		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 300 * time.Millisecond},
-		{60 * time.Second, 69 * time.Second, 3 * time.Second, 3 * time.Second},
+		{60 * time.Second, 69 * time.Second, 3 * time.Second, 54 * time.Second},
 	} {
 		c := validConfig()
 		c.HeartbeatTimeout, c.RenewInterval = Duration(tc.lease), nil
@@ -262,9 +263,9 @@ func TestDerivedGroupTiming(t *testing.T) {
 			t.Fatalf("lease %v: %v", tc.lease, err)
 		}
 		timing, _ := c.groupTiming()
-		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != 2*tc.lease {
+		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != max(2*tc.lease, tc.session) {
 			t.Errorf("lease %v: session %v interval %v maxPoll %v; want %v %v %v",
-				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, 2*tc.lease)
+				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, max(2*tc.lease, tc.session))
 		}
 		if got := SessionTimeout(tc.lease); got != tc.session {
 			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)
@@ -275,6 +276,42 @@ func TestDerivedGroupTiming(t *testing.T) {
 		if timing.session < tc.lease+2*timing.interval {
 			t.Errorf("lease %v: derived timing breaks its own safety margin", tc.lease)
 		}
+	}
+}
+
+func TestCloseBound(t *testing.T) {
+	// The rebalance timeout plus a lease: the rebalance timeout is twice the lease, or the session
+	// if that is longer, or what max.poll.interval.ms says.
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration
+		kafka KafkaConfigMap
+		want  time.Duration
+	}{
+		{"defaults", 0, nil, 15 * time.Second},
+		{"1s lease", time.Second, nil, 3 * time.Second},
+		{"shortest lease, whose 1 s session is its rebalance timeout", 500 * time.Millisecond, nil, 1500 * time.Millisecond},
+		{"long session", 0, KafkaConfigMap{"session.timeout.ms": 20000}, 25 * time.Second},
+		{"max.poll.interval.ms", 0, KafkaConfigMap{"max.poll.interval.ms": "30000"}, 35 * time.Second},
+		{"KIP-848", time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 3 * time.Second},
+	} {
+		c := Config{KafkaConfig: tc.kafka}
+		if tc.lease > 0 {
+			c.HeartbeatTimeout = Duration(tc.lease)
+		}
+		got, err := c.CloseBound()
+		if err != nil || got != tc.want {
+			t.Errorf("%s: CloseBound() = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+		if _, ok := tc.kafka["bootstrap.servers"]; ok {
+			t.Errorf("%s: CloseBound wrote the default bootstrap.servers into the caller's KafkaConfig", tc.name)
+		}
+	}
+
+	_, err := Config{HeartbeatTimeout: Duration(100 * time.Millisecond)}.CloseBound()
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "HeartbeatTimeout" {
+		t.Errorf("CloseBound of a lease below the minimum: %v, want a ConfigError naming HeartbeatTimeout", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
 )
 
 // GroupStatus is a group as Describe found it: its members as the group coordinator lists them,
@@ -114,11 +115,22 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	defer admin.Close()
 
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
-	w, _ := newWireDescriber(adminConf, !timing.classic)
-	desc, err := describeGroup(ctx, preferWire(w, admin), config.LeaderGroupID, bound)
+	var side sidechan.Channel
+	var client *sidechan.Client
+	if c, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: bound}); err == nil {
+		defer c.Close()
+		side, client = c, c
+	}
+	desc, err := describeGroup(ctx, sideFirst{side, admin}, config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)
+	case err != nil && client != nil && client.AuthenticationFailed(err):
+		// A broker may answer bad credentials by closing the connection (kfake does), which
+		// alone would read as a bare EOF.
+		s := client.Settings()
+		return status, fmt.Errorf("goneli: cannot describe group %q: SASL %s authentication as %q failed (check sasl.username and sasl.password): %w",
+			config.LeaderGroupID, s.Mechanism, s.User, err)
 	case err != nil:
 		return status, fmt.Errorf("goneli: cannot describe group %q: %w", config.LeaderGroupID, err)
 	case desc.State == kafka.ConsumerGroupStateDead || desc.State == kafka.ConsumerGroupStateUnknown && len(desc.Members) == 0:

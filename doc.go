@@ -64,15 +64,28 @@
 //     last second, and the coordinator holds its JoinGroup until the rebalance completes, which
 //     holds back every later request on that connection. The coordinator accepts a commit with
 //     the current generation until then, and while librdkafka waits to rejoin goneli sends the
-//     stalled offsets' commits itself, but only within a window of the last automatic commit
-//     (commitWindow: the session timeout, or the rebalance timeout if shorter, minus
-//     HeartbeatTimeout minus two group heartbeat intervals; nothing if the settings leave no
-//     room). At the default timing that is the session's margin, a twentieth of the lease, so
-//     a leader at a short lease can be fenced by librdkafka's wait of up to a second to rejoin and
-//     lead again once the rebalance ends; a session.timeout.ms of twice the lease widens the window
-//     to 0.8 x HeartbeatTimeout, at the cost of failover. So a member's last renewal comes at most
-//     that window plus a heartbeat interval after it was last heard from, and its lease runs out a
-//     heartbeat interval before the coordinator could expel it. One qualification: while the coordinator is unreachable
+//     stalled offsets' commits itself. Such an explicit commit renews only a heartbeat sent within a
+//     window after the anchor, the moment the newest offset that an automatic commit got accepted
+//     was stored (commitWindow: the rebalance timeout, max.poll.interval.ms, minus HeartbeatTimeout
+//     minus two group heartbeat intervals; nothing if the settings leave no room; under KIP-848 the
+//     shorter of the session and rebalance timeouts stands for the rebalance timeout, since there
+//     commits renew no session).
+//     The offset was stored before the commit went out, so the anchor is never later than the
+//     commit's acceptance, however late a paused poll loop sees its result. For a rebalance that
+//     begins at R and that the member does not rejoin, an explicit renewal's lease therefore ends by
+//     R + hb + d + window + HeartbeatTimeout = R + expel - hb + d, where hb is the group heartbeat
+//     interval, expel the rebalance timeout after which the coordinator removes the member (a
+//     classic coordinator renews the session of a member with every commit it accepts, Apache
+//     Kafka's OffsetMetadataManager says), and d how much longer than one interval librdkafka took to learn of the
+//     rebalance, its heartbeat's answer time beyond the interval: the lease runs out before the
+//     removal while d, plus what the clocks drift apart over expel, stays under one interval.
+//     librdkafka shows goneli neither its group heartbeats nor their answers, so goneli watches the
+//     answers it can see on the same connection, which the broker gives in order: explicit commits
+//     stop after one of them waited longer than an interval for its answer, until an automatic
+//     commit is accepted again. At the default timing the window is 0.8 x HeartbeatTimeout, which
+//     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up; at
+//     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
+//     One qualification: while the coordinator is unreachable
 //     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
 //     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
 //     a late commit from renewing a lease the group has moved on from is librdkafka's own session
@@ -93,13 +106,19 @@
 // covers the time between the member's last group heartbeat and the heartbeat's send time, one is
 // slack for the group heartbeat on the wire; delivery delays only help (a renewal is measured from
 // the send time, the coordinator's session from when it heard the member), and the margin covers
-// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the KIP-848 consumer protocol (group.protocol=consumer) the
-// broker sets both, and New enforces the same condition on them: the group's session timeout
-// (the group's consumer.session.timeout.ms where the broker describes group configs, else the
-// smallest group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout
-// plus twice the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
-// group.consumer.heartbeat.interval.ms), or New fails with a ConfigError naming both values. Where
-// they cannot be read (DescribeConfigs refused, say), New logs a warning and goes on unchecked.
+// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the
+// KIP-848 consumer protocol (group.protocol=consumer) the broker sets both, and New enforces the
+// same condition on them, margin included: the group's session timeout (the group's own
+// consumer.session.timeout.ms where one is set for it, else the smallest
+// group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout plus twice
+// the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
+// group.consumer.heartbeat.interval.ms) plus the margin, or New fails with a ConfigError naming
+// the values. Since an operator can lower them while instances run, every tenure reads them again
+// before it leads, and again after each fence, and does not lead while they no longer cover the
+// lease. Where they cannot be read (DescribeConfigs refused, say), goneli logs a warning and goes
+// on unchecked. Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
+// Apache Kafka; kfake renews it on commits too, which kafkatest.AsKafka corrects), so the argument
+// above rests on the group heartbeats alone, which librdkafka sends whatever the rebalance.
 //
 // An accepted commit proves membership of the current generation, not ownership of partition 0:
 // the coordinator does not check which partitions a member owns. Members of one group that use
@@ -196,11 +215,13 @@
 //
 // librdkafka also sends at most one JoinGroup per member per second. A rebalance that begins
 // within a second of the previous one (a rolling restart: one member leaves, its replacement joins
-// a moment later) therefore lasts until a second after the previous one for every member, and the
-// leader renews nothing meanwhile. With HeartbeatTimeout under about two seconds that can fence the
-// leader, which renews again once the rebalance completes: the benchmark at HeartbeatTimeout=1s
-// saw this in about one trial in five, when a member was started right after a handoff. Leases of
-// several seconds are not affected.
+// a moment later) therefore lasts until a second after the previous one for every member, and
+// librdkafka auto-commits nothing meanwhile. The leader renews through it on explicit commits, for
+// heartbeats sent up to 0.8 x HeartbeatTimeout after its last automatic commit's offset was stored
+// (the window above), which outlasts the wait at leases from about 0.7 s up; below that the leader
+// can be fenced, and renews again once the rebalance completes. (Before the window was anchored at
+// the offset's store time it was the session's margin, a twentieth of the lease, and the benchmark
+// at HeartbeatTimeout=1s saw such a fence in about one trial in five.)
 //
 // librdkafka keeps, for a client's life, the highest leader epoch it has seen for each partition
 // and ignores metadata that names an older one (confluentinc/librdkafka#4898). A leader topic that
@@ -219,14 +240,16 @@
 // dropped: an assertion in its admin client fails after a use-after-free
 // (confluentinc/librdkafka#4605; a fix is proposed upstream, not released). So goneli asks
 // librdkafka for no such request where it can help it: the group check (New's, each membership's)
-// and Describe find the coordinator and describe the group over a short-lived connection of
-// goneli's own, in the Kafka protocol, with the clients' client.id and security settings
-// (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256 and
-// SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it cannot
-// speak (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine) leave the check to
-// librdkafka's admin client, and New logs so; there the check is sent once per membership and not
-// within a second of a failed broker connection (for at most ten seconds), and an abort stays
-// possible. The group handles an abort as a crash, so it costs a failover, not safety: run
+// and Describe describe the group over goneli's own connection (internal/sidechan: franz-go's kgo
+// client, one per instance), in the Kafka protocol, with the clients' client.id and security
+// settings (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256
+// and SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it
+// cannot follow (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine, a revocation list)
+// leave the check to librdkafka's admin client, and New logs so; so does a broker certificate that
+// Go refuses and OpenSSL may accept (a host named only in the subject's CN), from the first
+// description that meets it, for the instance's life. There the check is sent once per membership
+// and not within a second of a failed broker connection (for at most ten seconds), and an abort
+// stays possible. The group handles an abort as a crash, so it costs a failover, not safety: run
 // contenders under a supervisor that restarts them, as Kubernetes and systemd do.
 //
 // A follower that cannot reach Kafka looks like a healthy follower to Pulse, which returns

@@ -10,10 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -22,10 +23,12 @@ import (
 // lease's session, a missing ACL or a leader topic with one replica at deployment, not at the first
 // outage. It sends only requests that change nothing: ApiVersions, Metadata, DescribeConfigs,
 // FindCoordinator, DescribeGroups (or ConsumerGroupDescribe) and a CreateTopics that only
-// validates. It never joins the group, commits or writes a heartbeat, so it can run beside a live
-// group. It speaks over goneli's own connection (wireconn.go) rather than librdkafka's admin
-// client, whose coordinator-bound requests can abort the process while a broker restarts
-// (confluentinc/librdkafka#4605).
+// validates. (A broker creates its internal offsets and transaction topics when a coordinator is
+// first looked up on a cluster that has none yet, as it does for the first group or transactional
+// producer of any client.) It never joins the group, commits or writes a heartbeat, so it can run
+// beside a live group. It speaks over goneli's own connection (internal/sidechan) rather than
+// librdkafka's admin client, whose coordinator-bound requests can abort the process while a broker
+// restarts (confluentinc/librdkafka#4605).
 
 // CheckStatus is the outcome of one check of Check.
 type CheckStatus int
@@ -59,7 +62,8 @@ func (s CheckStatus) MarshalText() ([]byte, error) { return []byte(s.String()), 
 // CheckResult is one finding of Check.
 type CheckResult struct {
 	// Name is a short, stable identifier of the check: "config", "reach", "broker", "session",
-	// "topic", "topic-config", "acl-topic", "acl-group", "acl-observer" or "acl-cluster".
+	// "topic", "topic-config", "acl-topic", "acl-group", "acl-observer", "acl-cluster" or
+	// "acl-transactional-id".
 	Name   string
 	Status CheckStatus
 	// Detail says what was found.
@@ -124,9 +128,10 @@ const checkDialTimeout = 5 * time.Second
 // then holds what was found so far), and nil otherwise; warnings do not make it non-nil, so a
 // service can run Check at start-up and refuse to go on when it returns an error.
 //
-// Check connects with the TLS and SASL settings of KafkaConfig as goneli's own connection speaks
+// Check connects with the TLS and SASL settings of KafkaConfig as goneli's own connection follows
 // them (PLAINTEXT, SSL with PEM files, SASL PLAIN and SCRAM); with other settings (GSSAPI,
-// OAUTHBEARER, a keystore) it checks the configuration only, and says so in a warning.
+// OAUTHBEARER, a keystore), or a broker certificate that only librdkafka accepts, it checks the
+// configuration only, and says so in a warning that names what New logs for the same settings.
 func Check(ctx context.Context, config Config, roles ...string) (CheckReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
@@ -154,20 +159,20 @@ type doctor struct {
 	timing groupTiming
 	// timingOK: the configuration passed Validate, so timing is what New would derive.
 	timingOK  bool
-	need      int    // partitions: one per role
+	need      int // partitions: one per role
+	roles     []string
 	principal string // empty when the configuration does not tell it
-	wire      *wireDescriber
-	boot      *wireConn
-	// conns are the connections opened to brokers other than boot's, kept for the run: the
-	// session, topic and group checks ask the same brokers, each over TLS and SASL.
-	conns   map[string]*wireConn
-	brokers map[int32]string // id to host:port, from Metadata
-	control int32
+	side      *sidechan.Client
+	// versions are the API versions of the broker that answered first, by key: lowest, highest;
+	// groupVersion its finalized group.version feature, -1 if it supports none.
+	versions     map[int16][2]int16
+	groupVersion int16
+	brokers      map[int32]string // id to host:port, from Metadata
 	// clusterOps are the principal's operations on the cluster, from Metadata; noOps if unknown.
 	clusterOps int32
-	// describing makes the concurrent DescribeConfigs of readConsumerGroupTiming take turns: they
-	// share conns, and a wireConn carries one request at a time.
-	describing sync.Mutex
+	// brokerConfig is one broker's configuration, or why it could not be read (checkBroker).
+	brokerConfig    map[string]kafka.ConfigEntryResult
+	brokerConfigErr error
 }
 
 func (d *doctor) add(name string, s CheckStatus, fix string, format string, args ...any) {
@@ -176,18 +181,20 @@ func (d *doctor) add(name string, s CheckStatus, fix string, format string, args
 
 // run runs the checks, and reports whether they finished before ctx ended.
 func (d *doctor) run(ctx context.Context, config Config, roles []string) bool {
-	defer d.closeConns()
+	defer d.close()
 	if !d.checkConfig(config, roles) {
 		return true
 	}
 	if !d.checkReach(ctx) {
 		return ctx.Err() == nil
 	}
-	d.checkBroker()
-	if topic, ok := d.metadata(ctx); ok {
+	topic, ok := d.metadata(ctx)
+	d.checkBroker(ctx)
+	if ok {
 		d.checkSession(ctx)
 		d.checkTopic(ctx, topic)
 		d.checkGroupACLs(ctx)
+		d.checkTransactionalID(ctx)
 	}
 	return ctx.Err() == nil
 }
@@ -206,6 +213,7 @@ func (d *doctor) checkConfig(config Config, roles []string) bool {
 	config.SetDefaults()
 	d.config = config
 	d.need = max(len(roles), 1)
+	d.roles = roles
 	bad := 0
 	var ce *ConfigError
 	report := func(err error) {
@@ -255,31 +263,46 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// checkReach connects to a bootstrap server as goneli's own connection does, and reports whether
-// one answered as Kafka and let the client in.
+// checkReach connects to each bootstrap server in turn as goneli's own connection does, until one
+// answers as Kafka and lets the client in, and reports whether one did.
 func (d *doctor) checkReach(ctx context.Context) bool {
 	_, _, adminConf := d.config.clientConfigs(d.timing)
 	adminConf["client.id"] = fmt.Sprint(adminConf["client.id"]) + "-doctor"
-	w, err := newWireDescriber(adminConf, false)
+	// Each bootstrap server gets checkDialTimeout to answer, by the context of its request; the
+	// client's own bound is the whole check's, so that a silent server's answer is awaited until
+	// that context ends rather than given up on, and redialled, just before it.
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: d.kip848(), Limit: CheckTimeout, MetadataV10: true})
 	if err != nil {
 		d.add("reach", CheckWarn, "run the doctor where the cluster can be reached with PLAINTEXT, SSL (PEM) or SASL PLAIN/SCRAM, "+
 			"or check the cluster by hand against the production notes of docs/operations.md",
-			"cannot check the cluster: %v; only the configuration was checked", err)
+			"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
 		return false
 	}
-	d.wire = w
+	d.side = side
 	var problems []string
-	for _, addr := range w.servers {
+	for i, addr := range side.Settings().Seeds {
 		if ctx.Err() != nil {
 			break
 		}
 		dctx, cancel := context.WithTimeout(ctx, checkDialTimeout)
-		c, err := w.dialer.dial(dctx, addr)
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.ClientSoftwareName, req.ClientSoftwareVersion = "goneli-doctor", "1"
+		resp, err := side.SeedRequest(dctx, i, req)
 		cancel()
+		if sidechan.IsFallback(err) {
+			d.add("reach", CheckWarn, "check the cluster by hand against the production notes of docs/operations.md, or give the brokers "+
+				"certificates that name them in a subject alternative name",
+				"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
+			return false
+		}
 		if err == nil {
-			d.boot = c
-			d.add("reach", CheckOK, "", "%s answers as Kafka%s", addr, d.authNote())
-			return true
+			r := resp.(*kmsg.ApiVersionsResponse)
+			if r.ErrorCode == 0 {
+				d.learnVersions(r)
+				d.add("reach", CheckOK, "", "%s answers as Kafka%s", addr, d.authNote())
+				return true
+			}
+			err = sidechan.KafkaError(r.ErrorCode, nil)
 		}
 		problems = append(problems, addr+": "+d.whyNot(err))
 	}
@@ -288,9 +311,29 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 	return false
 }
 
+// learnVersions keeps what a broker's ApiVersions says: its API versions and the level of its
+// group.version feature (KIP-848's, from Kafka 3.9; -1 where the broker supports no such feature).
+func (d *doctor) learnVersions(r *kmsg.ApiVersionsResponse) {
+	d.versions = map[int16][2]int16{}
+	for _, k := range r.ApiKeys {
+		d.versions[k.ApiKey] = [2]int16{k.MinVersion, k.MaxVersion}
+	}
+	d.groupVersion = -1
+	for _, f := range r.SupportedFeatures {
+		if f.Name == "group.version" {
+			d.groupVersion = 0
+		}
+	}
+	for _, f := range r.FinalizedFeatures {
+		if f.Name == "group.version" && d.groupVersion >= 0 {
+			d.groupVersion = f.MaxVersionLevel
+		}
+	}
+}
+
 func (d *doctor) authNote() string {
-	if d.wire.dialer.sasl != nil {
-		return fmt.Sprintf(" and authenticates %s with SASL %s", d.principal, d.wire.dialer.sasl.mechanism)
+	if m := d.side.Settings().Mechanism; m != "" {
+		return fmt.Sprintf(" and authenticates %s with SASL %s", d.who(), m)
 	}
 	return ""
 }
@@ -300,8 +343,8 @@ func (d *doctor) whyNot(err error) string {
 	var ne net.Error
 	var oe *net.OpError
 	switch {
-	case strings.Contains(err.Error(), "SASL"), strings.Contains(err.Error(), "SCRAM"):
-		return "authentication failed: " + err.Error()
+	case d.side.AuthenticationFailed(err):
+		return fmt.Sprintf("authentication failed: SASL %s as %s: %v", d.side.Settings().Mechanism, d.who(), err)
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return "cannot connect: " + err.Error()
 	case errors.As(err, &ne) && ne.Timeout():
@@ -312,15 +355,15 @@ func (d *doctor) whyNot(err error) string {
 
 // checkBroker reports the broker's version, as far as the APIs it offers tell it, and whether it
 // offers the group protocol the configuration asks for.
-func (d *doctor) checkBroker() {
-	v := d.boot.versions
+func (d *doctor) checkBroker(ctx context.Context) {
+	v := d.versions
 	has := func(k kmsg.Key, minMax int16) bool { r, ok := v[k.Int16()]; return ok && r[1] >= minMax }
 	version := "before Kafka 2.4"
 	switch {
 	case has(kmsg.ConsumerGroupHeartbeat, 0) && has(kmsg.DescribeTopicPartitions, 0):
-		version = "Kafka 4.0 or later, or 3.8-3.9 with KIP-848 enabled"
-	case has(kmsg.DescribeTopicPartitions, 0):
 		version = "Kafka 3.8 or later"
+	case has(kmsg.ConsumerGroupHeartbeat, 0):
+		version = "Kafka 3.7 or later"
 	case has(kmsg.JoinGroup, 6):
 		version = "Kafka 2.4 or later"
 	}
@@ -328,17 +371,82 @@ func (d *doctor) checkBroker() {
 	if has(kmsg.JoinGroup, 0) {
 		protocols = append(protocols, "classic")
 	}
-	if has(kmsg.ConsumerGroupHeartbeat, 0) {
+	consumer, known, why := d.consumerProtocol(ctx)
+	switch {
+	case consumer && known:
 		protocols = append(protocols, "consumer (KIP-848)")
+	case consumer:
+		protocols = append(protocols, "consumer (KIP-848) offered, "+why)
 	}
 	detail := fmt.Sprintf("%s (by the APIs it offers); group protocols: %s", version, strings.Join(protocols, ", "))
+	if !consumer && why != "" {
+		detail += "; not the consumer protocol (KIP-848): " + why
+	}
 	switch {
-	case d.kip848() && !has(kmsg.ConsumerGroupHeartbeat, 0):
-		d.add("broker", CheckFail, "drop group.protocol=consumer, or use Kafka 4.0 or later", "%s; group.protocol=consumer needs KIP-848", detail)
+	case d.kip848() && !consumer:
+		d.add("broker", CheckFail, "drop group.protocol=consumer, or enable KIP-848 on the brokers (Kafka 4.0 or later)", "%s; group.protocol=consumer needs KIP-848", detail)
 	case !has(kmsg.JoinGroup, 6):
 		d.add("broker", CheckFail, "use Kafka 2.4 or later", "%s; goneli needs cooperative rebalancing (Kafka 2.4)", detail)
+	case d.kip848() && !known:
+		d.add("broker", CheckWarn, "grant DescribeConfigs on the cluster, or check the brokers' group.coordinator.rebalance.protocols by hand",
+			"%s; group.protocol=consumer needs KIP-848 enabled", detail)
 	default:
 		d.add("broker", CheckOK, "", "%s", detail)
+	}
+}
+
+// rebalanceProtocolsKey is the broker setting that lists the group protocols its coordinator
+// serves (Kafka 3.7 or later).
+const rebalanceProtocolsKey = "group.coordinator.rebalance.protocols"
+
+// consumerProtocol reports whether the brokers serve the consumer group protocol (KIP-848),
+// whether that is known, and why not or why unknown. Apache Kafka lists ConsumerGroupHeartbeat in
+// ApiVersions from 3.7 whether or not the protocol is enabled; it serves it only when
+// group.coordinator.rebalance.protocols names "consumer" and, from 3.9, its group.version feature
+// is finalized at 1 or more (KafkaApis.isConsumerGroupProtocolEnabled).
+func (d *doctor) consumerProtocol(ctx context.Context) (available, known bool, why string) {
+	if r, ok := d.versions[kmsg.ConsumerGroupHeartbeat.Int16()]; !ok || r[1] < 0 {
+		return false, true, ""
+	}
+	if d.groupVersion == 0 {
+		return false, true, "its group.version feature is not finalized at 1 or more (kafka-features.sh upgrade --feature group.version=1)"
+	}
+	d.readBrokerConfig(ctx)
+	if e, ok := d.brokerConfig[rebalanceProtocolsKey]; ok {
+		if !slices.Contains(strings.Split(strings.ReplaceAll(e.Value, " ", ""), ","), "consumer") {
+			return false, true, fmt.Sprintf("%s=%s", rebalanceProtocolsKey, e.Value)
+		}
+		return true, true, ""
+	}
+	if d.groupVersion > 0 {
+		// A broker that lists no such setting (or would not say) and finalizes group.version.
+		return true, true, ""
+	}
+	reason := "the broker does not list " + rebalanceProtocolsKey
+	if d.brokerConfigErr != nil {
+		reason = fmt.Sprintf("its %s could not be read (%v)", rebalanceProtocolsKey, d.brokerConfigErr)
+	}
+	return true, false, "whether it is enabled is not known: " + reason
+}
+
+// readBrokerConfig reads one broker's configuration, once.
+func (d *doctor) readBrokerConfig(ctx context.Context) {
+	if d.brokerConfig != nil || d.brokerConfigErr != nil {
+		return
+	}
+	if len(d.brokers) == 0 {
+		d.brokerConfigErr = errors.New("no broker is known")
+		return
+	}
+	id := slices.Min(slices.Collect(maps.Keys(d.brokers)))
+	res, err := d.side.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}})
+	switch {
+	case err != nil:
+		d.brokerConfigErr = err
+	case res[0].Error.Code() != kafka.ErrNoError:
+		d.brokerConfigErr = res[0].Error
+	default:
+		d.brokerConfig = res[0].Config
 	}
 }
 
@@ -365,9 +473,12 @@ func (d *doctor) metadata(ctx context.Context) (topicInfo, bool) {
 	req.Topics = []kmsg.MetadataRequestTopic{t}
 	req.IncludeTopicAuthorizedOperations = true
 	req.IncludeClusterAuthorizedOperations = true
-	// Version 10 is the last that reports the cluster's operations; later ones leave them to
-	// DescribeCluster, which is not worth a request here.
-	resp, err := d.boot.request(ctx, req, 10)
+	// The check changes nothing: a broker with auto.create.topics.enable would otherwise create
+	// the topic it is asked about (the request's default allows it).
+	req.AllowAutoTopicCreation = false
+	// Version 10 is the last that reports the cluster's operations (the doctor's client goes no
+	// higher); later ones leave them to DescribeCluster, which is not worth a request here.
+	resp, err := d.side.Request(ctx, req)
 	if err != nil {
 		d.add("topic", CheckFail, "check that the broker is healthy", "cannot read the cluster's metadata: %v", err)
 		return topicInfo{}, false
@@ -377,7 +488,6 @@ func (d *doctor) metadata(ctx context.Context) (topicInfo, bool) {
 	for _, b := range r.Brokers {
 		d.brokers[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
 	}
-	d.control = r.ControllerID
 	info := topicInfo{code: 3, ops: noOps} // 3: UNKNOWN_TOPIC_OR_PARTITION
 	d.clusterOps = noOps
 	if r.Version >= 8 {
@@ -409,7 +519,7 @@ func (d *doctor) checkSession(ctx context.Context) {
 		return
 	}
 	ids := slices.Sorted(maps.Keys(d.brokers))
-	cd := wireConfigs{d: d}
+	cd := d.side
 	ht := *d.config.HeartbeatTimeout
 	if !d.timing.classic {
 		t := readConsumerGroupTiming(ctx, cd, d.config.LeaderGroupID, ids, ht)
@@ -460,7 +570,7 @@ func (d *doctor) checkTopic(ctx context.Context, t topicInfo) {
 		return
 	case kafka.ErrNoError:
 	default:
-		d.add("topic", CheckFail, "check the broker's health", "topic %s: %v", topic, kafkaCode(t.code, nil))
+		d.add("topic", CheckFail, "check the broker's health", "topic %s: %v", topic, sidechan.KafkaError(t.code, nil))
 		return
 	}
 	canAlter := t.ops == noOps || t.ops&opBit(kmsg.ACLOperationAlter) != 0
@@ -486,11 +596,6 @@ func (d *doctor) checkTopic(ctx context.Context, t topicInfo) {
 // creating it.
 func (d *doctor) checkCreatable(ctx context.Context) {
 	topic := d.config.LeaderTopic
-	conn, err := d.connTo(ctx, d.control)
-	if err != nil {
-		d.add("topic", CheckWarn, "", "topic %s does not exist; could not ask the controller whether it may be created: %v", topic, err)
-		return
-	}
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
 	rt.Topic = topic
@@ -507,7 +612,8 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 	req.Topics = []kmsg.CreateTopicsRequestTopic{rt}
 	req.ValidateOnly = true
 	req.TimeoutMillis = 5000
-	resp, err := conn.request(ctx, req, 7)
+	// kgo sends it to the controller.
+	resp, err := d.side.Request(ctx, req)
 	if err != nil {
 		d.add("topic", CheckWarn, "", "topic %s does not exist; could not ask whether it may be created: %v", topic, err)
 		return
@@ -530,10 +636,10 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed:
 		d.add("topic", CheckFail, fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions %d --replication-factor 3), or %s",
 			topic, d.need, d.grant("Create", "topic", topic)),
-			"topic %s does not exist and %s may not create it: %v", topic, d.who(), kafkaCode(rt2.ErrorCode, rt2.ErrorMessage))
+			"topic %s does not exist and %s may not create it: %v", topic, d.who(), sidechan.KafkaError(rt2.ErrorCode, rt2.ErrorMessage))
 	default:
 		d.add("topic", CheckFail, fmt.Sprintf("create it yourself: kafka-topics.sh --create --topic %s --partitions %d", topic, d.need),
-			"topic %s does not exist and the broker would refuse to create it as goneli does: %v", topic, kafkaCode(rt2.ErrorCode, rt2.ErrorMessage))
+			"topic %s does not exist and the broker would refuse to create it as goneli does: %v", topic, sidechan.KafkaError(rt2.ErrorCode, rt2.ErrorMessage))
 	}
 	// The topic's own operations cannot be learnt before it exists, except Create, which this was.
 }
@@ -541,7 +647,7 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 // checkTopicConfig reads the leader topic's settings.
 func (d *doctor) checkTopicConfig(ctx context.Context, t topicInfo) {
 	topic := d.config.LeaderTopic
-	res, err := wireConfigs{d: d}.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
+	res, err := d.side.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: topic}})
 	if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
 		err = res[0].Error
 	}
@@ -634,8 +740,7 @@ func (d *doctor) checkTopicOps(t topicInfo) {
 // group.id) may be described.
 func (d *doctor) checkGroupACLs(ctx context.Context) {
 	group := d.config.LeaderGroupID
-	node, addr, err := findCoordinator(ctx, d.boot, group)
-	if err != nil {
+	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, group); err != nil {
 		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
 				"%s may not describe group %s (FindCoordinator: GROUP_AUTHORIZATION_FAILED): a contender needs Read and Describe on it, and Describe needs Describe", d.who(), group)
@@ -643,10 +748,10 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 			d.add("acl-group", CheckWarn, "check the broker's health", "could not find group %s's coordinator: %v", group, err)
 		}
 	} else {
-		d.groupOps(ctx, node, addr)
+		d.groupOps(ctx)
 	}
 	observer := group + ".observer"
-	if _, _, err := findCoordinator(ctx, d.boot, observer); err != nil {
+	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, observer); err != nil {
 		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-observer", CheckFail, d.grant("Describe", "group", observer)+" (or on the groups prefixed "+observer+")",
 				"%s may not describe group %s, which every observer (Watch, neli watch, ObserveLeader) and Describe (neli status) looks up", d.who(), observer)
@@ -656,10 +761,23 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 		return
 	}
 	d.add("acl-observer", CheckOK, "", "%s may describe group %s, for observers and Describe", d.who(), observer)
-	if d.kip848() && d.clusterOps != noOps && d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) == 0 {
+	if d.kip848() && !d.mayDescribeClusterConfigs(ctx) {
 		d.add("acl-cluster", CheckWarn, d.grant("DescribeConfigs", "cluster", "kafka-cluster"),
 			"%s may not describe the cluster's configs, so New cannot check the broker's KIP-848 session timeout against the lease (it warns and goes on)", d.who())
 	}
+}
+
+// mayDescribeClusterConfigs reports whether the principal may describe the brokers' configs. The
+// cluster's authorized operations from Metadata say so only when the principal may describe the
+// cluster: Apache Kafka answers 0 otherwise (KafkaApis.handleTopicMetadataRequest), and the grant
+// docs/operations.md asks for is DescribeConfigs alone. So without a known, non-zero answer, a
+// broker's configs are asked for.
+func (d *doctor) mayDescribeClusterConfigs(ctx context.Context) bool {
+	if d.clusterOps != noOps && d.clusterOps != 0 {
+		return d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) != 0
+	}
+	d.readBrokerConfig(ctx)
+	return !isCode(d.brokerConfigErr, kafka.ErrClusterAuthorizationFailed)
 }
 
 // isCode reports whether err is, or wraps, the Kafka error code.
@@ -668,31 +786,33 @@ func isCode(err error, code kafka.ErrorCode) bool {
 	return errors.As(err, &ke) && ke.Code() == code
 }
 
-// groupOps asks the coordinator for the principal's operations on the group.
-func (d *doctor) groupOps(ctx context.Context, node int32, addr string) {
+// groupOps asks the group's coordinator for the principal's operations on the group.
+func (d *doctor) groupOps(ctx context.Context) {
 	group := d.config.LeaderGroupID
-	conn, err := d.connAt(ctx, addr)
-	if err != nil {
-		d.add("acl-group", CheckWarn, "check the broker's health", "could not reach group %s's coordinator, broker %d at %s: %v", group, node, addr, err)
-		return
-	}
 	var ops int32 = noOps
 	var code int16
-	if d.kip848() && conn.supports(kmsg.NewPtrConsumerGroupDescribeRequest(), 1) {
+	if d.kip848() {
 		req := kmsg.NewPtrConsumerGroupDescribeRequest()
 		req.Groups = []string{group}
 		req.IncludeAuthorizedOperations = true
-		resp, err := conn.request(ctx, req, 1)
+		resp, err := d.side.Request(ctx, req)
 		if err == nil && len(resp.(*kmsg.ConsumerGroupDescribeResponse).Groups) == 1 {
 			g := resp.(*kmsg.ConsumerGroupDescribeResponse).Groups[0]
 			ops, code = g.AuthorizedOperations, g.ErrorCode
 		}
+		if code == kerr.TopicAuthorizationFailed.Code {
+			// KAFKA-18813 (Kafka 4.0): a member uses a topic the principal may not describe.
+			d.add("acl-group", CheckWarn, "make every member of the group use topic "+d.config.LeaderTopic+", or grant Describe on the members' topics",
+				"the broker refuses to describe group %s to %s because a member of it uses a topic %s may not describe: no instance leads while that member is in the group",
+				group, d.who(), d.who())
+			return
+		}
 	}
-	if ops == noOps {
+	if ops == noOps || code != 0 {
 		req := kmsg.NewPtrDescribeGroupsRequest()
 		req.Groups = []string{group}
 		req.IncludeAuthorizedOperations = true
-		resp, err := conn.request(ctx, req, 5)
+		resp, err := d.side.Request(ctx, req)
 		if err != nil {
 			d.add("acl-group", CheckWarn, "check the broker's health", "could not describe group %s: %v", group, err)
 			return
@@ -734,104 +854,38 @@ func (d *doctor) grant(ops, kind, name string) string {
 			list = append(list, op)
 		}
 	}
-	return fmt.Sprintf("grant %s on %s %s: %s", ops, kind, name, aclGrantCommand(grantee(d.principal), list, kind, name, false))
+	return fmt.Sprintf("grant %s on %s %s: %s%s", ops, kind, name, aclGrantCommand(grantee(d.principal), list, kind, name, false), managedNote(d.principal))
 }
 
-// connTo is a connection to broker id, as connAt.
-func (d *doctor) connTo(ctx context.Context, id int32) (*wireConn, error) {
-	addr, ok := d.brokers[id]
-	if !ok {
-		return nil, fmt.Errorf("broker %d is not in the cluster's metadata", id)
+// checkTransactionalID asks whether the principal may use the transactional id that a
+// FencedProducer of the group would (goneli-fenced.<group>, or goneli-fenced.<group>.<role> for
+// roles). A FencedProducer needs Write on it; Kafka's FindCoordinator for a transactional id
+// checks Describe, which Write implies (KafkaApis.handleFindCoordinatorRequest), and nothing short
+// of initialising a producer, which would fence a live one, checks Write. Applications that use no
+// FencedProducer need no grant, so a refusal is a warning.
+func (d *doctor) checkTransactionalID(ctx context.Context) {
+	id := fencedPrefix + d.config.LeaderGroupID
+	prefixed := len(d.roles) > 0
+	if prefixed {
+		id += "." + d.roles[0]
 	}
-	return d.connAt(ctx, addr)
-}
-
-// connAt is a connection to the broker at addr: the bootstrap one if it is that broker, else one
-// opened on first use and closed when the run ends.
-func (d *doctor) connAt(ctx context.Context, addr string) (*wireConn, error) {
-	if addr == d.boot.addr {
-		return d.boot, nil
-	}
-	if c, ok := d.conns[addr]; ok {
-		return c, nil
-	}
-	c, err := d.wire.dialer.dial(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	if d.conns == nil {
-		d.conns = map[string]*wireConn{}
-	}
-	d.conns[addr] = c
-	return c, nil
-}
-
-func (d *doctor) closeConns() {
-	if d.boot != nil {
-		d.boot.close()
-	}
-	for _, c := range d.conns {
-		c.close()
+	grant := fmt.Sprintf("if the application uses a FencedProducer, grant Write on the transactional ids it uses: %s",
+		aclGrantCommand(grantee(d.principal), []string{"Write"}, "transactional-id", fencedPrefix+d.config.LeaderGroupID, true))
+	_, err := d.side.FindCoordinator(ctx, sidechan.TransactionCoordinator, id)
+	switch {
+	case isCode(err, kafka.ErrTransactionalIDAuthorizationFailed):
+		d.add("acl-transactional-id", CheckWarn, grant,
+			"%s may not use transactional id %s (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), which a FencedProducer of the group needs Write on", d.who(), id)
+	case err != nil:
+		d.add("acl-transactional-id", CheckWarn, "check the broker's health", "could not find transactional id %s's coordinator: %v", id, err)
+	default:
+		d.add("acl-transactional-id", CheckOK, "", "%s may describe transactional id %s; a FencedProducer needs Write on it, which implies that "+
+			"and which only a producer's initialisation could show", d.who(), id)
 	}
 }
 
-// wireConfigs describes configs over the doctor's connections, sending a broker's resource to that
-// broker and every other resource to the bootstrap broker. It satisfies configDescriber, so that
-// the KIP-848 session check of New reads the same settings here.
-type wireConfigs struct {
-	d *doctor
-}
-
-// DescribeConfigs sends one DescribeConfigs request for resources, which must all go to the same
-// broker; options are ignored (ctx bounds it).
-func (w wireConfigs) DescribeConfigs(ctx context.Context, resources []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
-	w.d.describing.Lock()
-	defer w.d.describing.Unlock()
-	conn := w.d.boot
-	req := kmsg.NewPtrDescribeConfigsRequest()
-	for _, r := range resources {
-		rr := kmsg.NewDescribeConfigsRequestResource()
-		rr.ResourceName = r.Name
-		switch r.Type {
-		case kafka.ResourceBroker:
-			rr.ResourceType = kmsg.ConfigResourceTypeBroker
-			id, err := strconv.Atoi(r.Name)
-			if err != nil {
-				return nil, fmt.Errorf("broker %q: not a broker id", r.Name)
-			}
-			if conn, err = w.d.connTo(ctx, int32(id)); err != nil {
-				return nil, err
-			}
-		case kafka.ResourceTopic:
-			rr.ResourceType = kmsg.ConfigResourceTypeTopic
-		case kafka.ResourceGroup:
-			rr.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-		default:
-			return nil, fmt.Errorf("resource type %v is not one the check describes", r.Type)
-		}
-		req.Resources = append(req.Resources, rr)
+func (d *doctor) close() {
+	if d.side != nil {
+		d.side.Close()
 	}
-	resp, err := conn.request(ctx, req, 4)
-	if err != nil {
-		return nil, err
-	}
-	var out []kafka.ConfigResourceResult
-	for i, rr := range resp.(*kmsg.DescribeConfigsResponse).Resources {
-		res := kafka.ConfigResourceResult{Config: map[string]kafka.ConfigEntryResult{}, Error: kafka.NewError(kafka.ErrNoError, "", false)}
-		if i < len(resources) {
-			res.Type, res.Name = resources[i].Type, resources[i].Name
-		}
-		if rr.ErrorCode != 0 {
-			res.Error = kafkaCode(rr.ErrorCode, rr.ErrorMessage)
-		}
-		for _, c := range rr.Configs {
-			v := ""
-			if c.Value != nil {
-				v = *c.Value
-			}
-			res.Config[c.Name] = kafka.ConfigEntryResult{Name: c.Name, Value: v}
-		}
-		out = append(out, res)
-	}
-	return out, nil
 }

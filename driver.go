@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
@@ -52,14 +53,20 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
+	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
+	// again.
+	commitsHeld bool
 	// beats gathers the heartbeats that the leases produced during a cycle, for sendHeartbeats at
-	// its end; wire writes those of several roles in one request (heartwire.go), nil where it
-	// cannot speak the clients' settings.
+	// its end; wire writes those of several roles in one request over goneli's own connection
+	// (internal/sidechan), nil where that cannot follow the clients' settings.
 	beats []wireBeat
-	wire  *wireHeartbeats
+	wire  *sidechan.Beats[wireBeat]
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
+	// brokers are the ids of the brokers New found, whose KIP-848 group settings a check reads
+	// again (checkSessionAgain).
+	brokers   []int32
 	releases  []release // tenures whose released marker waits for the barrier
 	check     checkState
 	reach     reachability // whether Kafka answers, for Stats (reach.go)
@@ -78,10 +85,10 @@ type driver struct {
 // checkState is what the driver keeps beside the group checker (groupcheck.go).
 type checkState struct {
 	checker *groupChecker
-	// wire describes the group over connections of goneli's own (groupwire.go); nil where the
-	// clients' security settings are ones it cannot speak, and the check then goes through
-	// librdkafka's admin client.
-	wire *wireDescriber
+	// wire is goneli's own connection (internal/sidechan), which describes the group; nil where
+	// it cannot follow the clients' settings, and the check then goes through librdkafka's admin
+	// client, as it does once the connection has given way to librdkafka (viaSide).
+	wire sidechan.Channel
 	// alone is set after a group check failed: the next one goes through an admin client of its
 	// own rather than the producer's (describer).
 	alone bool
@@ -299,6 +306,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.autoCommitted(e)
 		d.onCommit(e, false)
 	case kafka.Error:
 		if e.IsFatal() {
@@ -403,9 +411,17 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 }
 
 // startCommits sends the explicit commits that the leases asked for in this cycle as one request,
-// unless one is still under way; a lease whose offset stays uncommitted asks again (lease.stalled).
+// unless one is still under way or explicit commits are held (holdCommits); a lease whose offset
+// stays uncommitted asks again (lease.stalled).
 func (d *driver) startCommits() {
 	if len(d.commitAsks) == 0 {
+		return
+	}
+	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
+		d.holdCommits(wait)
+	}
+	if d.commitsHeld {
+		clear(d.commitAsks)
 		return
 	}
 	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
@@ -413,16 +429,19 @@ func (d *driver) startCommits() {
 		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
 	}
 	clear(d.commitAsks)
-	if d.commits.start(offsets) {
+	if d.commits.start(offsets, d.now()) {
 		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 	}
 }
 
 // collectCommits takes the answer to an explicit commit, once it has come.
 func (d *driver) collectCommits() {
-	e, ok := d.commits.collect()
+	e, took, ok := d.commits.collect(d.now())
 	if !ok {
 		return
+	}
+	if took > d.timing.heartbeat() {
+		d.holdCommits(took)
 	}
 	var ke kafka.Error
 	if errors.As(e.Error, &ke) && ke.Code() == kafka.ErrIllegalGeneration {
@@ -437,6 +456,40 @@ func (d *driver) collectCommits() {
 		d.reachable("consumer", "a commit accepted")
 	}
 	d.onCommit(e, true)
+}
+
+// holdCommits stops explicit commits because one waited for its answer for longer than a group
+// heartbeat interval, until librdkafka's auto-commit is accepted again (autoCommitted).
+//
+// The window for explicit commits (commitWindow in lease.go) leaves one group heartbeat interval
+// for the answer that tells librdkafka of a rebalance, since it auto-commits until that answer
+// comes. librdkafka shows goneli neither its group heartbeats nor their answers, but it sends them
+// on the connection to the coordinator that carries goneli's explicit commits, and a broker answers
+// a connection's requests in order: a commit answered late means that whatever went before it on
+// that connection, group heartbeats included, may have been answered as late. Explicit commits
+// then stop, and the lease lives on librdkafka's own commits, whose acceptance shows it steady in
+// the group again. What goneli cannot see is a heartbeat's answer held up while no explicit commit
+// was under way; the package doc states that assumption.
+func (d *driver) holdCommits(took time.Duration) {
+	if !d.commitsHeld {
+		d.commitsHeld = true
+		d.log.D()("goneli %s: an explicit commit has waited %v for its answer, more than a group heartbeat interval (%v): no explicit commits until librdkafka's own is accepted",
+			d.config.Name, took.Round(time.Millisecond), d.timing.heartbeat())
+	}
+}
+
+// autoCommitted takes an answer to one of librdkafka's automatic commits: one that the coordinator
+// accepted for a partition ends a hold on explicit commits.
+func (d *driver) autoCommitted(e kafka.OffsetsCommitted) {
+	if !d.commitsHeld || e.Error != nil {
+		return
+	}
+	for _, tp := range e.Offsets {
+		if tp.Error == nil && tp.Offset >= 0 && d.partOf(tp) != nil {
+			d.commitsHeld = false
+			return
+		}
+	}
 }
 
 func (d *driver) onCommitError(p *part, err error) {
@@ -536,7 +589,9 @@ func (d *driver) beginTenure(p *part) {
 		return
 	}
 	p.member = d.group.member.member
-	d.apply(p, p.lease.assign(d.group.member.vouched))
+	// Under KIP-848 every tenure is checked, whatever its membership passed: the check reads the
+	// broker's session for the group again (checkSessionAgain).
+	d.apply(p, p.lease.assign(d.group.member.vouched && d.timing.classic))
 	_, name := p.lease.tenure()
 	d.log.D()("goneli %s: assigned partition %d (tenure %s)", d.config.Name, p.id, name)
 }
@@ -716,6 +771,7 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
+	d.commitsHeld = false
 	clear(d.group.parts)
 	clear(d.commitAsks)
 	d.group.owedCommit = false
@@ -772,7 +828,7 @@ func (d *driver) startGroupCheck() {
 		}
 		return
 	}
-	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures)
+	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures, d.sessionReader(desc))
 }
 
 func (d *driver) collectGroupCheck() {
@@ -781,7 +837,9 @@ func (d *driver) collectGroupCheck() {
 		return
 	}
 	d.check.alone = res.err != nil
-	if res.err != nil {
+	// A check that failed because goneli's own connection gave way to librdkafka says nothing of
+	// the brokers' connections: the next one goes through librdkafka without a quiet.
+	if res.err != nil && !sidechan.IsFallback(res.err) {
 		d.trouble()
 	}
 	switch {
@@ -793,11 +851,18 @@ func (d *driver) collectGroupCheck() {
 			d.throttle.log(d.log.E(), "conflict", "goneli %s: not leading: %v", d.config.Name, conflict)
 		}
 	}
+	var sessionErr error
+	if res.err == nil && res.timing != nil {
+		sessionErr = d.checkSessionAgain(*res.timing)
+	}
 	for id, tenure := range tenures {
 		p := d.parts[id]
 		c := groupCheck{err: res.err}
 		if res.err == nil {
 			c.verdict = judgeGroup(res.desc, d.topic, d.clientID, p.member, id)
+		}
+		if sessionErr != nil {
+			c.err = sessionErr
 		}
 		d.apply(p, p.lease.checked(tenure, c))
 		if p.lease.cleared(tenure) {
@@ -821,7 +886,8 @@ func (d *driver) trouble() {
 }
 
 // describer returns what describes the group for the group check: goneli's own connection where
-// it can speak the clients' security settings (groupwire.go), else an admin client.
+// it follows the clients' settings and has not given way to librdkafka (viaSide), else an admin
+// client.
 //
 // Of admin clients the producer's own is preferred: it shares the producer's connections, which,
 // unlike the consumer's, never wait in a long fetch. But after a failed check the next one gets a
@@ -832,7 +898,7 @@ func (d *driver) trouble() {
 // afresh. The producer's is tried again at the next tenure, as a working handle costs nothing to
 // reuse and a stale one costs one retry.
 func (d *driver) describer() (groupDescriber, func(), error) {
-	if d.check.wire != nil {
+	if d.viaSide() {
 		return d.check.wire, func() {}, nil
 	}
 	if !d.ensureProducer() {

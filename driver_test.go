@@ -61,6 +61,13 @@ type scriptConsumer struct {
 	unsubbed  int
 	// stores counts the offsets stored, withdrawals those withdrawn (stored as OffsetInvalid).
 	stores, withdrawals int
+	// noAuto stops the auto-commit: stored offsets wait. commitDelay is how long an explicit
+	// commit waits for its answer.
+	noAuto      bool
+	commitDelay time.Duration
+	// wake ends the waits of commits under way, for a test that ends early: the close that waits
+	// for them takes a mutex, which does not let the bubble's clock move on.
+	wake chan struct{}
 }
 
 type rebalanceEvent struct{ ev kafka.Event }
@@ -117,7 +124,7 @@ func (c *scriptConsumer) Poll(int) kafka.Event {
 		c.queue = append(c.queue, c.late[0].ev)
 		c.late = c.late[1:]
 	}
-	if len(c.stored) > 0 {
+	if len(c.stored) > 0 && !c.noAuto {
 		// auto.commit: the stored offsets go out and are answered.
 		c.queue = append(c.queue, kafka.OffsetsCommitted{Offsets: c.stored, Error: c.commitErr})
 		c.stored = nil
@@ -156,6 +163,15 @@ func (c *scriptConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.Topic
 }
 
 func (c *scriptConsumer) CommitOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+	c.mu.Lock()
+	delay, wake := c.commitDelay, c.wake
+	c.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-wake:
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.commits = append(c.commits, tps)
@@ -326,7 +342,7 @@ func newScriptRig(t *testing.T) *scriptRig {
 func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) *scriptRig {
 	r := &scriptRig{t: t}
 	l := &scriptLog{next: map[int32]int64{}}
-	l.consumer = &scriptConsumer{log: l, echo: true}
+	l.consumer = &scriptConsumer{log: l, echo: true, wake: make(chan struct{})}
 	l.producer = &scriptProducer{log: l, events: make(chan kafka.Event, 1000)}
 	r.consumer, r.producer = l.consumer, l.producer
 	admin := &scriptAdmin{log: l, partitions: len(roles)}
@@ -341,6 +357,7 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 		KafkaAdminProvider:    func(*KafkaConfigMap) (KafkaAdmin, error) { return admin, nil },
 		MinPollInterval:       tweak.MinPollInterval,
 		RenewInterval:         tweak.RenewInterval,
+		KafkaConfig:           tweak.KafkaConfig,
 	}
 	config, timing, err := config.prepare()
 	if err != nil {
@@ -349,6 +366,7 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, systemClock{})
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
+	r.n.d.closeSide()
 	r.n.d.check.wire, r.n.d.wire = nil, nil
 	admin.clientID = r.n.d.clientID
 	if err := r.n.d.join(); err != nil {
@@ -365,6 +383,7 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 				close(r.hold)
 			}
 		}
+		close(r.consumer.wake)
 		_ = r.n.Close()
 		r.n.Await()
 		<-r.n.life.clientsClosed
@@ -715,6 +734,56 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 			if s := r.n.statsOf(p); s.Token == 0 {
 				t.Errorf("role %s: no token", p.name)
 			}
+		}
+		r.close()
+	})
+}
+
+// An explicit commit that waits for its answer for longer than a group heartbeat interval stops
+// explicit commits until librdkafka's own is accepted again: the group heartbeats that went before
+// it on the coordinator's connection may have been answered as late, and the window for explicit
+// commits leaves one interval for that answer (driver.holdCommits).
+func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// A session of twice the lease leaves a window of 0.8 leases for explicit commits.
+		r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: KafkaConfigMap{"session.timeout.ms": 2000}})
+		hb := r.n.d.timing.heartbeat()
+		r.assign()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership within a lease; events %s", r.seen())
+		}
+		explicit := func() int {
+			r.consumer.mu.Lock()
+			defer r.consumer.mu.Unlock()
+			return len(r.consumer.commits)
+		}
+		setAuto := func(on bool, delay time.Duration) {
+			r.consumer.mu.Lock()
+			defer r.consumer.mu.Unlock()
+			r.consumer.noAuto, r.consumer.commitDelay = !on, delay
+		}
+
+		// librdkafka stops auto-committing, and the first explicit commit takes three intervals.
+		setAuto(false, 3*hb)
+		r.pulse(8*hb, false)
+		if n := explicit(); n != 1 {
+			t.Fatalf("%d explicit commits, want the slow one alone", n)
+		}
+		if !r.n.d.commitsHeld {
+			t.Fatal("explicit commits not held after one waited three group heartbeat intervals")
+		}
+
+		// An automatic commit accepted ends the hold, and explicit commits go out again.
+		setAuto(true, 0)
+		r.pulse(2*hb, false)
+		if r.n.d.commitsHeld {
+			t.Fatal("explicit commits still held after an automatic commit was accepted")
+		}
+		setAuto(false, 0)
+		before := explicit()
+		r.pulse(4*hb, false)
+		if explicit() == before {
+			t.Fatal("no explicit commit after the hold ended")
 		}
 		r.close()
 	})

@@ -109,6 +109,8 @@ type FencedProducer struct {
 	log     scribe.Scribe
 	name    string
 	detach  func()
+	// principal and group name a refused transactional id (transactionalAuthorizationError).
+	principal, group string
 
 	// sem serialises transactions, (re)initialisation and Close; a channel rather than a mutex so
 	// that the acquisition hook and Close can give up waiting.
@@ -163,12 +165,13 @@ func NewFencedProducer(lead Leadership, cfg FencedConfig) (*FencedProducer, erro
 		// The heartbeat producer's settings are its own; a transactional producer must be idempotent.
 		delete(base, "enable.idempotence")
 		if f.txid == "" {
-			f.txid = "goneli-fenced." + n.config.LeaderGroupID
+			f.txid = fencedPrefix + n.config.LeaderGroupID
 			if p.name != "" {
 				f.txid += "." + p.name
 			}
 		}
 		f.log, f.name = n.log, n.config.Name
+		f.principal, f.group = principalOf(n.config), n.config.LeaderGroupID
 		hooks = &p.hooks
 	}
 	if f.txid == "" {
@@ -197,6 +200,11 @@ func NewFencedProducer(lead Leadership, cfg FencedConfig) (*FencedProducer, erro
 	}
 	return f, nil
 }
+
+// fencedPrefix begins the transactional ids of FencedProducers: fencedPrefix + group, and "." +
+// role for a role (docs/operations.md, ACLs: a prefixed Write grant on fencedPrefix + group covers
+// every role).
+const fencedPrefix = "goneli-fenced."
 
 // TransactionalID is the transactional.id that this producer shares with the group's other
 // contenders.
@@ -276,6 +284,9 @@ func (f *FencedProducer) ensure(ctx context.Context, token int64) error {
 		if isFence(err) {
 			// A later tenure initialised first: this one is over already.
 			return &FencedWriteError{TransactionalID: f.txid, Token: token, Broker: true, Err: err}
+		}
+		if denied := transactionalAuthorizationError(f.principal, f.txid, f.group, err); denied != nil {
+			return denied
 		}
 		return fmt.Errorf("goneli: InitTransactions of %s: %w", f.txid, err)
 	}

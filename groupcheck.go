@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
 )
 
 // The group coordinator checks an offset commit against the member id and generation only, not
@@ -46,7 +47,7 @@ type groupVerdict struct {
 //
 // A partition the description gives no topic name for cannot be judged. Apache Kafka names every
 // topic it describes, but kfake, under KIP-848, gives topic IDs only: goneli's own connection maps
-// them to names from the cluster's metadata where it can (groupwire.go), and confluent-kafka-go
+// them to names from the cluster's metadata where it can (internal/sidechan), and confluent-kafka-go
 // passes on no topic IDs at all, so a partition may still come without one. Such a partition counts
 // as the instance's own topic only when it belongs to this instance's own member, whose consumer
 // subscribes to that one topic, and that member is known for certain: by its member id, or as the
@@ -141,13 +142,35 @@ func rolesDigestOf(clientID string) string {
 	return clientID[i+len(rolesSuffix):]
 }
 
-// preferWire is the describer of the group: goneli's own connection (groupwire.go) where there is
-// one, which librdkafka's admin client cannot abort the process on, else the admin client.
-func preferWire(wire *wireDescriber, admin groupDescriber) groupDescriber {
-	if wire != nil {
-		return wire
+// viaSide reports whether the group check goes over goneli's own connection (internal/sidechan),
+// which librdkafka's admin client cannot abort the process on.
+func (d *driver) viaSide() bool {
+	return d.check.wire != nil && d.check.wire.Fallback() == nil
+}
+
+// sideFirst describes the group over goneli's own connection, and through librdkafka's admin
+// client where there is none or it has given way to librdkafka: at once, in the same description,
+// when it gives way during it.
+type sideFirst struct {
+	side  sidechan.Channel // nil where goneli's own connection cannot follow the settings
+	admin groupDescriber
+}
+
+func (s sideFirst) DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
+	if s.side != nil && s.side.Fallback() == nil {
+		res, err := s.side.DescribeConsumerGroups(ctx, groups, options...)
+		if !sidechan.IsFallback(err) {
+			return res, err
+		}
 	}
-	return admin
+	return s.admin.DescribeConsumerGroups(ctx, groups, options...)
+}
+
+// viaLibrdkafka is what New logs, and the doctor reports, when goneli's own connection cannot
+// follow the clients' settings (why names the setting) or has given way to librdkafka.
+func viaLibrdkafka(why error) string {
+	return fmt.Sprintf("%v; the group check, Describe and the batched heartbeats go through librdkafka, whose admin client "+
+		"(2.11.1) can abort the process on a group description while brokers restart (confluentinc/librdkafka#4605)", why)
 }
 
 // describeGroup asks the coordinator for the group, waiting at most timeout.
@@ -174,10 +197,13 @@ type groupCheck struct {
 	err     error
 }
 
-// describedGroup is a description of the group, or why there is none.
+// describedGroup is a description of the group, or why there is none, and under KIP-848 the
+// session timing that the broker applies to the group, read beside it (nil under the classic
+// protocol).
 type describedGroup struct {
-	desc kafka.ConsumerGroupDescription
-	err  error
+	desc   kafka.ConsumerGroupDescription
+	err    error
+	timing *consumerGroupTiming
 }
 
 // groupChecker describes the group on a goroutine of its own, one description at a time: a
@@ -202,15 +228,22 @@ func (c *groupChecker) busy() bool {
 	return c.serving != nil
 }
 
-// start describes group through d on behalf of tenures, and calls release when done with d.
-func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64) {
+// start describes group through d on behalf of tenures, and calls release when done with d. If
+// timing is set, it reads the group's KIP-848 session timing too (checkSessionAgain).
+func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64,
+	timing func(context.Context) consumerGroupTiming) {
 	c.serving = tenures
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
 		defer release()
 		desc, err := describeGroup(c.ctx, d, group, timeout)
-		c.done <- describedGroup{desc: desc, err: err}
+		res := describedGroup{desc: desc, err: err}
+		if err == nil && timing != nil {
+			t := timing(c.ctx)
+			res.timing = &t
+		}
+		c.done <- res
 	}()
 }
 
@@ -237,8 +270,8 @@ func (c *groupChecker) stop() {
 // Through librdkafka, a description of the group is a coordinator-bound admin request, and
 // librdkafka 2.11.1 aborts the whole process when the coordinator's connection drops while one is
 // being sent (confluentinc/librdkafka#4605): a rolling restart of the brokers could take the
-// service down with it. goneli's own connection (groupwire.go) avoids that where the security
-// settings allow; for the rest, and to spare the coordinator, the group is described only as often
+// service down with it. goneli's own connection (internal/sidechan) avoids that where it can follow
+// the clients' settings; for the rest, and to spare the coordinator, the group is described only as often
 // as safety needs, and not while a connection was just seen to fail.
 //
 // Safety needs one passed check per membership, not one per tenure. Say members X and Y of one

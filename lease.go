@@ -39,6 +39,7 @@ type lease struct {
 	// accepted it may still ask (see stalled).
 	stall, window time.Duration
 	ticks         bool // renew on shared ticks (leaseConfig.ticks)
+	recheck       bool // a fence asks for a new group check (leaseConfig.recheck)
 	clock         clock
 	base          time.Time // origin of the monotonic durations below
 	random        func() uint64
@@ -46,8 +47,11 @@ type lease struct {
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
 	lastCommitted int64
-	// autoAt is when the coordinator last accepted one of librdkafka's automatic commits of the
-	// partition; hasAuto says whether it ever did.
+	// autoAt anchors the window for explicit commits (stalled, inWindow): when the lease stored the
+	// newest offset that one of librdkafka's automatic commits had accepted. librdkafka sent that
+	// commit after the offset was stored and the coordinator accepted it after that, so autoAt is
+	// never later than the acceptance, however long the answer then waited to be processed (a
+	// paused poll loop). hasAuto says whether there is an anchor yet. Both outlive tenures.
 	autoAt  time.Duration
 	hasAuto bool
 
@@ -122,6 +126,8 @@ type leaseCounts struct {
 	acquired, fenced, revoked    uint64
 	sent, confirmed, stale, late uint64
 	rejected                     uint64
+	// unwindowed counts explicit commits accepted outside the window, which renewed nothing.
+	unwindowed uint64
 }
 
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
@@ -186,8 +192,11 @@ type leaseConfig struct {
 	// ticks says that the lease renews on the ticks it shares with the instance's other leases
 	// (renewalTick) rather than an interval after each renewal: set for roles.
 	ticks bool
-	clock clock
-	base  time.Time
+	// recheck says that a tenure fenced must pass a new group check before it leads again: set under
+	// KIP-848, where the check reads the broker's session again (driver.checkSessionAgain).
+	recheck bool
+	clock   clock
+	base    time.Time
 }
 
 // newLease makes the lease of one partition.
@@ -196,7 +205,7 @@ func newLease(c leaseConfig) *lease {
 		c.poll = c.interval
 	}
 	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
-		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, clock: c.clock, base: c.base, random: randomTenure}
+		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -293,20 +302,27 @@ func commitStall(poll time.Duration) time.Duration {
 	return 2 * poll
 }
 
-// commitWindow is how long after librdkafka's last automatic commit a lease may still renew on
-// explicit ones, for a coordinator that may expel a member it has not heard from for expel (the
-// session timeout, or the rebalance timeout if shorter: groupTiming.expelBound) and a group
+// commitWindow is how long after the anchor (lease.autoAt: when the newest offset that an
+// automatic commit got accepted was stored) explicit commits may still renew, for a coordinator
+// that may remove a member expel after a rebalance began that the member did not rejoin, however
+// long it went on committing (groupTiming.expelBound: the rebalance timeout under the classic
+// protocol, whose coordinator renews a member's session with each commit it accepts), and a group
 // heartbeat interval hb; zero where the settings leave no room.
 //
-// librdkafka stops auto-committing, and may stop its group heartbeats, within a group heartbeat
-// interval of a rebalance's start, and the coordinator, which accepts commits until the member
-// rejoins, may expel a member that has not rejoined once expel has passed since it last heard from
-// it. A renewal made within the window after the last automatic commit rests on a heartbeat sent
-// at most hb + window after that, so its lease ends by hb + window + HeartbeatTimeout = expel - hb:
-// before the member could be expelled and its partition handed on. goneli's default session
-// leaves a window of its margin, a twentieth of the lease; a session of twice the lease leaves
-// 0.8 x HeartbeatTimeout, which covers librdkafka's wait of up to a second to rejoin at leases
-// from about 1.2 s up.
+// Let a rebalance begin at R, and the member fail to rejoin it (its JoinGroup refused, say), so
+// that the coordinator may remove it at R + expel and hand its partitions on. librdkafka
+// auto-commits only while it knows of no rebalance, and learns of one from the answer to its first
+// group heartbeat after R, sent by R + hb. An automatic commit is sent after the offset it carries
+// was stored, so an anchor A set by an automatic commit sent at or after R is at most R + hb plus
+// the time that heartbeat's answer took beyond its interval (none, where the answer comes within
+// one; the package doc's fourth assumption). An explicit commit renews only a heartbeat sent before
+// A + window (inWindow), so the lease it gives ends before A + window + HeartbeatTimeout <= R + hb +
+// window + HeartbeatTimeout = R + expel - hb: a group heartbeat interval before the member can be
+// removed, which is the slack for that answer. The anchor is the offset's store time rather than
+// when the commit's result was seen, because a poll loop that was paused sees a result late, and a
+// window measured from that moment reached past R + expel (issue 38: two leaders for up to 693 ms).
+// goneli's default rebalance timeout, twice the lease, leaves a window of 0.8 x HeartbeatTimeout,
+// which rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up.
 func commitWindow(rebalance, lease, hb time.Duration) time.Duration {
 	return max(0, rebalance-lease-2*hb)
 }
@@ -318,9 +334,9 @@ func (l *lease) useCommitWindow(w time.Duration) {
 }
 
 // stalled returns the newest stored offset if any stored offset has waited for its commit for the
-// stall, no explicit commit was asked for within the last stall, and the last automatic commit
-// was accepted less than the window ago. (The stall is measured from the oldest offset: heartbeats
-// may be stored more often than once a stall.)
+// stall, no explicit commit was asked for within the last stall, and that offset's heartbeat was
+// sent within the window after the anchor (inWindow), so that its commit could renew. (The stall is
+// measured from the oldest offset: heartbeats may be stored more often than once a stall.)
 //
 // librdkafka's auto-commit sends nothing while the consumer rejoins the group, and a consumer
 // rejoins at most once a second: a member that joined in one rebalance and sees the group start
@@ -332,7 +348,7 @@ func (l *lease) useCommitWindow(w time.Duration) {
 // handed out. An explicit commit goes out whatever librdkafka's join state, and proves exactly
 // what an automatic one proves (committed).
 func (l *lease) stalled(now time.Duration) (int64, bool) {
-	if l.t.quiet || now-l.t.nudged < l.stall || !l.hasAuto || now-l.autoAt >= l.window {
+	if l.t.quiet || now-l.t.nudged < l.stall || !l.hasAuto {
 		return 0, false
 	}
 	var newest int64
@@ -340,10 +356,16 @@ func (l *lease) stalled(now time.Duration) (int64, bool) {
 	for off, hb := range l.t.pending {
 		newest, oldest = max(newest, off), min(oldest, hb.stored)
 	}
-	if newest == 0 || now-oldest < l.stall {
+	if newest == 0 || now-oldest < l.stall || !l.inWindow(l.t.pending[newest].sent) {
 		return 0, false
 	}
 	return newest, true
+}
+
+// inWindow reports whether a heartbeat sent at sent may be renewed by an explicit commit: it was
+// sent less than the window after the anchor (commitWindow gives the argument).
+func (l *lease) inWindow(sent time.Duration) bool {
+	return l.hasAuto && sent-l.autoAt < l.window
 }
 
 // sent records that a heartbeat was handed to the producer.
@@ -386,7 +408,11 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
 		// leader election): it auto-commits only offsets above that, so no heartbeat would be
-		// confirmed until the new log grew past it. One explicit commit resets it.
+		// confirmed until the new log grew past it. One explicit commit resets it. Like any
+		// explicit commit it renews only within the window (committed, inWindow), and a quiet
+		// tenure has returned above unless its heartbeats come back promptly again; outside the
+		// window the commit still resets librdkafka's committed offset, and the automatic
+		// commits that follow renew.
 		out.commit, out.restarted = next, true
 		l.t.nudged = l.now()
 	}
@@ -491,7 +517,9 @@ func (l *lease) release(out *leaseOut) {
 
 // committed takes a commit of offset that the coordinator accepted, which renews the lease from
 // the heartbeat stored at that offset. explicit says that goneli sent it (stalled, readBack) rather
-// than librdkafka's auto-commit, whose last acceptance opens the window for explicit ones.
+// than librdkafka's auto-commit; an automatic one moves the anchor of the window for explicit
+// ones (commitWindow) to when its offset was stored, and an explicit one renews only a heartbeat
+// sent within that window (inWindow).
 //
 // Why an accepted commit is proof: the commit reached the coordinator after the heartbeat was
 // sent, and the coordinator checked the member id and generation, so it still counted this
@@ -508,10 +536,9 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 		return out
 	}
 	l.lastCommitted = offset
-	if !explicit {
-		l.autoAt, l.hasAuto = l.now(), true
-	}
 	if !l.t.active {
+		// A commit of an offset no tenure of this lease holds (the one librdkafka sends when the
+		// partition is revoked) says nothing about when it was stored: it anchors nothing.
 		return out
 	}
 	hb, ok := l.t.pending[offset]
@@ -520,8 +547,17 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 			delete(l.t.pending, off)
 		}
 	}
-	if ok {
+	switch {
+	case !ok:
+	case !explicit:
+		if !l.hasAuto || hb.stored > l.autoAt {
+			l.autoAt, l.hasAuto = hb.stored, true
+		}
 		l.renew(&out, hb)
+	case l.inWindow(hb.sent):
+		l.renew(&out, hb)
+	default:
+		l.c.unwindowed++
 	}
 	l.publish()
 	return out
@@ -682,6 +718,9 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		l.t.idleFrom = l.now()
 	}
 	l.c.fenced++
+	if l.recheck {
+		l.t.verified, l.t.checkAt, l.t.checkDelay = false, l.now(), 0
+	}
 	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }
 

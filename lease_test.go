@@ -328,6 +328,105 @@ func TestLeaseLogRestartedBelowCommittedOffset(t *testing.T) {
 	}
 }
 
+// The window for explicit commits is anchored at when the automatically committed offset was
+// stored, not at when the commit's result was seen (issue 38). A poll loop that stops just after
+// storing an offset sees its accepted auto-commit only when it resumes: had that moment anchored
+// the window, explicit commits of heartbeats sent after the pause would renew a lease that the
+// coordinator, whose rebalance began meanwhile, may already be about to hand on.
+func TestLeaseWindowAnchoredAtStoreTime(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pause time.Duration
+		renew bool // whether an explicit commit of a heartbeat sent after the pause may renew
+	}{
+		{"result seen at once", 0, true},
+		{"result seen after a pause shorter than the window", 100 * time.Millisecond, true},
+		{"result seen after a pause past the window", 600 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.l.window = 300 * time.Millisecond
+			r.acquire()
+			h, off := r.heartbeat()
+			r.wait(5 * time.Millisecond)
+			r.back(h, off)
+			stored := r.l.now()
+			r.wait(tc.pause) // the auto-commit is accepted meanwhile; its result waits in the queue
+			r.commit(off + 1)
+			if r.l.autoAt != stored {
+				t.Fatalf("window anchored %v after the offset was stored, want at its store time", r.l.autoAt-stored)
+			}
+			// librdkafka now stops auto-committing: the next heartbeat is stored and stalls.
+			h, off = r.heartbeat()
+			r.wait(5 * time.Millisecond)
+			r.back(h, off)
+			end := r.l.load().end
+			before := len(r.commits)
+			r.wait(commitStall(rigInterval))
+			r.due()
+			if asked := len(r.commits) > before; asked != tc.renew {
+				t.Fatalf("explicit commit asked %v, want %v (heartbeat sent %v after the anchor, window %v)",
+					asked, tc.renew, h.sentMono-r.l.autoAt, r.l.window)
+			}
+			// Whether asked or not, an accepted explicit commit renews only within the window.
+			r.take(r.l.committed(off+1, true))
+			if renewed := r.l.load().end > end; renewed != tc.renew {
+				t.Fatalf("explicit commit renewed %v, want %v", renewed, tc.renew)
+			}
+			if unwindowed := r.l.load().counts.unwindowed; (unwindowed == 1) == tc.renew {
+				t.Fatalf("%d explicit commits counted outside the window", unwindowed)
+			}
+		})
+	}
+}
+
+// A commit that librdkafka sends as the partition is revoked carries an offset that no tenure
+// holds any longer: it must not move the anchor of the window.
+func TestLeaseRevocationCommitAnchorsNothing(t *testing.T) {
+	r := newRig(t)
+	r.l.window = 300 * time.Millisecond
+	r.acquire()
+	anchor := r.l.autoAt
+	h, off := r.heartbeat()
+	r.back(h, off)
+	r.revoke(false)
+	r.wait(time.Second)
+	r.commit(off + 1)
+	if r.l.autoAt != anchor {
+		t.Fatalf("the revocation's commit moved the anchor by %v", r.l.autoAt-anchor)
+	}
+}
+
+// An explicit commit asked for because the log restarted below the last commit renews only within
+// the window, like any other: outside it, it only resets what librdkafka last committed, and the
+// automatic commit of the next heartbeat renews.
+func TestLeaseRestartedLogOutsideTheWindow(t *testing.T) {
+	r := newRig(t)
+	r.l.window = 300 * time.Millisecond
+	r.offset = 500
+	r.acquire()
+	r.revoke(false)
+	r.wait(time.Second) // the anchor is a second old
+	r.offset = 3
+	r.assign()
+	r.verify()
+	h, off := r.heartbeat()
+	r.back(h, off)
+	if len(r.commits) != 1 || r.commits[0] != off+1 {
+		t.Fatalf("explicit commits %v, want [%d]", r.commits, off+1)
+	}
+	r.take(r.l.committed(off+1, true))
+	r.deliver()
+	if r.l.isLeader() {
+		t.Fatal("leads on an explicit commit outside the window")
+	}
+	r.renewal(5*time.Millisecond, 5*time.Millisecond)
+	r.deliver()
+	if !r.l.isLeader() || r.l.load().token != 5 {
+		t.Fatalf("leader %v with token %d after the automatic commit", r.l.isLeader(), r.l.load().token)
+	}
+}
+
 // librdkafka auto-commits nothing while its consumer waits to rejoin the group, for up to a second.
 // An offset stored and left uncommitted for the stall (two polls) is asked for as an explicit
 // commit, the newest one, once per stall; its acceptance renews the lease as an automatic commit's
@@ -386,7 +485,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	}
 	r.take(r.l.committed(off+1, true))
 
-	// Explicit commits renew only within the window after the last automatic one: past it the
+	// Explicit commits renew only heartbeats sent within the window after the anchor: past it the
 	// member may be one that never rejoined the rebalance, and the lease must run out before the
 	// coordinator can expel it.
 	for r.l.now()-r.l.autoAt < r.l.window {
@@ -394,8 +493,8 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 		r.back(h, off)
 		r.wait(stall)
 		r.due()
-		if n := len(r.commits); r.l.now()-r.l.autoAt >= r.l.window && n > 0 && r.commits[n-1] == off+1 {
-			t.Fatalf("explicit commit of %d asked for %v after the last automatic one (window %v)", off+1, r.l.now()-r.l.autoAt, r.l.window)
+		if n := len(r.commits); h.sentMono-r.l.autoAt >= r.l.window && n > 0 && r.commits[n-1] == off+1 {
+			t.Fatalf("explicit commit of %d asked for, of a heartbeat sent %v after the anchor (window %v)", off+1, h.sentMono-r.l.autoAt, r.l.window)
 		}
 		r.take(r.l.committed(off+1, true))
 	}
@@ -792,5 +891,36 @@ func TestLeaseUnread(t *testing.T) {
 	r.wait(50 * time.Millisecond)
 	if got := r.l.unread(); got != 50*time.Millisecond {
 		t.Fatalf("unread %v 50ms after a read-back, want 50ms", got)
+	}
+}
+
+// Under KIP-848 a fenced tenure passes a new group check, which reads the broker's session again,
+// before it leads again (leaseConfig.recheck): a renewal that comes first is held until then.
+func TestLeaseRecheckAfterAFence(t *testing.T) {
+	for _, recheck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recheck %v", recheck), func(t *testing.T) {
+			r := newRig(t)
+			r.l.recheck = recheck
+			r.acquire()
+			r.wait(rigLease)
+			r.expire()
+			checks := r.checks
+			r.due()
+			if asked := r.checks > checks; asked != recheck {
+				t.Fatalf("group check asked for after the fence: %v, want %v", asked, recheck)
+			}
+			r.renewal(time.Millisecond, time.Millisecond)
+			r.deliver()
+			if r.l.isLeader() == recheck {
+				t.Fatalf("leads %v before a new check, want %v", r.l.isLeader(), !recheck)
+			}
+			if recheck {
+				r.verify()
+				r.deliver()
+				if !r.l.isLeader() {
+					t.Fatal("not leading once the new check cleared the tenure")
+				}
+			}
+		})
 	}
 }

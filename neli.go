@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
@@ -66,8 +67,8 @@ type Neli interface {
 	// Close gives up leadership (IsLeader turns false and the barrier receives LeaderRevoked if
 	// a tenure was acquired), then leaves the group so that a successor is elected at once, and
 	// releases every client and goroutine. It is idempotent: later calls wait for the first to
-	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout,
-	// whatever the broker or the barrier does (see ErrCloseTimeout and Barrier). A Close made
+	// finish and return its result. It returns within max.poll.interval.ms plus HeartbeatTimeout
+	// (Config.CloseBound), whatever the broker or the barrier does (see ErrCloseTimeout and Barrier). A Close made
 	// while the barrier is being called (from the barrier itself, or from another goroutine) does
 	// not wait for that call: it returns once the instance has left the group, and the remaining
 	// events follow when the call returns; Await waits for those as well.
@@ -139,6 +140,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	n := assemble(config, timing, roles, digest, barrier, systemClock{})
 	if err := n.d.join(); err != nil {
 		n.d.check.checker.stop()
+		n.d.closeSide()
 		n.d.logs.close()
 		return nil, err
 	}
@@ -154,6 +156,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 			n.events.wait()
 			_ = n.d.consumer.Close()
 			n.d.check.checker.stop()
+			n.d.closeSide()
 			n.d.logs.close()
 			return nil, err
 		}
@@ -163,8 +166,10 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if digest == "" {
 		what = "leadership"
 	}
+	// The driver's timing, not the one New was given: joining may have raised the session to the
+	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, timing.describe())
+		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.describe())
 	return n, nil
 }
 
@@ -186,7 +191,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	for i, role := range roles {
 		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
 			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(*config.HeartbeatTimeout), ticks: len(roles) > 1, clock: clk, base: base,
+			window: timing.commitWindow(*config.HeartbeatTimeout), ticks: len(roles) > 1, recheck: !timing.classic, clock: clk, base: base,
 		})})
 	}
 	d := &driver{
@@ -218,14 +223,15 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
 	d.clientID = fmt.Sprint(consumerConf["client.id"])
 	d.check.checker = newGroupChecker()
-	if w, err := newWireDescriber(adminConf, !timing.classic); err == nil {
-		d.check.wire = w
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: *config.HeartbeatTimeout,
+		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
+	if err == nil {
+		d.check.wire = side
 		if len(n.parts) > 1 {
-			d.wire = newWireHeartbeats(w, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
+			d.wire = sidechan.NewBeats[wireBeat](side, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
 		}
 	} else {
-		d.log.I()("goneli %s: the group check goes through librdkafka's admin client (%v), which librdkafka 2.11.1 "+
-			"can abort the process on while brokers restart (confluentinc/librdkafka#4605)", config.Name, err)
+		d.log.I()("goneli %s: %s", config.Name, viaLibrdkafka(err))
 	}
 	d.watchdog = newWatchdog(d.now, d.expireLeases, n.life.closing)
 	n.d = d

@@ -6,14 +6,21 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
 )
+
+// wireBeat is a heartbeat that a lease produced in a cycle, for sendHeartbeats at its end.
+type wireBeat struct {
+	p *part
+	h *heartbeat
+}
 
 // heartbeatProducer is the producer that writes a tenure's heartbeats and release markers, opened
 // on first use and replaced when it delivers nothing (recycleProducer).
 type heartbeatProducer struct {
 	p KafkaProducer // nil until the first heartbeat or group check, and after a replacement
 	// ok is when the producer was opened or last delivered a record, delivered when it or goneli's
-	// own connection (heartwire.go) last delivered one, and recycled counts the producers replaced
+	// own connection (internal/sidechan) last delivered one, and recycled counts the producers replaced
 	// for delivering nothing.
 	ok, delivered time.Duration
 	recycled      int
@@ -50,7 +57,7 @@ func (d *driver) noteDelivery(err error) {
 		d.heart.ok, d.heart.delivered = now, now
 		return
 	}
-	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.releases) > 0 || (d.check.checker.busy() && d.check.wire == nil && !d.check.alone) {
+	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.releases) > 0 || (d.check.checker.busy() && !d.viaSide() && !d.check.alone) {
 		// A release marker still on its way, or a group check through the producer's own
 		// admin handle, needs this handle; the next failed heartbeat tries again.
 		return
@@ -75,7 +82,7 @@ func (d *driver) recycleProducer(reason string) {
 }
 
 // sendHeartbeats writes the heartbeats the leases produced in this cycle: those of several roles
-// in one request per broker where it can (heartwire.go), and otherwise each through librdkafka.
+// in one request per broker where it can (sidechan.Beats), and otherwise each through librdkafka.
 func (d *driver) sendHeartbeats() {
 	beats := d.beats
 	d.beats = d.beats[:0]
@@ -83,18 +90,19 @@ func (d *driver) sendHeartbeats() {
 	if len(beats) == 0 {
 		return
 	}
-	if len(beats) > 1 && d.wire != nil && d.wire.usable(d.now(), *d.config.HeartbeatTimeout) && d.ensureProducer() {
+	if len(beats) > 1 && d.wire != nil && d.wire.Usable(d.now(), *d.config.HeartbeatTimeout) && d.ensureProducer() {
 		// Only with librdkafka's own producer: one of the application's (a test's, say) is meant
 		// to see every record.
 		if _, ok := d.heart.p.(*kafka.Producer); ok {
-			batch := make([]wireBeat, len(beats))
+			batch := make([]sidechan.Beat[wireBeat], len(beats))
 			for i, b := range beats {
 				rec := *b.h
 				rec.address = d.config.Address
-				batch[i] = wireBeat{p: b.p, h: b.h, key: d.key, value: rec.appendTo(make([]byte, 0, rec.size()))}
+				batch[i] = sidechan.Beat[wireBeat]{Record: sidechan.Record{Partition: b.p.id, Key: d.key, Value: rec.appendTo(make([]byte, 0, rec.size()))},
+					Made: b.h.sentMono, Of: b}
 			}
-			if d.wire.start(batch) {
-				for _, b := range batch {
+			if d.wire.Start(batch) {
+				for _, b := range beats {
 					b.p.lease.sent()
 				}
 				return
@@ -113,13 +121,13 @@ func (d *driver) collectHeartbeats() {
 	if d.wire == nil {
 		return
 	}
-	res, ok := d.wire.collect()
+	res, ok := d.wire.Collect()
 	if !ok {
 		return
 	}
 	var failed error
 	for _, r := range res {
-		if r.err == nil {
+		if r.Err == nil {
 			// The heartbeats are delivered, which is what the consumer's read-back check asks
 			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
 			// say (noteDelivery).
@@ -128,14 +136,14 @@ func (d *driver) collectHeartbeats() {
 			continue
 		}
 		if failed == nil {
-			failed = r.err
+			failed = r.Err
 		}
-		if err := d.produceRecord(r.beat.p, r.beat.h); err != nil {
+		if err := d.produceRecord(r.Beat.Of.p, r.Beat.Of.h); err != nil {
 			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		}
 	}
 	if failed != nil {
-		d.wire.fail(d.now())
+		d.wire.Fail(d.now())
 		d.throttle.log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
 			d.config.Name, failed, *d.config.HeartbeatTimeout)
 	}
@@ -150,7 +158,7 @@ func (d *driver) awaitHeartbeats() time.Duration {
 		return limit
 	}
 	start := d.now()
-	d.wire.await(limit)
+	d.wire.Await(limit)
 	return max(limit-(d.now()-start), 0)
 }
 

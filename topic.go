@@ -74,6 +74,7 @@ func (d *driver) prepareGroup() error {
 		}
 		return err
 	}
+	d.brokers = brokers
 	d.fitSession(admin, brokers)
 	d.check.count.Add(1)
 	if !d.timing.classic {
@@ -81,7 +82,7 @@ func (d *driver) prepareGroup() error {
 			return err
 		}
 	}
-	desc, err := describeGroup(context.Background(), preferWire(d.check.wire, admin), d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+	desc, err := describeGroup(context.Background(), sideFirst{d.check.wire, admin}, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 	if err != nil {
 		// The first tenure checks again before it leads; this check only refuses early.
 		d.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",

@@ -325,7 +325,7 @@ var librdkafkaAborts atomic.Int32
 // because the coordinator's connection just dropped: the error path frees the request's state
 // and then uses it (confluentinc/librdkafka#4605, fix proposed in #5397, not released). Broker
 // restarts and cuts of the coordinator in the three-broker mix hit it now and then, until goneli
-// stopped asking librdkafka for that request (groupwire.go).
+// stopped asking librdkafka for that request (internal/sidechan).
 const librdkafkaAbort = "rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed"
 
 // knownAbort reports whether the member whose log is at path ended with librdkafkaAbort. The

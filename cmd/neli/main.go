@@ -186,7 +186,7 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet, defaultGroup, defaultLevel string, defaultLease time.Duration) {
-	fs.StringVar(&c.kafka, "kafka", c.kafka, "Kafka bootstrap servers, host:port[,host:port...]")
+	fs.StringVar(&c.kafka, "kafka", c.kafka, "Kafka bootstrap servers, host[:port][,host[:port]...] (port 9092 where none is given, as librdkafka takes it)")
 	fs.StringVar(&c.group, "group", defaultGroup, "leader group ID shared by all contenders")
 	fs.StringVar(&c.topic, "topic", "", "leader topic (default <group>.neli)")
 	fs.StringVar(&c.name, "name", "", "this instance's name (default <hostname>_<pid>_<time>)")
@@ -302,16 +302,16 @@ func (c *common) checkReachable() error {
 	servers := c.kafka
 	if len(kprobe.Servers(servers)) == 0 {
 		if c.fs == nil || flagSet(c.fs, "kafka") {
-			return badUsage("--kafka must not be empty: want host:port[,host:port...]")
+			return badUsage("--kafka must not be empty: want host[:port][,host[:port]...]")
 		}
 		return badUsage("bootstrap.servers (from -X, -F or NELI_X_BOOTSTRAP_SERVERS) must not be empty: " +
-			"want host:port[,host:port...], or leave it out to use --kafka")
+			"want host[:port][,host[:port]...], or leave it out to use --kafka")
 	}
 	probe := kprobe.InTheClear(c.kafkaConfig()["security.protocol"])
 	var errs []string
 	for _, s := range kprobe.Servers(servers) {
 		if _, _, err := net.SplitHostPort(s); err != nil {
-			return badUsage("--kafka %q: want host:port[,host:port...]", servers)
+			return badUsage("--kafka %q: want host[:port][,host[:port]...]", servers)
 		}
 		conn, err := net.DialTimeout("tcp", s, reachTimeout)
 		if err != nil {

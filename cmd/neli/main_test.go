@@ -67,7 +67,10 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"run", "--log-level", "loud", "--", "true"}, exitUsage, "--log-level"},
 		{[]string{"run", "--grace", "-1s", "--", "true"}, exitUsage, "--grace"},
 		{[]string{"run", "--", "no-such-command-for-neli"}, exitUsage, "no-such-command-for-neli"},
-		{[]string{"run", "--kafka", "nohost", "--", "true"}, exitUsage, "--kafka"},
+		// A server without a port is on 9092, as librdkafka takes it: one that is not there cannot
+		// be reached, which is no usage error.
+		{[]string{"run", "--kafka", "nohost", "--", "true"}, exitFail, "cannot reach Kafka at nohost"},
+		{[]string{"run", "--kafka", "[::1", "--", "true"}, exitUsage, "--kafka"},
 		{[]string{"run", "--kafka", "127.0.0.1:1", "--", "true"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
 		{[]string{"demo", "--members", "1"}, exitUsage, "--members"},
 		{[]string{"demo", "--duration", "abc"}, exitUsage, "-duration"},

@@ -272,6 +272,9 @@ func runRun(args []string, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if bound, err := o.stopBound(config); err == nil {
+		log.Infof("neli run %s: SIGTERM stops this within %v (give a supervisor's stop timeout more)", config.Name, bound)
+	}
 	if metricsLn != nil {
 		stopMetrics, err := serveMetrics(metricsLn, n, config, log)
 		if err != nil {
@@ -775,4 +778,18 @@ func (o *runOptions) runConfig(scr scribe.Scribe) goneli.Config {
 	}
 	config.SetDefaults()
 	return config
+}
+
+// stopBound is how long neli run may take to exit after SIGTERM or SIGINT: every copy of the
+// command gets --grace after SIGTERM and killWait after SIGKILL (the copies stop side by side; a
+// hook runs within Close), then Close hands leadership over within its bound, then the metrics
+// server has metricsShutdown. A supervisor that kills neli sooner (systemd's TimeoutStopSec,
+// Kubernetes' terminationGracePeriodSeconds) turns a leader's handover into a crash, which its
+// successor waits out for a group session.
+func (o *runOptions) stopBound(config goneli.Config) (time.Duration, error) {
+	closeBound, err := config.CloseBound()
+	if err != nil {
+		return 0, err
+	}
+	return o.grace + killWait + closeBound + metricsShutdown, nil
 }

@@ -2,6 +2,10 @@
 // benchmarks, with a network layer that can cut, black-hole or slow down one client, recognised by
 // the client.id in its requests, or one broker of a multi-broker cluster, recognised by its listen
 // address.
+//
+// With AsKafka (or KAFKATEST_AS_KAFKA=1 in the environment) the broker answers as Apache Kafka
+// does where kfake is more lenient: see askafka.go for what that covers and the Kafka source each
+// behaviour follows.
 package kafkatest
 
 import (
@@ -21,8 +25,10 @@ import (
 // connections pass through a Netem.
 type Broker struct {
 	*kfake.Cluster
-	Net  *Netem
-	Addr string // the first node's address
+	Net *Netem
+	// Kafka holds the knobs of a broker started with AsKafka (or under AsKafkaEnv); nil otherwise.
+	Kafka *Kafka
+	Addr  string // the first node's address
 	// Addrs are the nodes' addresses as the cluster started, node i's at index i. Nodes added or
 	// removed later (AddNode, RemoveNode) are not reflected here.
 	Addrs []string
@@ -51,13 +57,26 @@ func Start(opts ...kfake.Opt) (*Broker, error) {
 // of the one it replaces keeps its faults: a client cut off from the old broker is cut off from
 // the new one, as a real partition of the network would keep it.
 func StartNet(nm *Netem, opts ...kfake.Opt) (*Broker, error) {
-	all := append(append([]kfake.Opt{kfake.NumBrokers(1), kfake.ListenFn(nm.Listen)}, MinSession(DefaultGroupMinSessionTimeout)...), opts...)
+	asKafka, opts, err := splitAsKafka(opts)
+	if err != nil {
+		return nil, err
+	}
+	all := []kfake.Opt{kfake.NumBrokers(1), kfake.ListenFn(nm.Listen)}
+	var k *Kafka
+	if asKafka != nil {
+		k = newKafka(*asKafka)
+		all = append([]kfake.Opt{kfake.NumBrokers(1), kfake.ListenFn(k.listen(nm.Listen))}, asKafka.kfakeOpts()...)
+	}
+	all = append(append(all, MinSession(DefaultGroupMinSessionTimeout)...), opts...)
 	c, err := kfake.NewCluster(all...)
 	if err != nil {
 		return nil, err
 	}
 	addrs := c.ListenAddrs()
-	return &Broker{Cluster: c, Net: nm, Addr: addrs[0], Addrs: addrs}, nil
+	if k != nil {
+		k.started(c, addrs)
+	}
+	return &Broker{Cluster: c, Net: nm, Kafka: k, Addr: addrs[0], Addrs: addrs}, nil
 }
 
 // StartNetOnPort is StartNet on port, for a broker that replaces one just closed there: the old
@@ -79,6 +98,9 @@ func StartNetOnPort(nm *Netem, port int, wait time.Duration, opts ...kfake.Opt) 
 func (b *Broker) Close() {
 	b.Cluster.Close()
 	b.Net.closeAll()
+	if b.Kafka != nil {
+		b.Kafka.close()
+	}
 }
 
 // Fault is what Netem does to one client's connections.

@@ -26,16 +26,39 @@ func InTheClear(securityProtocol any) bool {
 }
 
 // Servers splits a bootstrap.servers list into host:port addresses, dropping any scheme
-// (PLAINTEXT://host:port) and empty entries.
+// (PLAINTEXT://host:port) and empty entries. A server named without a port gets 9092, as
+// librdkafka gives it (rdkafka_broker.c, rd_kafka_brokers_add0: RD_KAFKA_PORT); Go's dialer would
+// refuse it ("missing port in address").
 func Servers(list string) []string {
 	var out []string
 	for _, s := range strings.Split(list, ",") {
 		s = strings.TrimSpace(s)
 		if s = s[strings.LastIndex(s, "/")+1:]; s != "" {
-			out = append(out, s)
+			out = append(out, withPort(s))
 		}
 	}
 	return out
+}
+
+// DefaultPort is the port of a bootstrap server named without one.
+const DefaultPort = "9092"
+
+// withPort adds DefaultPort to a server that has none: a host name, an IPv4 address, a bracketed
+// IPv6 address, or a bare IPv6 address (more than one colon and no brackets).
+func withPort(s string) string {
+	if _, _, err := net.SplitHostPort(s); err == nil {
+		return s
+	}
+	host := strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
+	if strings.HasPrefix(s, "[") && !strings.HasSuffix(s, "]") {
+		// "[::1]:" and the like: malformed, and left for the dialer to say so.
+		return s
+	}
+	if strings.Count(host, ":") == 1 {
+		// "host:" or "host:x": a port that does not parse is not ours to replace.
+		return s
+	}
+	return net.JoinHostPort(host, DefaultPort)
 }
 
 // SpeaksKafka sends an ApiVersions request at version 0, which a Kafka broker answers before any

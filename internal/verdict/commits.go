@@ -65,39 +65,41 @@ func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateComm
 		}
 		return n
 	}
-	// The era of each process's tenures, by role and token: that of its first acquisition.
+	// The era of each line: an acquired line's is that of its tenure's first acquisition (Since);
+	// any other line's is that of the process's latest acquired line of the same role and token
+	// before it. A process can hold the same token in two eras (tokens start over at a reset), so
+	// the token alone does not name the tenure.
 	type tenure struct {
-		who, role string
-		token     int64
+		role  string
+		token int64
 	}
-	eras := map[tenure]int{}
+	eras := map[string][]int{} // by process, then by index of the line
 	for who, ls := range lines {
-		for _, l := range ls {
-			if l.Event != member.EventAcquired {
-				continue
+		current := map[tenure]int{}
+		eras[who] = make([]int, len(ls))
+		for i, l := range ls {
+			e, ok := current[tenure{l.Role, l.Token}]
+			if l.Event == member.EventAcquired {
+				since := l.Since
+				if since == 0 {
+					since = l.At
+				}
+				e, ok = era(time.Unix(0, since)), true
+				current[tenure{l.Role, l.Token}] = e
 			}
-			since := l.Since
-			if since == 0 {
-				since = l.At
+			if !ok {
+				e = era(time.Unix(0, l.At))
 			}
-			if _, ok := eras[tenure{who, l.Role, l.Token}]; !ok {
-				eras[tenure{who, l.Role, l.Token}] = era(time.Unix(0, since))
-			}
+			eras[who][i] = e
 		}
-	}
-	eraOf := func(who string, l member.Line) int {
-		if e, ok := eras[tenure{who, l.Role, l.Token}]; ok {
-			return e
-		}
-		return era(time.Unix(0, l.At))
 	}
 	fences := map[key]map[int64]fence{} // then by token: the tenure's earliest fence
-	note := func(who string, l member.Line) {
+	note := func(who string, i int, l member.Line) {
 		if l.Token == 0 {
 			return
 		}
 		role, token, at := l.Role, l.Token, time.Unix(0, l.At)
-		k := key{eraOf(who, l), role}
+		k := key{eras[who][i], role}
 		if fences[k] == nil {
 			fences[k] = map[int64]fence{}
 		}
@@ -106,10 +108,10 @@ func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateComm
 		}
 	}
 	for _, who := range names(lines) {
-		for _, l := range lines[who] {
+		for i, l := range lines[who] {
 			switch {
 			case l.Event == member.EventAcquired && l.Init, l.Event == member.EventCommit:
-				note(who, l)
+				note(who, i, l)
 			}
 		}
 	}
@@ -134,12 +136,12 @@ func LateCommits(lines map[string][]member.Line, resets ...time.Time) []LateComm
 	}
 	var out []LateCommit
 	for _, who := range names(lines) {
-		for _, l := range lines[who] {
+		for i, l := range lines[who] {
 			if l.Event != member.EventCommit {
 				continue
 			}
 			at := time.Unix(0, l.At)
-			if f, ok := firstLater[key{eraOf(who, l), l.Role}][l.Token]; ok && at.After(f.at) {
+			if f, ok := firstLater[key{eras[who][i], l.Role}][l.Token]; ok && at.After(f.at) {
 				out = append(out, LateCommit{Who: who, Role: l.Role, Token: l.Token, At: at,
 					Successor: f.who, SuccessorToken: f.token, FencedAt: f.at})
 			}

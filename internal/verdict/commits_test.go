@@ -103,6 +103,13 @@ func TestLateCommits(t *testing.T) {
 			"a": {acquired("", 700, 15, true), commit("", 750, 15), commit("", 900, 15)},
 			"b": {acquiredSince("", 600, 300, 215), commit("", 650, 215)},
 		}, []int{400}, nil},
+		// chaos 1 broker, seed 1795706137687160654: after several wipes, a process acquired a
+		// token it had held in an earlier log; its commits belong to the later tenure, not to the
+		// earlier one, whose log had seen a larger token.
+		{"same token again after a reset", map[string][]member.Line{
+			"a": {acquired("", 0, 18, true), commit("", 100, 18), acquired("", 600, 18, true), commit("", 700, 18), commit("", 900, 18)},
+			"b": {acquired("", 200, 48, true), commit("", 250, 48)},
+		}, []int{400}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var resets []time.Time

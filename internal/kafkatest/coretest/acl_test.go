@@ -28,7 +28,7 @@ func readmeGrants(group, topic string) []aclGrant {
 	g := func(name string, rt kmsg.ACLResourceType, res string, pattern kmsg.ACLResourcePatternType, op kmsg.ACLOperation) aclGrant {
 		return aclGrant{name, kfake.ACL{Resource: rt, Name: res, Pattern: pattern, Operation: op, Allow: true}}
 	}
-	topicT, groupT := kmsg.ACLResourceTypeTopic, kmsg.ACLResourceTypeGroup
+	topicT, groupT, txnT := kmsg.ACLResourceTypeTopic, kmsg.ACLResourceTypeGroup, kmsg.ACLResourceTypeTransactionalId
 	return []aclGrant{
 		g("topic-describe", topicT, topic, lit, kmsg.ACLOperationDescribe),
 		g("topic-read", topicT, topic, lit, kmsg.ACLOperationRead),
@@ -37,6 +37,7 @@ func readmeGrants(group, topic string) []aclGrant {
 		g("group-read", groupT, group, lit, kmsg.ACLOperationRead),
 		g("group-describe", groupT, group, lit, kmsg.ACLOperationDescribe),
 		g("observer-describe", groupT, group+".observer", pre, kmsg.ACLOperationDescribe),
+		g("fenced-write", txnT, "goneli-fenced."+group, pre, kmsg.ACLOperationWrite),
 	}
 }
 
@@ -173,6 +174,9 @@ func TestACLsOfTheREADME(t *testing.T) {
 		{"group-read", want{contender: "Read on group acl", check: "not read it"}},
 		{"group-describe", want{}},
 		{"observer-describe", want{watch: "Describe on group acl.observer", describe: "Describe on group acl.observer", check: "may not describe group acl.observer"}},
+		// Only a FencedProducer needs it (TestFencedProducerNeedsWriteOnItsTransactionalID); the
+		// doctor warns.
+		{"fenced-write", want{}},
 	}
 	for _, tc := range cases {
 		name := "all"
@@ -199,4 +203,30 @@ func TestACLsOfTheREADME(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A FencedProducer needs Write on its transactional id (goneli-fenced.<group>, and .<role> for a
+// role): without it, its first write fails with an *AuthorizationError naming the prefixed grant
+// (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error 53), rather than librdkafka's bare error, and the
+// doctor warns of it; with it, the doctor's line is ok.
+func TestFencedProducerNeedsWriteOnItsTransactionalID(t *testing.T) {
+	const group, topic = "txn", "txn.neli"
+	b, log := aclBrokerWithTopic(t, group, readmeGrantsWithout(t, group, topic, "fenced-write"))
+	alice := saslConfig(b, group, "alice", "alice", "alice-secret", log)
+	a := contender(t, alice, newRecorder()).(Curator)
+	awaitLeader(t, "alice to lead", a)
+	f := newFenced(t, a, FencedConfig{})
+	err := f.Send(context.Background(), record(topic, "x"))
+	var denied *AuthorizationError
+	if !errors.As(err, &denied) || denied.Resource != "transactional-id" || denied.Name != "goneli-fenced."+group || !denied.Prefixed ||
+		denied.Operation != "Write" || !strings.Contains(err.Error(), "--transactional-id goneli-fenced.txn --resource-pattern-type prefixed") {
+		t.Fatalf("the fenced producer's write: %v; want an *AuthorizationError for Write on the transactional ids prefixed goneli-fenced.%s", err, group)
+	}
+	alice.Name = "doctor"
+	r, _ := Check(context.Background(), alice)
+	wantCheck(t, r, "acl-transactional-id", CheckWarn, "may not use transactional id goneli-fenced.txn")
+
+	granted := aclBroker(t, readmeGrants(group, topic))
+	r, _ = Check(context.Background(), saslConfig(granted, group, "doctor", "alice", "alice-secret", log))
+	wantCheck(t, r, "acl-transactional-id", CheckOK, "may describe transactional id goneli-fenced.txn")
 }

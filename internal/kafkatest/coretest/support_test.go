@@ -5,6 +5,9 @@
 // few internals they check through goneli/internal/hooks. The log, task log and wait limit come
 // from goneli/internal/testkit; the recorder and checkGrammar, which name goneli's Event, have a
 // copy in goneli's support_test.go, which its own tests use: keep the two in step.
+//
+// KAFKATEST_AS_KAFKA=1 (or 3.9) in the environment runs them against a broker that answers as
+// Apache Kafka does where kfake is more lenient (kafkatest.AsKafka; `make test-as-kafka`).
 package coretest
 
 import (

@@ -2,17 +2,8 @@ package coretest
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -23,17 +14,20 @@ import (
 
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// viaLibrdkafka is what New logs when the group check cannot use a connection of goneli's own.
-const viaLibrdkafka = "the group check goes through librdkafka's admin client"
+// viaLibrdkafka is what New logs when goneli's own connection cannot follow the settings, or gives
+// way to librdkafka.
+const viaLibrdkafka = "the group check, Describe and the batched heartbeats go through librdkafka"
 
 // The group check describes the group over a connection of goneli's own, speaking the security
 // settings the instance's clients are given. A member on another topic can be refused only from a
 // description of the group, so New's refusal shows that the description got through.
 func TestGroupCheckSpeaksTheClientsSecurity(t *testing.T) {
-	serverTLS, caFile := testCA(t)
+	pki := testkit.NewPKI(t, "127.0.0.1", "127.0.0.1", "localhost")
+	serverTLS, caFile := pki.ServerTLS(), pki.CAFile
 	for _, tc := range []struct {
 		name string
 		opts []kfake.Opt
@@ -196,44 +190,4 @@ func TestDescribeSurvivesCoordinatorCuts(t *testing.T) {
 		status, err := Describe(context.Background(), c)
 		return err == nil && len(status.Members) == 1
 	})
-}
-
-// testCA makes a certificate authority, and returns a server configuration with a certificate it
-// signed for 127.0.0.1 and the file that holds the authority's certificate.
-func testCA(t *testing.T) (*tls.Config, string) {
-	t.Helper()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey, srvKey := key(), key()
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "goneli test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	srvTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, caCert, &srvKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}}}, file
 }

@@ -1,0 +1,291 @@
+// Package sidechantest tests goneli's own connection (internal/sidechan) on the embedded broker:
+// what a long-lived connection to a real cluster meets (re-authentication, idle connections,
+// throttling, a slow broker), made to happen as Apache Kafka makes it happen.
+package sidechantest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/internal/sidechan"
+	"github.com/goneli/goneli/internal/testkit"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newClient makes a client of the broker with conf's settings besides the bootstrap server.
+func newClient(t *testing.T, b *kafkatest.Broker, conf kafka.ConfigMap, limit time.Duration) *sidechan.Client {
+	t.Helper()
+	all := kafka.ConfigMap{"bootstrap.servers": b.Addr, "client.id": "side"}
+	for k, v := range conf {
+		all[k] = v
+	}
+	c, err := sidechan.New(all, sidechan.Options{Limit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// awaitCondition polls cond until it holds; it stands for an event the client does not publish.
+func awaitCondition(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	limit := time.Now().Add(testkit.AwaitLimit)
+	for !cond() {
+		if time.Now().After(limit) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func records(partitions ...int32) []sidechan.Record {
+	var out []sidechan.Record
+	for _, p := range partitions {
+		out = append(out, sidechan.Record{Partition: p, Key: []byte("k"), Value: []byte(fmt.Sprint("v", p))})
+	}
+	return out
+}
+
+func wantProduced(t *testing.T, res []sidechan.Produced) {
+	t.Helper()
+	for i, r := range res {
+		if r.Err != nil {
+			t.Errorf("record %d: %v", i, r.Err)
+		}
+	}
+}
+
+// Records of partitions led by three brokers go to the three at once: a broker that holds its
+// acknowledgement (acks=all waits for its in-sync replicas) holds back only its own partitions.
+// Each broker's request is held here until all three have arrived, which they do only if they
+// were sent at once; one after the other, the first would wait for ever.
+func TestProduceToEveryLeaderAtOnce(t *testing.T) {
+	const topic = "beats"
+	b := kafkatest.StartT(t, kfake.NumBrokers(3), kfake.SeedTopics(3, topic))
+	for p := range int32(3) {
+		if err := b.MoveTopicPartition(topic, p, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var arrived atomic.Int32
+	all := make(chan struct{})
+	b.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if arrived.Add(1) == 3 {
+			close(all)
+		} else {
+			b.SleepControl(func() {
+				select {
+				case <-all:
+				case <-time.After(testkit.AwaitLimit):
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	c := newClient(t, b, nil, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.AwaitLimit)
+	defer cancel()
+	wantProduced(t, c.Produce(ctx, topic, records(0, 1, 2)))
+	if n := arrived.Load(); n != 3 {
+		t.Fatalf("%d produce requests for three leaders, want 3", n)
+	}
+}
+
+// A throttled broker (KIP-219: its answer carries ThrottleMillis, and Kafka mutes the connection
+// for that long, SocketServer) gets no request on that connection until the throttle ends; a
+// round that cannot wait that long fails without sending, and its heartbeats go to librdkafka.
+func TestProduceHonoursThrottling(t *testing.T) {
+	const topic = "beats"
+	b := kafkatest.StartT(t, kfake.SeedTopics(1, topic))
+	var requests atomic.Int32
+	b.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		if requests.Add(1) > 1 {
+			return nil, nil, false
+		}
+		q := req.(*kmsg.ProduceRequest)
+		resp := q.ResponseKind().(*kmsg.ProduceResponse)
+		resp.SetVersion(q.Version)
+		resp.ThrottleMillis = int32(time.Minute.Milliseconds())
+		for _, rt := range q.Topics {
+			rt2 := kmsg.NewProduceResponseTopic()
+			rt2.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewProduceResponseTopicPartition()
+				p.Partition = rp.Partition
+				rt2.Partitions = append(rt2.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, rt2)
+		}
+		return resp, nil, true
+	})
+	c := newClient(t, b, nil, 10*time.Second)
+	wantProduced(t, c.Produce(context.Background(), topic, records(0)))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if res := c.Produce(ctx, topic, records(0)); res[0].Err == nil {
+		t.Fatal("a round within the broker's throttle was written")
+	}
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("the broker received %d produce requests within its throttle, want 1", n)
+	}
+}
+
+// A request whose answer does not come in time fails, and the next goes over another connection,
+// not the one whose answer is still owed.
+func TestProduceAfterATimedOutRound(t *testing.T) {
+	const topic = "beats"
+	b := kafkatest.StartT(t, kfake.SeedTopics(1, topic))
+	release := make(chan struct{})
+	var held atomic.Bool
+	b.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if held.CompareAndSwap(false, true) {
+			b.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	c := newClient(t, b, nil, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	res := c.Produce(ctx, topic, records(0))
+	cancel()
+	close(release)
+	if res[0].Err == nil {
+		t.Fatal("a round whose answer was held succeeded")
+	}
+	opened := c.Opened()
+	wantProduced(t, c.Produce(context.Background(), topic, records(0)))
+	if c.Opened() <= opened {
+		t.Errorf("the round after a timed-out one opened no connection (%d opened)", c.Opened())
+	}
+}
+
+// With connections.max.reauth.ms set, Kafka closes a connection that has not re-authenticated by
+// then (KIP-368, SaslServerAuthenticator; kafkatest.AsKafka does so too); the client
+// re-authenticates on the same connection before the session it was given ends.
+func TestReauthenticatesBeforeTheSessionEnds(t *testing.T) {
+	b := kafkatest.StartT(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "svc", "pw"), kafkatest.AsKafka(),
+		kfake.BrokerConfigs(map[string]string{"connections.max.reauth.ms": "2000"}))
+	var auths atomic.Int32
+	b.ControlKey(int16(kmsg.SASLAuthenticate), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		auths.Add(1)
+		return nil, nil, false
+	})
+	c := newClient(t, b, kafka.ConfigMap{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "svc", "sasl.password": "pw"}, 10*time.Second)
+	awaitCondition(t, "a re-authentication", func() bool {
+		if _, err := c.Request(context.Background(), kmsg.NewPtrApiVersionsRequest()); err != nil {
+			t.Fatal(err)
+		}
+		return auths.Load() > int32(c.Opened())
+	})
+	if c.Closed() != 0 {
+		t.Errorf("%d connections closed; want the session renewed in place", c.Closed())
+	}
+}
+
+// Kafka closes a connection idle for connections.max.idle.ms (10 minutes by default; Selector),
+// and a load balancer may drop one silently sooner. The client closes its own idle connections
+// after the configured time, so that it does not send on one that is gone.
+func TestClosesIdleConnections(t *testing.T) {
+	b := kafkatest.StartT(t)
+	c := newClient(t, b, kafka.ConfigMap{"connections.max.idle.ms": 200}, 10*time.Second)
+	if _, err := c.Request(context.Background(), kmsg.NewPtrApiVersionsRequest()); err != nil {
+		t.Fatal(err)
+	}
+	awaitCondition(t, "the idle connections to be closed", func() bool { return c.Opened() > 0 && c.Closed() == c.Opened() })
+}
+
+// Kafka answers a DescribeConfigs with the resources it authorizes first
+// (ConfigHelper.handleDescribeConfigsRequest): results are matched by resource, not position.
+func TestDescribeConfigsMatchedByResource(t *testing.T) {
+	b := kafkatest.StartT(t)
+	b.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		q := req.(*kmsg.DescribeConfigsRequest)
+		resp := q.ResponseKind().(*kmsg.DescribeConfigsResponse)
+		resp.SetVersion(q.Version)
+		for i := len(q.Resources) - 1; i >= 0; i-- {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName = q.Resources[i].ResourceType, q.Resources[i].ResourceName
+			c := kmsg.NewDescribeConfigsResponseResourceConfig()
+			c.Name, c.Value = "retention.ms", kmsg.StringPtr("of "+rr.ResourceName)
+			rr.Configs = append(rr.Configs, c)
+			resp.Resources = append(resp.Resources, rr)
+		}
+		return resp, nil, true
+	})
+	c := newClient(t, b, nil, 10*time.Second)
+	res, err := c.DescribeConfigs(context.Background(), []kafka.ConfigResource{{Type: kafka.ResourceTopic, Name: "a"}, {Type: kafka.ResourceTopic, Name: "b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a", "b"} {
+		if res[i].Name != name || res[i].Config["retention.ms"].Value != "of "+name {
+			t.Errorf("result %d: %s %v, want topic %s's", i, res[i].Name, res[i].Config, name)
+		}
+	}
+}
+
+// A SCRAM server's first message may name fewer iterations than Kafka's minimum, 4096
+// (ScramMechanism): only a server that is not the broker would, to make an offline guess of the
+// password cheaper. The client refuses it and sends no proof.
+func TestSCRAMRefusesFewIterations(t *testing.T) {
+	b := kafkatest.StartT(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "svc", "pw"))
+	var proofs atomic.Int32
+	b.ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		q := req.(*kmsg.SASLAuthenticateRequest)
+		msg := string(q.SASLAuthBytes)
+		if strings.HasPrefix(msg, "c=") {
+			proofs.Add(1)
+			return nil, nil, false
+		}
+		_, nonce, ok := strings.Cut(msg, ",r=")
+		if !ok {
+			return nil, nil, false
+		}
+		resp := q.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+		resp.SetVersion(q.Version)
+		resp.SASLAuthBytes = []byte("r=" + nonce + "server,s=c2FsdHNhbHRzYWx0c2FsdA==,i=1024")
+		return resp, nil, true
+	})
+	c := newClient(t, b, kafka.ConfigMap{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "svc", "sasl.password": "pw"}, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Request(ctx, kmsg.NewPtrMetadataRequest()); err == nil {
+		t.Fatal("authenticated with a server that asked for 1024 iterations")
+	}
+	if n := proofs.Load(); n != 0 {
+		t.Fatalf("sent %d proofs to a server that asked for 1024 iterations", n)
+	}
+}
+
+// How many connections group descriptions open: one client keeps its connections for the next
+// description (the connection that the old transport opened anew, with TLS and SASL, for each).
+func TestDescriptionsReuseConnections(t *testing.T) {
+	b := kafkatest.StartT(t, kfake.NumBrokers(3))
+	c := newClient(t, b, nil, 10*time.Second)
+	const n = 20
+	for range n {
+		if _, err := c.DescribeConsumerGroups(context.Background(), []string{"g"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d descriptions of a group on 3 brokers opened %d connections", n, c.Opened())
+	if c.Opened() > 3 {
+		t.Errorf("%d descriptions opened %d connections; want no more than the seed's and the coordinator's", n, c.Opened())
+	}
+}

@@ -1,0 +1,349 @@
+package sidechan
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// Channel is what an instance asks of goneli's own connection: the group check's description of
+// the group, the batched heartbeats, and whether it has given way to librdkafka. *Client is one.
+type Channel interface {
+	// DescribeConsumerGroups describes the one group asked for, in librdkafka's form, within ctx
+	// (options are ignored). A group-level error is in the description's Error, as librdkafka has
+	// it.
+	DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error)
+	// Produce appends records to topic: one ProduceRequest per leader broker, all at once.
+	Produce(ctx context.Context, topic string, records []Record) []Produced
+	// Fallback is nil until the connection has given way to librdkafka for good, and then why
+	// (a *FallbackError).
+	Fallback() error
+	// Close closes the connections; it is idempotent.
+	Close()
+}
+
+// Options are what the instance, Describe or the doctor add to the client settings.
+type Options struct {
+	// ConsumerProtocol says that the group speaks KIP-848: it is described with
+	// ConsumerGroupDescribe first.
+	ConsumerProtocol bool
+	// Limit bounds each request: a connection that does not answer within it is closed rather
+	// than used again (kgo's RequestTimeoutOverhead), and retries stop after it.
+	Limit time.Duration
+	// OnFallback is called once, when a broker's certificate makes the connection give way to
+	// librdkafka; it must not block.
+	OnFallback func(error)
+	// MetadataV10 caps Metadata at version 10, the last that reports the principal's operations
+	// on the cluster (the doctor reads them).
+	MetadataV10 bool
+}
+
+// Client is goneli's own connection to a cluster: one kgo client (franz-go), which finds
+// coordinators, retries their errors, re-authenticates (KIP-368), honours throttling (KIP-219),
+// closes idle connections and talks to several brokers at once.
+type Client struct {
+	cl       *kgo.Client
+	settings Settings
+	opts     Options
+	fallback atomic.Pointer[FallbackError]
+	// opened and closed count connections, for tests and measurements.
+	opened, closed atomic.Int64
+	closing        sync.Once
+
+	mu      sync.Mutex
+	leaders map[string]topicLeaders // by topic: where Produce sends each partition
+}
+
+// New makes a client from a librdkafka configuration, or returns an error wrapping ErrUnsupported
+// that names the setting it cannot follow. It connects on the first request.
+func New(conf kafka.ConfigMap, o Options) (*Client, error) {
+	s, err := Translate(conf)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}}
+	cl, err := kgo.NewClient(c.kgoOptions()...)
+	if err != nil {
+		return nil, fmt.Errorf("goneli's own connection: %w", err)
+	}
+	c.cl = cl
+	return c, nil
+}
+
+// kgoOptions are the kgo settings of Settings and Options.
+func (c *Client) kgoOptions() []kgo.Opt {
+	s, limit := c.settings, c.opts.Limit
+	if limit <= 0 {
+		limit = 10 * time.Second
+	}
+	request := limit
+	if s.RequestTimeout > 0 {
+		request = min(request, s.RequestTimeout)
+	}
+	dial := limit
+	if s.DialTimeout > 0 {
+		dial = min(dial, s.DialTimeout)
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(s.Seeds...),
+		kgo.Dialer(c.dialer(dial)),
+		kgo.RequestTimeoutOverhead(request),
+		kgo.RetryTimeout(limit),
+		kgo.RetryBackoffFn(func(tries int) time.Duration {
+			return min(s.Backoff<<min(max(tries-1, 0), 16), s.BackoffMax)
+		}),
+		// A port of another service that answers with garbage must not make the client allocate
+		// gigabytes; a description of a group of a few thousand members fits many times over.
+		kgo.BrokerMaxReadBytes(64 << 20),
+		kgo.DisableClientMetrics(),
+		kgo.WithHooks(connCounter{&c.opened, &c.closed}),
+	}
+	if s.ClientID != "" {
+		opts = append(opts, kgo.ClientID(s.ClientID))
+	}
+	if s.IdleTimeout > 0 {
+		opts = append(opts, kgo.ConnIdleTimeout(s.IdleTimeout))
+	}
+	if s.sasl != nil {
+		opts = append(opts, kgo.SASL(s.sasl))
+	}
+	// Heartbeats name their topic as librdkafka's producer does: Produce from version 13 names it
+	// by ID alone (KIP-516), which a heartbeat has no use for.
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 12)
+	if c.opts.MetadataV10 {
+		v.SetMaxKeyVersion(kmsg.Metadata.Int16(), 10)
+	}
+	return append(opts, kgo.MaxVersions(v))
+}
+
+// dialer connects, over TLS where configured, and notes a certificate that Go refuses.
+func (c *Client) dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	nd := &net.Dialer{Timeout: timeout}
+	return func(ctx context.Context, _, addr string) (net.Conn, error) {
+		if err := c.Fallback(); err != nil {
+			return nil, err
+		}
+		if c.settings.TLS == nil {
+			return nd.DialContext(ctx, c.settings.Network, addr)
+		}
+		// tls.Dialer names the server after addr's host where the configuration names none.
+		td := &tls.Dialer{NetDialer: nd, Config: c.settings.TLS}
+		conn, err := td.DialContext(ctx, c.settings.Network, addr)
+		var refused *tls.CertificateVerificationError
+		if errors.As(err, &refused) {
+			return nil, c.giveWay(addr, err)
+		}
+		return conn, err
+	}
+}
+
+// FallbackError says why goneli's own connection gave way to librdkafka for good.
+type FallbackError struct {
+	Broker string
+	Err    error
+}
+
+func (e *FallbackError) Error() string {
+	return fmt.Sprintf("goneli's own connection cannot verify the certificate of broker %s (%v), which librdkafka (OpenSSL) verifies by its own rules", e.Broker, e.Err)
+}
+
+func (e *FallbackError) Unwrap() error { return e.Err }
+
+// IsFallback reports whether err says that goneli's own connection gave way to librdkafka.
+func IsFallback(err error) bool {
+	var fe *FallbackError
+	return errors.As(err, &fe)
+}
+
+// giveWay records the first certificate that Go's crypto/x509 refuses, and returns the
+// *FallbackError that every request returns from then on.
+//
+// A certificate that Go refuses is either one that librdkafka refuses as well, and nothing is lost
+// by leaving the work to it, or one that OpenSSL accepts and Go does not (a host named only in the
+// subject's CN, a SHA-1 signature, a negative serial number): then librdkafka is what reaches the
+// broker. Nothing is ever sent over a connection that failed verification, and librdkafka
+// verifies the certificate itself. The decision is for the client's life, so that no request
+// tries the refused handshake again: a certificate that librdkafka alone accepts does not change
+// while the instance runs.
+func (c *Client) giveWay(addr string, err error) error {
+	fe := &FallbackError{Broker: addr, Err: err}
+	if c.fallback.CompareAndSwap(nil, fe) && c.opts.OnFallback != nil {
+		c.opts.OnFallback(fe)
+	}
+	return c.fallback.Load()
+}
+
+// Fallback is nil until the connection has given way to librdkafka, and then the
+// *FallbackError that says why.
+func (c *Client) Fallback() error {
+	if fe := c.fallback.Load(); fe != nil {
+		return fe
+	}
+	return nil
+}
+
+// Opened is how many connections the client has opened, Closed how many of them it has closed.
+func (c *Client) Opened() int64 { return c.opened.Load() }
+
+// Closed: see Opened.
+func (c *Client) Closed() int64 { return c.closed.Load() }
+
+// Settings are the client's connection settings.
+func (c *Client) Settings() Settings { return c.settings }
+
+// Close closes every connection and stops the client's goroutines; it is idempotent.
+func (c *Client) Close() {
+	c.closing.Do(c.cl.Close)
+}
+
+// Request sends req where it belongs (kgo routes group requests to their coordinator, admin
+// requests to the controller, and splits sharded ones), and retries the coordinator's errors
+// that kgo returns for the request as a whole: kgo retries NOT_COORDINATOR,
+// COORDINATOR_LOAD_IN_PROGRESS and COORDINATOR_NOT_AVAILABLE when a group's result in the response
+// carries them, but not when FindCoordinator, which it asks first, answers with them, as Apache
+// Kafka does while it creates __consumer_offsets on a fresh cluster (KafkaApis.handleFindCoordinatorRequest).
+func (c *Client) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	var resp kmsg.Response
+	err := c.retry(ctx, func() error {
+		var err error
+		resp, err = c.cl.Request(ctx, req)
+		return err
+	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
+}
+
+// SeedRequest sends req to the seed broker seed (an index into Settings.Seeds), without retries.
+func (c *Client) SeedRequest(ctx context.Context, seed int, req kmsg.Request) (kmsg.Response, error) {
+	seeds := c.cl.SeedBrokers()
+	if seed < 0 || seed >= len(seeds) {
+		return nil, fmt.Errorf("no seed broker %d", seed)
+	}
+	resp, err := seeds[seed].Request(ctx, req)
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
+}
+
+// retry calls fn until it returns no coordinator error, ctx ends, or the client's Limit has
+// passed.
+func (c *Client) retry(ctx context.Context, fn func() error) error {
+	giveUp := time.Now().Add(max(c.opts.Limit, time.Second))
+	for tries := 0; ; tries++ {
+		err := fn()
+		if !coordinatorNotReady(err) || time.Now().After(giveUp) {
+			return err
+		}
+		pause := min(c.settings.Backoff<<min(tries, 16), c.settings.BackoffMax)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// coordinatorNotReady reports whether err says to ask again shortly.
+func coordinatorNotReady(err error) bool {
+	return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator) ||
+		errors.Is(err, kerr.CoordinatorLoadInProgress)
+}
+
+// KafkaError makes a Kafka protocol error code a kafka.Error, whose codes are the protocol's for
+// broker errors, so that callers treat it like one that librdkafka reports.
+func KafkaError(code int16, msg *string) kafka.Error {
+	text := kafka.ErrorCode(code).String()
+	if msg != nil && *msg != "" {
+		text += ": " + *msg
+	}
+	return kafka.NewError(kafka.ErrorCode(code), text, false)
+}
+
+// asKafkaError makes an error of kgo's that is a Kafka error code a kafka.Error; any other error
+// is returned as it is.
+func asKafkaError(err error) error {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return KafkaError(ke.Code, nil)
+	}
+	return err
+}
+
+// connCounter counts the connections a client opens and closes.
+type connCounter struct{ opened, closed *atomic.Int64 }
+
+func (h connCounter) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+	if err == nil {
+		h.opened.Add(1)
+	}
+}
+
+func (h connCounter) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { h.closed.Add(1) }
+
+// Coordinator types of FindCoordinator.
+const (
+	GroupCoordinator       int8 = 0
+	TransactionCoordinator int8 = 1
+)
+
+// FindCoordinator asks which broker coordinates key (a group, or a transactional id), retrying
+// within ctx while the broker answers that the coordinator is not ready: Apache Kafka answers
+// COORDINATOR_NOT_AVAILABLE while it creates the internal topic that holds the coordinator's
+// state, on the first lookup in a fresh cluster (KafkaApis.handleFindCoordinatorRequest). An
+// error the broker gives for key is a kafka.Error; Kafka checks Describe on the group or
+// transactional id here.
+func (c *Client) FindCoordinator(ctx context.Context, typ int8, key string) (int32, error) {
+	var node int32
+	err := c.retry(ctx, func() error {
+		req := kmsg.NewPtrFindCoordinatorRequest()
+		req.CoordinatorType = typ
+		req.CoordinatorKey = key
+		req.CoordinatorKeys = []string{key}
+		resp, err := c.Request(ctx, req)
+		if err != nil {
+			return err
+		}
+		r := resp.(*kmsg.FindCoordinatorResponse)
+		if len(r.Coordinators) != 1 {
+			return fmt.Errorf("FindCoordinator for one key answered with %d coordinators", len(r.Coordinators))
+		}
+		k := r.Coordinators[0]
+		node = k.NodeID
+		return kerr.ErrorForCode(k.ErrorCode)
+	})
+	return node, asKafkaError(err)
+}
+
+// AuthenticationFailed reports whether err says that the broker refused the client's SASL
+// credentials: the broker's own error, or a connection closed once ApiVersions had been answered,
+// which is how a broker may answer bad credentials (kfake does). kgo reports a connection closed
+// before that as an *kgo.ErrFirstReadEOF.
+func (c *Client) AuthenticationFailed(err error) bool {
+	if c.settings.Mechanism == "" {
+		return false
+	}
+	var first *kgo.ErrFirstReadEOF
+	return errors.Is(err, kerr.SaslAuthenticationFailed) || errors.Is(err, kerr.UnsupportedSaslMechanism) ||
+		errors.Is(err, kerr.IllegalSaslState) || errors.Is(err, io.EOF) && !errors.As(err, &first)
+}
