@@ -40,9 +40,16 @@ type lease struct {
 	stall, window time.Duration
 	ticks         bool // renew on shared ticks (leaseConfig.ticks)
 	recheck       bool // a fence asks for a new group check (leaseConfig.recheck)
-	clock         clock
-	base          time.Time // origin of the monotonic durations below
-	random        func() uint64
+	// answerBound, where set (KIP-848), is how long a stored offset's accepted commit may take to
+	// be seen before the coordinator connection counts as having held its answers back
+	// (heldAnswers); heldFrom and heldUntil bound the send times of the heartbeats that commits
+	// seen after such a hold may not renew.
+	answerBound         time.Duration
+	heldFrom, heldUntil time.Duration
+	hbInterval          time.Duration
+	clock               clock
+	base                time.Time // origin of the monotonic durations below
+	random              func() uint64
 
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
@@ -126,8 +133,9 @@ type leaseCounts struct {
 	acquired, fenced, revoked    uint64
 	sent, confirmed, stale, late uint64
 	rejected                     uint64
-	// unwindowed counts explicit commits accepted outside the window, which renewed nothing.
-	unwindowed uint64
+	// unwindowed counts explicit commits accepted outside the window, which renewed nothing; held
+	// those that a hold of the coordinator connection's answers kept from renewing (heldAnswers).
+	unwindowed, held uint64
 }
 
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
@@ -195,8 +203,11 @@ type leaseConfig struct {
 	// recheck says that a tenure fenced must pass a new group check before it leads again: set under
 	// KIP-848, where the check reads the broker's session again (driver.checkSessionAgain).
 	recheck bool
-	clock   clock
-	base    time.Time
+	// answerBound and hbInterval, set under KIP-848, configure heldAnswers: how long an accepted
+	// commit of a stored offset may take to be seen, and the group heartbeat interval.
+	answerBound, hbInterval time.Duration
+	clock                   clock
+	base                    time.Time
 }
 
 // newLease makes the lease of one partition.
@@ -205,7 +216,8 @@ func newLease(c leaseConfig) *lease {
 		c.poll = c.interval
 	}
 	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
-		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, clock: c.clock, base: c.base, random: randomTenure}
+		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, answerBound: c.answerBound, hbInterval: c.hbInterval,
+		clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -323,14 +335,20 @@ func commitStall(poll time.Duration) time.Duration {
 // window measured from that moment reached past R + expel (issue 38: two leaders for up to 693 ms).
 // goneli's default rebalance timeout, twice the lease, leaves a window of 0.8 x HeartbeatTimeout,
 // which rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up.
-func commitWindow(rebalance, lease, hb time.Duration) time.Duration {
-	return max(0, rebalance-lease-2*hb)
+func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Duration {
+	return max(0, rebalance-lease-2*hb-answer-renew)
 }
 
 // useCommitWindow replaces the window, before the first tenure, once New has read the broker's
 // timing.
 func (l *lease) useCommitWindow(w time.Duration) {
 	l.window = w
+}
+
+// useAnswerBound replaces heldAnswers' settings once the broker's KIP-848 group heartbeat interval
+// has been read.
+func (l *lease) useAnswerBound(bound, hb time.Duration) {
+	l.answerBound, l.hbInterval = bound, hb
 }
 
 // stalled returns the newest stored offset if any stored offset has waited for its commit for the
@@ -549,6 +567,8 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	}
 	switch {
 	case !ok:
+	case l.heldAnswers(hb):
+		l.c.held++
 	case !explicit:
 		if !l.hasAuto || hb.stored > l.autoAt {
 			l.autoAt, l.hasAuto = hb.stored, true
@@ -561,6 +581,50 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	}
 	l.publish()
 	return out
+}
+
+// holding reports whether the lease counts the coordinator connection as holding its answers back
+// (heldAnswers): commits seen now renew no heartbeat sent from the hold's start until now.
+func (l *lease) holding() bool {
+	return l.answerBound > 0 && l.now() <= l.heldUntil
+}
+
+// heldAnswers reports, under KIP-848 (answerBound set), whether an accepted commit of hb must not
+// renew because the coordinator connection held its answers back around the time hb was sent.
+//
+// Under KIP-848 only ConsumerGroupHeartbeat keeps a member's session: Apache Kafka refreshes it on
+// commits for classic groups alone (OffsetMetadataManager.validateOffsetCommit). librdkafka sends
+// the next group heartbeat only once the last one is answered, and the broker answers a
+// connection's requests in order, on one TCP stream: answers held back on their way (a lost
+// segment that TCP retransmits after seconds, say) hold back the heartbeat answer that goes
+// before them, and with it every later heartbeat, while the commits sent meanwhile reach the
+// coordinator and are accepted. The coordinator's session then runs from the last heartbeat it
+// received, sent at most a group heartbeat interval and a round trip before the hold began, and a
+// lease renewed from a heartbeat sent during the hold can outlast it (the simulation found this at
+// a 500 ms lease). goneli sees neither the heartbeats nor their answers, but it sees the answers to
+// the commits of the offsets it stored, on the same connection: the leader stores one every
+// renewal, so a hold of more than answerBound shows as the answer to the first offset stored in it
+// coming that much late. From then on, commits renew only heartbeats sent before that offset was
+// stored, or more than a group heartbeat interval after its answer was seen, by when the next group
+// heartbeat has gone out. The session's margin (sessionMargin) covers a round trip and the renewal
+// interval by which the first offset stored in the hold may follow its start.
+func (l *lease) heldAnswers(hb confirmed) bool {
+	if l.answerBound <= 0 {
+		return false
+	}
+	now, late := l.now(), l.now()-hb.stored > l.answerBound
+	if hb.sent > l.heldFrom && hb.sent <= l.heldUntil {
+		if late {
+			l.heldUntil = max(l.heldUntil, now+l.hbInterval)
+		}
+		return true
+	}
+	if late {
+		// The first answer seen late: its own heartbeat was sent before its offset was stored, so
+		// no later than the hold began, and renews.
+		l.heldFrom, l.heldUntil = hb.stored, now+l.hbInterval
+	}
+	return false
 }
 
 // # 5. The group check
