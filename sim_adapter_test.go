@@ -19,9 +19,10 @@ func newSimLease(m *simMember) simLease {
 	p := m.prof
 	l := newLease(leaseConfig{
 		role: "", timeout: p.ht, interval: p.renew, poll: p.minPoll, releaseWait: p.timing.maxPoll,
-		window: p.timing.commitWindow(p.ht), ticks: false, clock: m.clock, base: m.clock.Now(),
+		window: p.timing.commitWindow(p.config), ticks: false, recheck: !p.timing.classic,
+		answerBound: p.timing.answerBound(p.config), hbInterval: p.timing.heartbeat(), clock: m.clock, base: m.clock.Now(),
 	})
-	l.useCommitWindow(p.timing.commitWindow(p.ht))
+	l.useCommitWindow(p.timing.commitWindow(p.config))
 	l.random = m.w.rng.Uint64
 	return simLease{l: l, m: m}
 }
@@ -141,6 +142,9 @@ func (a simLease) delivered(epoch uint64) { a.l.acquiredDelivered(epoch) }
 
 // announced is what IsLeader needs besides the clock: lease.valid is announced and now < end.
 func (a simLease) announced(v *leaseView) bool { return a.l.announced(v) }
+
+// holding is the lease's part of driver.autoCommitted.
+func (a simLease) holding() bool { return a.l.holding() }
 
 // errSimCheck is a group check that failed.
 var errSimCheck = simError("group description failed")

@@ -44,6 +44,9 @@ func (m *simMember) handle(e simAppEvent) {
 			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
 		}
 		m.lease.onCommit(e.offset, e.err, false)
+		if e.err == errNone && e.offset >= 0 && !m.lease.holding() {
+			m.commitsHeld = false // driver.autoCommitted
+		}
 	case appAssigned:
 		if e.p0 {
 			m.groupP0 = true
@@ -81,7 +84,7 @@ func (m *simMember) beginTenure() {
 		return
 	}
 	m.partMember = m.rdk.id()
-	m.lease.assign(m.member.vouched)
+	m.lease.assign(m.member.vouched && m.prof.timing.classic) // under KIP-848 every tenure is checked
 	m.note("tenure %x begins (m%d, vouched %v)", m.lease.tenure(), m.partMember, m.member.vouched)
 }
 
@@ -199,10 +202,16 @@ func (m *simMember) withdraw() {
 func (m *simMember) startCommits() {
 	off := m.commitAsk
 	m.commitAsk = 0
-	if off == 0 || m.commitBusy {
+	if off == 0 {
 		return
 	}
-	m.commitBusy = true
+	if m.commitBusy && m.dnow()-m.commitSent > m.prof.hbInterval {
+		m.holdCommits() // driver.holdCommits: the commit under way waits too long
+	}
+	if m.commitsHeld || m.commitBusy {
+		return
+	}
+	m.commitBusy, m.commitSent = true, m.dnow()
 	m.note("commits offset %d explicitly", off)
 	m.rdk.commit(off)
 }
@@ -219,7 +228,18 @@ func (m *simMember) collectCommits() {
 		return
 	}
 	m.commitAns, m.commitBusy = nil, false
+	if m.dnow()-m.commitSent > m.prof.hbInterval {
+		m.holdCommits() // driver.collectCommits: answered later than a group heartbeat interval
+	}
 	m.lease.onCommit(a.offset, a.err, true)
+}
+
+// holdCommits is driver.holdCommits: no explicit commits until an automatic one is accepted.
+func (m *simMember) holdCommits() {
+	if !m.commitsHeld {
+		m.commitsHeld = true
+		m.note("explicit commits held: one waited longer than a group heartbeat interval")
+	}
 }
 
 // startGroupCheck is driver.startGroupCheck.

@@ -86,6 +86,9 @@ type simMember struct {
 	wantCheck                 bool
 	commitAsk                 int64
 	commitBusy                bool
+	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
+	commitSent  time.Duration
+	commitsHeld bool
 	commitAns                 *simAnswer
 	checkBusy                 bool
 	checkTenure               uint64

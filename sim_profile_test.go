@@ -32,6 +32,8 @@ type simProfile struct {
 	// window and tail shape a schedule: faults are drawn over window after the first leader, and
 	// the schedule runs tail beyond the last.
 	faultWindow, tail time.Duration
+	// config is the Config the profile was derived from, defaults applied.
+	config Config
 }
 
 // simProfiles are the settings of issue 38: the default lease, and the short leases with which the
@@ -84,7 +86,7 @@ func newSimProfile(name string, ht time.Duration, kafka KafkaConfigMap, brokerMi
 	}
 	p := simProfile{name: name, classic: t.classic, timing: t, ht: ht, renew: *c.RenewInterval, minPoll: *c.MinPollInterval,
 		pollDuration: *c.PollDuration, session: t.session, hbInterval: t.interval, maxPoll: t.maxPoll, commitInterval: t.commit,
-		handOverAfter: c.handOverAfter(), window: t.commitWindow(ht)}
+		handOverAfter: c.handOverAfter(), window: t.commitWindow(c), config: c}
 	if !t.classic {
 		p.session, p.hbInterval = session848, interval848
 	}

@@ -29,16 +29,6 @@ var (
 // overlap only outside them; TestSimReplay expects the pinned schedules of simRegressions in them
 // to overlap. Once the fix lands, delete the entries: both then hold those profiles to no overlap.
 var simKnownHoles = map[string]string{
-	// The issue's timeline, and its variants: the window opens when the driver processes an
-	// automatic commit's result (queued behind a paused loop, or late from a slow connection), or
-	// at an automatic commit the coordinator accepted well after the rebalance began; and the
-	// explicit commit of a log that restarted below the committed offset, which obeys no window.
-	"ht500ms":          "issue 38, item 1: the commit window is not anchored at the coordinator's acceptance",
-	"ht1s-session2s":   "issue 38, item 1: the commit window is not anchored at the coordinator's acceptance",
-	"ht1s-brokermin6s": "issue 38, item 1: the commit window is not anchored at the coordinator's acceptance",
-	// Answers of the leader's coordinator connection held up for seconds: explicit commits go on
-	// while the group heartbeats' answers are late.
-	"default": "issue 38, item 1: explicit commits go on while group-heartbeat answers are late",
 	// Sessions kept by heartbeats alone: a heartbeat whose answer is late holds the next one
 	// back, while commits are accepted and renew the lease.
 	"ht500ms-848":         "issue 38, item 1: under KIP-848 commits do not keep the session, and late heartbeat answers hold heartbeats back",
