@@ -318,23 +318,30 @@ func commitStall(poll time.Duration) time.Duration {
 // automatic commit got accepted was stored) explicit commits may still renew, for a coordinator
 // that may remove a member expel after a rebalance began that the member did not rejoin, however
 // long it went on committing (groupTiming.expelBound: the rebalance timeout under the classic
-// protocol, whose coordinator renews a member's session with each commit it accepts), and a group
-// heartbeat interval hb; zero where the settings leave no room.
+// protocol, whose coordinator renews a member's session with each commit it accepts), a group
+// heartbeat interval hb, the bound answer on how late a commit's answer may be seen before it counts
+// as held back (heldAnswers), and the renewal interval renew; zero where the settings leave no room.
 //
 // Let a rebalance begin at R, and the member fail to rejoin it (its JoinGroup refused, say), so
 // that the coordinator may remove it at R + expel and hand its partitions on. librdkafka
 // auto-commits only while it knows of no rebalance, and learns of one from the answer to its first
-// group heartbeat after R, sent by R + hb. An automatic commit is sent after the offset it carries
-// was stored, so an anchor A set by an automatic commit sent at or after R is at most R + hb plus
-// the time that heartbeat's answer took beyond its interval (none, where the answer comes within
-// one; the package doc's fourth assumption). An explicit commit renews only a heartbeat sent before
-// A + window (inWindow), so the lease it gives ends before A + window + HeartbeatTimeout <= R + hb +
-// window + HeartbeatTimeout = R + expel - hb: a group heartbeat interval before the member can be
-// removed, which is the slack for that answer. The anchor is the offset's store time rather than
-// when the commit's result was seen, because a poll loop that was paused sees a result late, and a
-// window measured from that moment reached past R + expel (issue 38: two leaders for up to 693 ms).
-// goneli's default rebalance timeout, twice the lease, leaves a window of 0.8 x HeartbeatTimeout,
-// which rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up.
+// group heartbeat after R, sent at h1 <= R + hb. An automatic commit is sent after the offset it
+// carries was stored, and before librdkafka learns of the rebalance; if sent after h1, its answer
+// comes after that heartbeat's, on the same connection. So the anchor A is at most h1, or else an
+// offset stored after h1 whose answer came after the heartbeat's: the first offset stored after h1
+// (within renew of it, since the leader stores one every renewal) has its answer held as long as
+// the heartbeat's, and if that answer comes more than answer late, heldAnswers keeps every later
+// offset from renewing or anchoring; otherwise librdkafka learnt of the rebalance within answer +
+// renew of h1, and stopped auto-committing. Either way A <= R + hb + answer + renew. An explicit
+// commit renews only a heartbeat sent before A + window (inWindow), so the lease it gives ends
+// before A + window + HeartbeatTimeout <= R + expel - hb: a group heartbeat interval before the
+// member can be removed, the slack for clock rates over expel. The anchor is the offset's store
+// time rather than when the commit's result was seen, because a poll loop that was paused sees a
+// result late, and a window measured from that moment reached past R + expel (issue 38: two
+// leaders for up to 693 ms). goneli's default rebalance timeout, twice the lease, leaves a window of
+// 0.8 x HeartbeatTimeout less an answer bound and a renewal interval: 2.875 s at the default lease
+// and 475 ms at 1 s, which still rides out librdkafka's wait of up to a second to rejoin there
+// (from leases of about 0.8 s up).
 func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Duration {
 	return max(0, rebalance-lease-2*hb-answer-renew)
 }
@@ -589,25 +596,31 @@ func (l *lease) holding() bool {
 	return l.answerBound > 0 && l.now() <= l.heldUntil
 }
 
-// heldAnswers reports, under KIP-848 (answerBound set), whether an accepted commit of hb must not
-// renew because the coordinator connection held its answers back around the time hb was sent.
+// heldAnswers reports whether an accepted commit of hb must not renew because the coordinator
+// connection held its answers back around the time hb was sent (answerBound set; it is, under both
+// protocols).
 //
-// Under KIP-848 only ConsumerGroupHeartbeat keeps a member's session: Apache Kafka refreshes it on
-// commits for classic groups alone (OffsetMetadataManager.validateOffsetCommit). librdkafka sends
-// the next group heartbeat only once the last one is answered, and the broker answers a
-// connection's requests in order, on one TCP stream: answers held back on their way (a lost
-// segment that TCP retransmits after seconds, say) hold back the heartbeat answer that goes
-// before them, and with it every later heartbeat, while the commits sent meanwhile reach the
-// coordinator and are accepted. The coordinator's session then runs from the last heartbeat it
-// received, sent at most a group heartbeat interval and a round trip before the hold began, and a
-// lease renewed from a heartbeat sent during the hold can outlast it (the simulation found this at
-// a 500 ms lease). goneli sees neither the heartbeats nor their answers, but it sees the answers to
-// the commits of the offsets it stored, on the same connection: the leader stores one every
-// renewal, so a hold of more than answerBound shows as the answer to the first offset stored in it
-// coming that much late. From then on, commits renew only heartbeats sent before that offset was
-// stored, or more than a group heartbeat interval after its answer was seen, by when the next group
-// heartbeat has gone out. The session's margin (sessionMargin) covers a round trip and the renewal
-// interval by which the first offset stored in the hold may follow its start.
+// The broker answers a connection's requests in order, on one TCP stream, and librdkafka sends its
+// group heartbeats on the connection that carries the commits. Answers held back on their way (a
+// lost segment that TCP retransmits after seconds, say) hold back the answer of a group heartbeat
+// that goes before them, and with it two things the lease argument rests on, while the commits sent
+// meanwhile still reach the coordinator and are accepted:
+//   - the heartbeat's answer is how librdkafka learns of a rebalance, and it auto-commits until it
+//     does, so an automatic commit accepted late in a rebalance could anchor the window for explicit
+//     commits too late (commitWindow; the simulation found this at a 500 ms lease);
+//   - librdkafka sends the next group heartbeat only once the last is answered, and under KIP-848
+//     only heartbeats keep the member's session (Apache Kafka refreshes it on commits for classic
+//     groups alone, OffsetMetadataManager.validateOffsetCommit), so the coordinator's session runs
+//     from the last heartbeat it received, and a lease renewed from a heartbeat sent during the
+//     hold can outlast it.
+//
+// goneli sees neither the heartbeats nor their answers, but it sees the answers to the commits of
+// the offsets it stores, on the same connection, and a leader stores one every renewal: a hold of
+// more than answerBound shows as the answer to the first offset stored in it coming that much late.
+// From then on commits renew only heartbeats sent before that offset was stored, or more than a
+// group heartbeat interval after the last late answer was seen, by when librdkafka has sent its
+// next group heartbeat and learnt what it says. A hold too short to show this way moves the anchor
+// by at most answerBound and a renewal interval, which commitWindow subtracts.
 func (l *lease) heldAnswers(hb confirmed) bool {
 	if l.answerBound <= 0 {
 		return false
