@@ -42,9 +42,10 @@ type priorityState struct {
 	// hops are transfers to other members found on this instance's partitions, by partition.
 	hops map[int32]*hop
 	// requests are transfer requests read from partitions this instance leads.
-	requests  []transferRequest
-	transfers atomic.Uint64 // Stats.Transfers
-	isStandby atomic.Bool   // Stats.Standby
+	requests     []transferRequest
+	transfers    atomic.Uint64 // Stats.Transfers
+	descriptions atomic.Uint64 // Stats.GroupDescriptions
+	isStandby    atomic.Bool   // Stats.Standby
 }
 
 // groupWatch runs one description of the group at a time for priorityState.
@@ -204,7 +205,7 @@ func (d *driver) watchGroup() {
 		w.done = make(chan describedGroup, 1)
 	}
 	w.busy, w.began, w.rebalances = true, now, d.group.rebalances
-	d.check.count.Add(1)
+	d.prio.descriptions.Add(1)
 	// The group checker's context and wait group, so that Close stops this description with
 	// the group check's (closer.go).
 	parent, timeout, group, done := d.check.checker, *d.config.HeartbeatTimeout, d.config.LeaderGroupID, w.done
@@ -238,7 +239,7 @@ func (d *driver) describeNow(ctx context.Context) (describedGroup, error) {
 		return describedGroup{}, err
 	}
 	defer release()
-	d.check.count.Add(1)
+	d.prio.descriptions.Add(1)
 	res, err := describeGroup(ctx, desc, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 	return describedGroup{desc: res, err: err}, err
 }

@@ -163,10 +163,16 @@ type Stats struct {
 	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
 	HandOvers uint64
 	// GroupChecks counts the descriptions of the group that the instance (all its roles together)
-	// asked the coordinator for, New's included: about two per membership of the group while
-	// nothing is wrong (see GroupConflictError), plus, while it leads, one after each rebalance
-	// (every settle time under KIP-848), and those of a member standing by (Standby) or rejoining.
+	// asked the coordinator for to check its members' topics and roles, New's included: about two
+	// per membership of the group while nothing is wrong (see GroupConflictError).
 	GroupChecks uint64
+	// GroupDescriptions counts the other descriptions of the group the instance asked for, to
+	// follow who is in it: while it leads, one after each rebalance (every half settle time under
+	// KIP-848) and one when a member of higher priority settles (Config.Priority); while it
+	// stands by (Standby), one per HeartbeatTimeout; after it left the group (Yield, a hand-over),
+	// until the member it left under is gone, normally one; one per TransferTo or transfer
+	// request. See the package doc, Preferred leaders.
+	GroupDescriptions uint64
 	// Transfers counts the times this instance (all its roles together) handed leadership over to
 	// a member of higher priority (Config.Priority) or on TransferTo.
 	Transfers uint64
@@ -203,6 +209,7 @@ func (n *neli) statsOf(p *part) Stats {
 		CommitRejections:    c.rejected,
 		GroupChecks:         n.d.check.count.Load(),
 		HandOvers:           n.d.handOvers.Load(),
+		GroupDescriptions:   n.d.prio.descriptions.Load(),
 		Transfers:           n.d.prio.transfers.Load(),
 		Standby:             n.d.prio.isStandby.Load(),
 	}
