@@ -50,7 +50,9 @@ func (c MockConfig) String() string {
 // barrier synchronously from the goroutine that calls AcquireLeader, RevokeLeader, FenceLeader,
 // Yield or Close, with no lock held, so the barrier may call any method of the mock; transitions
 // made from one goroutine arrive in the order the real Neli guarantees. Tokens count tenures from
-// 1. Yield revokes and makes AcquireLeader a no-op until the yield is over.
+// 1. Yield revokes and makes AcquireLeader a no-op until the yield is over. TransferTo revokes,
+// whatever name it is given (a mock has no other members), and is refused while the mock does not
+// lead.
 type MockNeli interface {
 	Curator
 

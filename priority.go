@@ -243,3 +243,11 @@ func outranked(mine int, self string, cs []contender) bool {
 	}
 	return false
 }
+
+// ClientID is the Kafka client.id of an instance whose Config.Name is name and Config.Priority
+// priority, unless its KafkaConfig sets one (NewRoles then adds a digest of the role list). Quotas
+// and ACLs given to a client.id, and tools that pick a member out by it, need the one with the
+// priority in it.
+func ClientID(name string, priority int) string {
+	return clientIDFor(name, priority)
+}

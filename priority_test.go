@@ -177,3 +177,38 @@ func TestPlanTransfer(t *testing.T) {
 		t.Errorf("among negative priorities: %v, %v", hold, err)
 	}
 }
+
+// The mocks refuse TransferTo as the real thing does, and otherwise revoke.
+func TestMockTransferTo(t *testing.T) {
+	var events []Event
+	m, err := NewMock(MockConfig{}, func(e Event) { events = append(events, e) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.TransferTo("b"); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("TransferTo while not leading: %v", err)
+	}
+	m.AcquireLeader()
+	if err := m.TransferTo("b"); err != nil || m.IsLeader() || m.Stats().Transfers != 1 {
+		t.Fatalf("TransferTo: %v, leader %v, %d transfers", err, m.IsLeader(), m.Stats().Transfers)
+	}
+	if len(events) != 2 {
+		t.Fatalf("events %v, want LeaderAcquired and LeaderRevoked", events)
+	}
+	if _, ok := events[1].(LeaderRevoked); !ok {
+		t.Fatalf("events %v, want LeaderAcquired and LeaderRevoked", events)
+	}
+	rs, err := NewMockRoles(MockConfig{}, []string{"a", "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	rs.AcquireLeader("a")
+	if err := rs.TransferTo("a", "x"); !errors.Is(err, ErrRolesTransfer) {
+		t.Fatalf("TransferTo of one of two roles: %v", err)
+	}
+	if err := rs.TransferTo("c", "x"); err == nil || !strings.Contains(err.Error(), `role "c"`) {
+		t.Fatalf("TransferTo of a role the instance does not have: %v", err)
+	}
+}
