@@ -52,8 +52,9 @@ import (
 // classic protocol, whose assignor keeps partition 0 with its new owner, but it is for the two
 // cases where the assignor decides otherwise: roles, which cooperative-sticky spreads over every
 // member (so a lower-priority member back in the group would be given roles again), and KIP-848,
-// whose member ids are UUIDs chosen without the client.id (GroupMetadataManager.java:1744) and
-// whose assignment the broker makes.
+// whose member ids are random UUIDs, drawn by librdkafka (v2.11.1 src/rdkafka_cgrp.c:519-522) or
+// the coordinator (GroupMetadataManager.java:1744) without the client.id, and whose assignment the
+// broker makes.
 
 // MaxPriority and MinPriority bound Config.Priority.
 const (

@@ -153,27 +153,27 @@ func TestPlanTransfer(t *testing.T) {
 		slices.SortFunc(out, func(a, b contender) int { return strings.Compare(a.member, b.member) })
 		return out
 	}
-	if hold, err := planTransfer(cs(self, "goneli-b", "goneli-c"), self, 0, "b", lease, hb); err != nil || hold != transferHold(lease, hb, 0) {
+	if hold, err := planTransfer(cs(self, "goneli-b", "goneli-c"), self, 0, "this instance", "b", lease, hb); err != nil || hold != transferHold(lease, hb, 0) {
 		t.Errorf("to b, next in line: %v, %v", hold, err)
 	}
-	if hold, err := planTransfer(cs(self, "goneli-b", "goneli-c"), self, 0, "c", lease, hb); err != nil || hold != transferHold(lease, hb, 1) {
+	if hold, err := planTransfer(cs(self, "goneli-b", "goneli-c"), self, 0, "this instance", "c", lease, hb); err != nil || hold != transferHold(lease, hb, 1) {
 		t.Errorf("to c, behind b: %v, %v", hold, err)
 	}
-	_, err := planTransfer(cs(self, "goneli-b"), self, 0, "gone", lease, hb)
+	_, err := planTransfer(cs(self, "goneli-b"), self, 0, "this instance", "gone", lease, hb)
 	var te *TransferError
 	if !errors.Is(err, ErrNotMember) || !errors.As(err, &te) || !slices.Equal(te.Members, []string{"b"}) || !strings.Contains(err.Error(), `"gone"`) {
 		t.Errorf("to a departed member: %v", err)
 	}
-	if _, err := planTransfer(cs(self, "goneli-b", clientIDFor("c", 2)), self, 0, "b", lease, hb); err == nil || !strings.Contains(err.Error(), "below c's 2") {
+	if _, err := planTransfer(cs(self, "goneli-b", clientIDFor("c", 2)), self, 0, "this instance", "b", lease, hb); err == nil || !strings.Contains(err.Error(), "below the 2 of c") {
 		t.Errorf("to a member that c outranks: %v", err)
 	}
-	if _, err := planTransfer(cs(self, "goneli-b"), self, 1, "b", lease, hb); err == nil || !strings.Contains(err.Error(), "below this instance's 1") {
+	if _, err := planTransfer(cs(self, "goneli-b"), self, 1, "this instance", "b", lease, hb); err == nil || !strings.Contains(err.Error(), "below the 1 of this instance") {
 		t.Errorf("to a member this instance outranks: %v", err)
 	}
-	if _, err := planTransfer(cs(self, "goneli-b", clientIDFor("b", 1)), self, 0, "b", lease, hb); err == nil || !strings.Contains(err.Error(), "2 members") {
+	if _, err := planTransfer(cs(self, "goneli-b", clientIDFor("b", 1)), self, 0, "this instance", "b", lease, hb); err == nil || !strings.Contains(err.Error(), "2 members") {
 		t.Errorf("to a name two members share: %v", err)
 	}
-	if hold, err := planTransfer(cs(self, clientIDFor("b", -1), clientIDFor("c", -1)), self, -1, "c", lease, hb); err != nil || hold != transferHold(lease, hb, 1) {
+	if hold, err := planTransfer(cs(self, clientIDFor("b", -1), clientIDFor("c", -1)), self, -1, "this instance", "c", lease, hb); err != nil || hold != transferHold(lease, hb, 1) {
 		t.Errorf("among negative priorities: %v, %v", hold, err)
 	}
 }

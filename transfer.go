@@ -68,7 +68,7 @@ type TransferError struct {
 func (e *TransferError) Error() string {
 	msg := fmt.Sprintf("goneli: cannot transfer leadership to %q: %s", e.To, e.Reason)
 	if len(e.Members) > 0 {
-		msg += fmt.Sprintf(" (members: %s)", strings.Join(e.Members, ", "))
+		msg += fmt.Sprintf(" (members besides the leader: %s)", strings.Join(e.Members, ", "))
 	}
 	return msg
 }
@@ -116,13 +116,14 @@ func transferHold(lease, hb time.Duration, ahead int) time.Duration {
 	return 2*lease + time.Duration(ahead)*(time.Second+2*hb)
 }
 
-// planTransfer checks a transfer to the member named to against the group's members cs, for an
-// instance of client.id self and priority mine, and returns how long the instance then stays out.
-func planTransfer(cs []contender, self string, mine int, to string, lease, hb time.Duration) (time.Duration, error) {
+// planTransfer checks a transfer to the member named to against the group's members cs, for a
+// leader of client.id self and priority mine, called leader in messages, and returns how long the
+// leader then stays out.
+func planTransfer(cs []contender, self string, mine int, leader, to string, lease, hb time.Duration) (time.Duration, error) {
 	target := Sanitise(to)
 	var found []contender
 	var names []string
-	top, topName := mine, "this instance"
+	top, topName := mine, leader
 	for _, c := range cs {
 		if c.clientID == self {
 			continue
@@ -151,8 +152,8 @@ func planTransfer(cs []contender, self string, mine int, to string, lease, hb ti
 	}
 	t := found[0]
 	if t.priority < top {
-		return 0, &TransferError{To: to, Reason: fmt.Sprintf("its priority %d is below %s's %d, so leadership would move on to "+
-			"a member of higher priority after the settle time; raise its priority, or lower the others'", t.priority, topName, top)}
+		return 0, &TransferError{To: to, Reason: fmt.Sprintf("its priority %d is below the %d of %s, so leadership would move on to "+
+			"a member of higher priority after the settle time; raise its priority, or lower the others'", t.priority, top, topName)}
 	}
 	ahead := 0
 	for _, c := range cs {
@@ -195,7 +196,7 @@ func (d *driver) transferTo(p *part, name string, inCall bool) error {
 	if err != nil {
 		return fmt.Errorf("goneli: cannot describe group %s to transfer leadership to %q: %w", d.config.LeaderGroupID, name, err)
 	}
-	hold, err := planTransfer(contendersOf(res.desc), d.clientID, d.config.Priority, name, lease, d.timing.heartbeat())
+	hold, err := planTransfer(contendersOf(res.desc), d.clientID, d.config.Priority, "this instance", name, lease, d.timing.heartbeat())
 	if err != nil {
 		return err
 	}
@@ -307,7 +308,7 @@ func (d *driver) serveRequests(cs []contender, now time.Duration) {
 				d.config.Name, r.to, r.by, wait.Round(time.Millisecond))
 			continue
 		}
-		hold, err := planTransfer(cs, d.clientID, d.config.Priority, r.to, *d.config.HeartbeatTimeout, d.timing.heartbeat())
+		hold, err := planTransfer(cs, d.clientID, d.config.Priority, "this instance", r.to, *d.config.HeartbeatTimeout, d.timing.heartbeat())
 		if err != nil {
 			d.log.W()("goneli %s: not handing over as %s asked: %v", d.config.Name, r.by, err)
 			continue
@@ -376,7 +377,7 @@ func (d *driver) serveHops(cs []contender, now time.Duration) {
 			d.cancelHop(p)
 			continue
 		}
-		hold, err := planTransfer(cs, d.clientID, d.config.Priority, hp.to, *d.config.HeartbeatTimeout, d.timing.heartbeat())
+		hold, err := planTransfer(cs, d.clientID, d.config.Priority, "this instance", hp.to, *d.config.HeartbeatTimeout, d.timing.heartbeat())
 		if err != nil {
 			d.log.I()("goneli %s: partition %d was handed over to %s, but not passing it on: %v", d.config.Name, p.id, hp.to, err)
 			d.cancelHop(p)
@@ -449,7 +450,7 @@ func Transfer(ctx context.Context, config Config, role, to string) (TransferResu
 	if i := slices.IndexFunc(cs, func(c contender) bool { return c.clientID == self }); i >= 0 {
 		mine = cs[i].priority
 	}
-	if _, err := planTransfer(cs, self, mine, to, *config.HeartbeatTimeout, timing.heartbeat()); err != nil {
+	if _, err := planTransfer(cs, self, mine, "the leader "+rs.Leader.Name, to, *config.HeartbeatTimeout, timing.heartbeat()); err != nil {
 		return res, err
 	}
 	settle := prioritySettle(*config.HeartbeatTimeout)

@@ -45,7 +45,7 @@ func TestTransferAndPriorities(t *testing.T) {
 	if status, _, stderr := transfer("nobody"); status != exitFail || !strings.Contains(stderr, "not a member of the group") {
 		t.Fatalf("transfer to nobody: %d %s", status, stderr)
 	}
-	if status, _, stderr := transfer("low"); status != exitFail || !strings.Contains(stderr, "its priority 0 is below") {
+	if status, _, stderr := transfer("low"); status != exitFail || !strings.Contains(stderr, "its priority 0 is below the 1 of the leader a") {
 		t.Fatalf("transfer to an outranked member: %d %s", status, stderr)
 	}
 	for limit := time.Now().Add(awaitLimit); ; {

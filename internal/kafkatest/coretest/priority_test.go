@@ -164,7 +164,7 @@ func TestTransferTo(t *testing.T) {
 		err = a.TransferTo("gone")
 		return errors.Is(err, ErrNotMember)
 	})
-	if !strings.Contains(err.Error(), "members: b, c") {
+	if !strings.Contains(err.Error(), "members besides the leader: b, c") {
 		t.Fatalf("TransferTo a departed member: %v; want the members named", err)
 	}
 	from := len(r.snapshot())
