@@ -74,6 +74,7 @@ type driver struct {
 	yield     yieldState
 	handover  handover      // when to hand the roles over (handover.go)
 	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	prio      priorityState // priorities, transfers and leaving the group (groupwatch.go)
 	renewals  consumerRenewals
 	throttle  logThrottle
 	logs      *logForwarder
@@ -234,6 +235,7 @@ func (d *driver) proving() bool {
 // cycle polls the consumer dry (within bounds), waiting up to poll for the first event, lets the
 // lease act on the time that has passed and starts what it asks for.
 func (d *driver) cycle(poll time.Duration) error {
+	d.holdOut()
 	d.applyYield()
 	if d.observer != nil {
 		d.observer.poll()
@@ -264,6 +266,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		}
 		d.sendHeartbeats()
 		d.checkHandOver()
+		d.watchGroup()
 		d.startGroupCheck()
 		d.startCommits()
 	}
@@ -352,7 +355,7 @@ func (d *driver) onMessage(m *kafka.Message) {
 		d.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
 		return
 	}
-	d.apply(p, p.lease.foreign(h))
+	d.foreignRecord(p, string(m.Key), h)
 }
 
 // partOf returns the part of tp, or nil if tp is not one this instance contends for.
@@ -613,6 +616,7 @@ func (d *driver) endTenures(parts []*part, lost, markers bool) {
 	var pending []release
 	for _, p := range parts {
 		out := p.lease.revoke(lost)
+		d.tagRelease(out.release)
 		dl := d.apply(p, out)
 		if out.release != nil && dl != nil {
 			pending = append(pending, release{p: p, marker: *out.release, done: dl})
