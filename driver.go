@@ -309,8 +309,8 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
-		d.autoCommitted(e)
 		d.onCommit(e, false)
+		d.autoCommitted(e)
 	case kafka.Error:
 		if e.IsFatal() {
 			for _, p := range d.parts {
@@ -484,7 +484,9 @@ func (d *driver) holdCommits(took time.Duration) {
 // autoCommitted takes an answer to one of librdkafka's automatic commits: one that the coordinator
 // accepted for a partition ends a hold on explicit commits.
 func (d *driver) autoCommitted(e kafka.OffsetsCommitted) {
-	if !d.commitsHeld || e.Error != nil {
+	if !d.commitsHeld || e.Error != nil || slices.ContainsFunc(d.parts, func(p *part) bool { return p.lease.holding() }) {
+		// An answer seen while the leases count the connection as holding answers back may be
+		// one of those held: it shows librdkafka steady again only once that is over.
 		return
 	}
 	for _, tp := range e.Offsets {

@@ -774,9 +774,10 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 			t.Fatal("explicit commits not held after one waited three group heartbeat intervals")
 		}
 
-		// An automatic commit accepted ends the hold, and explicit commits go out again.
+		// An automatic commit accepted once the late answers are over ends the hold, and explicit
+		// commits go out again.
 		setAuto(true, 0)
-		r.pulse(2*hb, false)
+		r.pulse(4*hb, false)
 		if r.n.d.commitsHeld {
 			t.Fatal("explicit commits still held after an automatic commit was accepted")
 		}

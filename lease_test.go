@@ -435,7 +435,7 @@ func TestLeaseRestartedLogOutsideTheWindow(t *testing.T) {
 func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	stall := commitStall(rigInterval) // the rig's poll is its interval
 	r := newRig(t)
-	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
+	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10, 0, 0)
 	if r.l.window != 800*time.Millisecond {
 		t.Fatalf("window %v for a session of twice the lease, want 0.8 x HeartbeatTimeout", r.l.window)
 	}
@@ -922,5 +922,42 @@ func TestLeaseRecheckAfterAFence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Under KIP-848 (answerBound set) a commit answer that comes late shows that the coordinator
+// connection held its answers back, and with them librdkafka's next group heartbeat, which alone
+// keeps the session there: commits seen after it renew no heartbeat sent after the late offset was
+// stored, until a group heartbeat interval after the late answer was seen (lease.heldAnswers).
+func TestLeaseHeldAnswersUnderKIP848(t *testing.T) {
+	r := newRig(t)
+	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
+	r.acquire()
+	end := func() time.Duration { return r.l.load().end }
+
+	// Two heartbeats read back and stored 50 ms apart; their commits' answers are held for 600 ms.
+	h1, o1 := r.heartbeat()
+	r.back(h1, o1)
+	r.wait(50 * time.Millisecond)
+	h2, o2 := r.heartbeat()
+	r.back(h2, o2)
+	r.wait(600 * time.Millisecond)
+	before := end()
+	r.commit(o1 + 1)
+	if end() <= before {
+		t.Fatal("the late commit's own heartbeat, sent before the hold, did not renew")
+	}
+	before = end()
+	r.commit(o2 + 1)
+	if end() != before || r.l.load().counts.held != 1 {
+		t.Fatalf("a heartbeat sent during the hold renewed (end %v -> %v, held %d)", before, end(), r.l.load().counts.held)
+	}
+
+	// A group heartbeat interval after the late answer, renewals count again.
+	r.wait(2 * rigInterval)
+	before = end()
+	r.renewal(5*time.Millisecond, 5*time.Millisecond)
+	if end() <= before {
+		t.Fatal("no renewal once the hold was over")
 	}
 }
