@@ -53,6 +53,11 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
+	// resets are the partitions whose explicit commit asked for in this cycle is to reset
+	// librdkafka's committed offset below a log that restarted (leaseOut.restarted); resetting
+	// says that the commit under way is only such a reset, sent while explicit commits are held.
+	resets    map[int32]bool
+	resetting bool
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
 	commitsHeld bool
@@ -289,6 +294,9 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 				d.config.Name, p.id, out.commit)
 		}
 		d.commitAsks[p.id] = out.commit
+		if out.restarted {
+			d.resets[p.id] = true
+		}
 	}
 	if out.check {
 		p.wantCheck = true
@@ -423,16 +431,20 @@ func (d *driver) startCommits() {
 	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
 		d.holdCommits(wait)
 	}
-	if d.commitsHeld {
-		clear(d.commitAsks)
-		return
-	}
+	// While explicit commits are held, only those that reset librdkafka's committed offset below a
+	// restarted log go out, and their answers renew nothing (collectCommits): librdkafka
+	// auto-commits only offsets above the one it committed last, so without them no automatic
+	// commit could ever be accepted again to end the hold.
 	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
 	for id, off := range d.commitAsks {
-		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+		if !d.commitsHeld || d.resets[id] {
+			offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+		}
 	}
 	clear(d.commitAsks)
+	clear(d.resets)
 	if d.commits.start(offsets, d.now()) {
+		d.resetting = d.commitsHeld
 		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 	}
 }
@@ -457,6 +469,15 @@ func (d *driver) collectCommits() {
 	}
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
+	}
+	if d.resetting {
+		d.resetting = false
+		for _, tp := range e.Offsets {
+			if p := d.partOf(tp); p != nil && tp.Error == nil && e.Error == nil {
+				p.lease.resetCommitted(int64(tp.Offset))
+			}
+		}
+		return
 	}
 	d.onCommit(e, true)
 }
@@ -777,7 +798,8 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
-	d.commitsHeld = false
+	d.commitsHeld, d.resetting = false, false
+	clear(d.resets)
 	clear(d.group.parts)
 	clear(d.commitAsks)
 	d.group.owedCommit = false

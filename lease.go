@@ -596,6 +596,15 @@ func (l *lease) holding() bool {
 	return l.answerBound > 0 && l.now() <= l.heldUntil
 }
 
+// resetCommitted takes a commit of offset that reset librdkafka's committed offset below a log that
+// restarted while explicit commits were held (driver.startCommits): it renews nothing, and
+// librdkafka auto-commits the offsets above it from now on.
+func (l *lease) resetCommitted(offset int64) {
+	if offset >= 0 {
+		l.lastCommitted = offset
+	}
+}
+
 // heldAnswers reports whether an accepted commit of hb must not renew because the coordinator
 // connection held its answers back around the time hb was sent (answerBound set; it is, under both
 // protocols).
