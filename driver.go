@@ -52,7 +52,7 @@ type driver struct {
 	// commits sends the consumer's explicit commits (commit.go); commitAsks gathers those that the
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
-	commitAsks map[int32]int64
+	commitAsks map[int32]commitAsk
 	// resets are the partitions whose explicit commit asked for in this cycle is to reset
 	// librdkafka's committed offset below a log that restarted (leaseOut.restarted); resetting
 	// says that the commit under way is only such a reset, sent while explicit commits are held.
@@ -286,14 +286,14 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
-		d.store(p, out.store)
+		d.store(p, out.store, out.tag)
 	}
 	if out.commit != 0 {
 		if out.restarted {
 			d.log.W()("goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
 				d.config.Name, p.id, out.commit)
 		}
-		d.commitAsks[p.id] = out.commit
+		d.commitAsks[p.id] = commitAsk{out.commit, out.tag}
 		if out.restarted {
 			d.resets[p.id] = true
 		}
@@ -374,10 +374,16 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 	return d.parts[tp.Partition]
 }
 
+// commitAsk is an explicit commit a lease asked for: the offset and its metadata (confirmed.tag).
+type commitAsk struct {
+	offset int64
+	tag    string
+}
+
 // store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
 // coordinator; the answer arrives as an OffsetsCommitted event.
-func (d *driver) store(p *part, offset int64) {
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
+func (d *driver) store(p *part, offset int64, tag string) {
+	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset), Metadata: &tag}}); err != nil {
 		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", d.config.Name, err)
 		return
 	}
@@ -417,7 +423,11 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 			d.onCommitError(p, tp.Error)
 			continue
 		}
-		d.apply(p, p.lease.committed(int64(tp.Offset), explicit))
+		tag := ""
+		if tp.Metadata != nil {
+			tag = *tp.Metadata
+		}
+		d.apply(p, p.lease.committed(int64(tp.Offset), tag, explicit))
 	}
 }
 
@@ -436,9 +446,9 @@ func (d *driver) startCommits() {
 	// auto-commits only offsets above the one it committed last, so without them no automatic
 	// commit could ever be accepted again to end the hold.
 	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
-	for id, off := range d.commitAsks {
+	for id, ask := range d.commitAsks {
 		if !d.commitsHeld || d.resets[id] {
-			offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+			offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(ask.offset), Metadata: &ask.tag})
 		}
 	}
 	clear(d.commitAsks)
