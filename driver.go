@@ -52,7 +52,12 @@ type driver struct {
 	// commits sends the consumer's explicit commits (commit.go); commitAsks gathers those that the
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
-	commitAsks map[int32]int64
+	commitAsks map[int32]commitAsk
+	// resets are the partitions whose explicit commit asked for in this cycle is to reset
+	// librdkafka's committed offset below a log that restarted (leaseOut.restarted); resetting
+	// says that the commit under way is only such a reset, sent while explicit commits are held.
+	resets    map[int32]bool
+	resetting bool
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
 	commitsHeld bool
@@ -74,6 +79,7 @@ type driver struct {
 	yield     yieldState
 	handover  handover      // when to hand the roles over (handover.go)
 	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	prio      priorityState // priorities, transfers and leaving the group (groupwatch.go)
 	renewals  consumerRenewals
 	throttle  logThrottle
 	logs      *logForwarder
@@ -234,6 +240,7 @@ func (d *driver) proving() bool {
 // cycle polls the consumer dry (within bounds), waiting up to poll for the first event, lets the
 // lease act on the time that has passed and starts what it asks for.
 func (d *driver) cycle(poll time.Duration) error {
+	d.holdOut()
 	d.applyYield()
 	if d.observer != nil {
 		d.observer.poll()
@@ -264,6 +271,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		}
 		d.sendHeartbeats()
 		d.checkHandOver()
+		d.watchGroup()
 		d.startGroupCheck()
 		d.startCommits()
 	}
@@ -278,14 +286,17 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
-		d.store(p, out.store)
+		d.store(p, out.store, out.tag)
 	}
 	if out.commit != 0 {
 		if out.restarted {
 			d.log.W()("goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
 				d.config.Name, p.id, out.commit)
 		}
-		d.commitAsks[p.id] = out.commit
+		d.commitAsks[p.id] = commitAsk{out.commit, out.tag}
+		if out.restarted {
+			d.resets[p.id] = true
+		}
 	}
 	if out.check {
 		p.wantCheck = true
@@ -352,7 +363,7 @@ func (d *driver) onMessage(m *kafka.Message) {
 		d.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
 		return
 	}
-	d.apply(p, p.lease.foreign(h))
+	d.foreignRecord(p, string(m.Key), h)
 }
 
 // partOf returns the part of tp, or nil if tp is not one this instance contends for.
@@ -363,10 +374,16 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 	return d.parts[tp.Partition]
 }
 
+// commitAsk is an explicit commit a lease asked for: the offset and its metadata (confirmed.tag).
+type commitAsk struct {
+	offset int64
+	tag    string
+}
+
 // store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
 // coordinator; the answer arrives as an OffsetsCommitted event.
-func (d *driver) store(p *part, offset int64) {
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
+func (d *driver) store(p *part, offset int64, tag string) {
+	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset), Metadata: &tag}}); err != nil {
 		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", d.config.Name, err)
 		return
 	}
@@ -406,7 +423,11 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 			d.onCommitError(p, tp.Error)
 			continue
 		}
-		d.apply(p, p.lease.committed(int64(tp.Offset), explicit))
+		tag := ""
+		if tp.Metadata != nil {
+			tag = *tp.Metadata
+		}
+		d.apply(p, p.lease.committed(int64(tp.Offset), tag, explicit))
 	}
 }
 
@@ -420,16 +441,20 @@ func (d *driver) startCommits() {
 	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
 		d.holdCommits(wait)
 	}
-	if d.commitsHeld {
-		clear(d.commitAsks)
-		return
-	}
+	// While explicit commits are held, only those that reset librdkafka's committed offset below a
+	// restarted log go out, and their answers renew nothing (collectCommits): librdkafka
+	// auto-commits only offsets above the one it committed last, so without them no automatic
+	// commit could ever be accepted again to end the hold.
 	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
-	for id, off := range d.commitAsks {
-		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+	for id, ask := range d.commitAsks {
+		if !d.commitsHeld || d.resets[id] {
+			offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(ask.offset), Metadata: &ask.tag})
+		}
 	}
 	clear(d.commitAsks)
+	clear(d.resets)
 	if d.commits.start(offsets, d.now()) {
+		d.resetting = d.commitsHeld
 		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 	}
 }
@@ -454,6 +479,15 @@ func (d *driver) collectCommits() {
 	}
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
+	}
+	if d.resetting {
+		d.resetting = false
+		for _, tp := range e.Offsets {
+			if p := d.partOf(tp); p != nil && tp.Error == nil && e.Error == nil {
+				p.lease.resetCommitted(int64(tp.Offset))
+			}
+		}
+		return
 	}
 	d.onCommit(e, true)
 }
@@ -615,6 +649,7 @@ func (d *driver) endTenures(parts []*part, lost, markers bool) {
 	var pending []release
 	for _, p := range parts {
 		out := p.lease.revoke(lost)
+		d.tagRelease(out.release)
 		dl := d.apply(p, out)
 		if out.release != nil && dl != nil {
 			pending = append(pending, release{p: p, marker: *out.release, done: dl})
@@ -773,7 +808,8 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
-	d.commitsHeld = false
+	d.commitsHeld, d.resetting = false, false
+	clear(d.resets)
 	clear(d.group.parts)
 	clear(d.commitAsks)
 	d.group.owedCommit = false

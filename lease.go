@@ -127,6 +127,10 @@ type confirmed struct {
 	sent   time.Duration
 	offset int64
 	stored time.Duration
+	// tag names the heartbeat, tenure and sequence number, in the commit's metadata, which
+	// librdkafka hands back with the commit's result: a result for the same offset of another log
+	// (one that restarted below it while that commit was under way) does not match (committed).
+	tag string
 }
 
 type leaseCounts struct {
@@ -136,6 +140,9 @@ type leaseCounts struct {
 	// unwindowed counts explicit commits accepted outside the window, which renewed nothing; held
 	// those that a hold of the coordinator connection's answers kept from renewing (heldAnswers).
 	unwindowed, held uint64
+	// mismatched counts commit results whose metadata named another heartbeat than the one stored
+	// at their offset (committed).
+	mismatched uint64
 }
 
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
@@ -166,6 +173,8 @@ type leaseOut struct {
 	heartbeat *heartbeat // produce it
 	store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
+	// tag goes with store or commit as the offset's commit metadata (confirmed.tag).
+	tag string
 	restarted bool       // commit is asked for because the log restarted below the last commit
 	check     bool       // start a group check for the current tenure
 	// release is set when the tenure ended while its LeaderRevoked was still to be delivered: the
@@ -287,7 +296,7 @@ func (l *lease) due() leaseOut {
 		out.check = true
 	}
 	if off, ok := l.stalled(now); ok {
-		out.commit = off
+		out.commit, out.tag = off, l.t.pending[off].tag
 		l.t.nudged = now
 	}
 	l.release(&out)
@@ -428,8 +437,9 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		l.t.quiet = false
 	}
 	next := offset + 1
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
-	out.store = next
+	tag := l.t.name() + "." + strconv.FormatUint(h.seq, 10)
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now(), tag: tag}
+	out.store, out.tag = next, tag
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
 		// leader election): it auto-commits only offsets above that, so no heartbeat would be
@@ -541,7 +551,7 @@ func (l *lease) release(out *leaseOut) {
 // # 4. Renewal
 
 // committed takes a commit of offset that the coordinator accepted, which renews the lease from
-// the heartbeat stored at that offset. explicit says that goneli sent it (stalled, readBack) rather
+// the heartbeat stored at that offset, if tag (the commit's metadata) names that heartbeat. explicit says that goneli sent it (stalled, readBack) rather
 // than librdkafka's auto-commit; an automatic one moves the anchor of the window for explicit
 // ones (commitWindow) to when its offset was stored, and an explicit one renews only a heartbeat
 // sent within that window (inWindow).
@@ -553,7 +563,7 @@ func (l *lease) release(out *leaseOut) {
 // interval before that send time; goneli derives the session timeout (config.go, groupTiming) to
 // exceed HeartbeatTimeout plus two such intervals. So a lease that ends HeartbeatTimeout after the
 // send time ends before any successor can be assigned the partition.
-func (l *lease) committed(offset int64, explicit bool) leaseOut {
+func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	var out leaseOut
 	if offset < 0 {
 		// A commit's result lists every partition the consumer holds; those it did not commit,
@@ -567,6 +577,14 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 		return out
 	}
 	hb, ok := l.t.pending[offset]
+	if ok && hb.tag != tag {
+		// The commit of the same offset of another log: one stored before the log restarted
+		// below it, whose result was under way (confirmed.tag). It was accepted before this
+		// heartbeat was even sent, and proves nothing about it.
+		l.c.mismatched++
+		l.publish()
+		return out
+	}
 	for off := range l.t.pending {
 		if off <= offset {
 			delete(l.t.pending, off)
@@ -594,6 +612,15 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 // (heldAnswers): commits seen now renew no heartbeat sent from the hold's start until now.
 func (l *lease) holding() bool {
 	return l.answerBound > 0 && l.now() <= l.heldUntil
+}
+
+// resetCommitted takes a commit of offset that reset librdkafka's committed offset below a log that
+// restarted while explicit commits were held (driver.startCommits): it renews nothing, and
+// librdkafka auto-commits the offsets above it from now on.
+func (l *lease) resetCommitted(offset int64) {
+	if offset >= 0 {
+		l.lastCommitted = offset
+	}
 }
 
 // heldAnswers reports whether an accepted commit of hb must not renew because the coordinator

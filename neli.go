@@ -206,7 +206,8 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		deliver:    n.deliver,
 		clock:      clk,
 		base:       base,
-		commitAsks: map[int32]int64{},
+		commitAsks: map[int32]commitAsk{},
+		resets:     map[int32]bool{},
 		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
 	}
 	d.group.parts = map[int32]bool{}

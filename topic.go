@@ -40,9 +40,11 @@ func (d *driver) join() error {
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
 	}
-	if err := consumer.Subscribe(d.topic, d.onRebalance); err != nil {
-		_ = consumer.Close()
-		return fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", d.topic, err)
+	if !d.prio.standby {
+		if err := consumer.Subscribe(d.topic, d.onRebalance); err != nil {
+			_ = consumer.Close()
+			return fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", d.topic, err)
+		}
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
@@ -90,6 +92,7 @@ func (d *driver) prepareGroup() error {
 			d.config.Name, d.config.LeaderGroupID, err)
 		return nil
 	}
+	d.standbyAtJoin(desc)
 	if v := judgeGroup(desc, d.topic, d.clientID, "", 0); v.conflict != nil {
 		if v.conflict.definite() {
 			return v.conflict
