@@ -36,10 +36,10 @@ func (a simLease) apply(out leaseOut) *simDelivery {
 		a.l.sent() // driver.produce, once the producer took the record
 	}
 	if out.store != 0 {
-		m.store(out.store)
+		m.store(out.store, out.tag)
 	}
 	if out.commit != 0 {
-		m.commitAsk = out.commit
+		m.commitAsk, m.commitTag = out.commit, out.tag
 		if out.restarted {
 			m.restartedAsk = out.commit
 		}
@@ -75,14 +75,14 @@ func (a simLease) onMessage(r simRecord) {
 // (renews), refused because the member or its generation is gone (fences), or anything else
 // (renews nothing). explicit says that goneli sent it (collectCommits) rather than librdkafka's
 // auto-commit (the OffsetsCommitted event).
-func (a simLease) onCommit(offset int64, err simErr, explicit bool) {
+func (a simLease) onCommit(offset int64, tag string, err simErr, explicit bool) {
 	if explicit && err == errIllegalGeneration {
 		return // driver.collectCommits: an explicit commit overtaken by a rebalance
 	}
 	switch err {
 	case errNone:
 		before := a.l.load().end
-		a.apply(a.l.committed(offset, explicit))
+		a.apply(a.l.committed(offset, tag, explicit))
 		if v := a.l.load(); v.leading && v.end != before {
 			a.m.renewedExplicitly = explicit
 			a.m.renewedRestarted = explicit && offset == a.m.restartedAsk

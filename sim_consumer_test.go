@@ -20,7 +20,8 @@ type simConsumer struct {
 	lost       bool // rd_kafka_cgrp_assignment_is_lost
 	fetch      *simFetch
 
-	stored, committed int64 // -1 for none
+	stored, committed int64  // -1 for none
+	storedTag         string // the stored offset's metadata
 	tickArmed         bool
 	waitCommits       int
 	// afterUnassign is what follows once the application has served a revocation and the commits
@@ -88,17 +89,17 @@ func (c *simConsumer) giveBack() {
 		c.fetch = nil
 	}
 	if !c.lost && c.stored > c.committed {
-		c.sendCommit(c.stored, true)
+		c.sendCommit(c.stored, c.storedTag, true)
 	}
 	c.stored = -1
 }
 
 // store is StoreOffsets.
-func (c *simConsumer) store(off int64) {
+func (c *simConsumer) store(off int64, tag string) {
 	if !c.assignedP0 {
 		return
 	}
-	c.stored = off
+	c.stored, c.storedTag = off, tag
 	c.armTick()
 }
 
@@ -120,21 +121,21 @@ func (c *simConsumer) armTick() {
 func (c *simConsumer) tick() {
 	c.tickArmed = false
 	if c.state == rdkSteady && c.assignedP0 && !c.lost && c.stored > c.committed {
-		c.sendCommit(c.stored, true)
+		c.sendCommit(c.stored, c.storedTag, true)
 	}
 	c.armTick()
 }
 
 // sendCommit sends an OffsetCommit at the client's member id and generation, whatever its join
 // state (an explicit commit goes out so too: rd_kafka_cgrp_offsets_commit).
-func (c *simConsumer) sendCommit(off int64, auto bool) {
+func (c *simConsumer) sendCommit(off int64, tag string, auto bool) {
 	c.waitCommits++
 	member, gen := c.ids()
-	c.conn.send(&simReq{kind: reqCommit, from: c.m, member: member, gen: gen, offset: off, auto: auto})
+	c.conn.send(&simReq{kind: reqCommit, from: c.m, member: member, gen: gen, offset: off, tag: tag, auto: auto})
 }
 
 // commit is the explicit commit that goneli's committer makes (commit.go).
-func (c *simConsumer) commit(off int64) { c.sendCommit(off, false) }
+func (c *simConsumer) commit(off int64, tag string) { c.sendCommit(off, tag, false) }
 
 // committedAnswer takes a commit's answer: the committed offset moves on, the result goes to the
 // application (the OffsetsCommitted event, or the committer's answer), and an unassign waiting for
@@ -149,9 +150,9 @@ func (c *simConsumer) committedAnswer(q *simReq, report bool) {
 	}
 	switch {
 	case !q.auto:
-		c.m.explicitAnswered(q.offset, q.err)
+		c.m.explicitAnswered(q.offset, q.tag, q.err)
 	case report:
-		c.m.push(simAppEvent{kind: appCommitted, offset: q.offset, err: q.err, accepted: q.acceptedAt})
+		c.m.push(simAppEvent{kind: appCommitted, offset: q.offset, tag: q.tag, err: q.err, accepted: q.acceptedAt})
 	}
 	c.armTick()
 }

@@ -13,6 +13,7 @@ import (
 // simAnswer is an answer waiting to be collected by a cycle: an explicit commit's or a group check's.
 type simAnswer struct {
 	offset  int64
+	tag     string
 	err     simErr
 	sawSelf bool
 	failed  bool
@@ -43,7 +44,7 @@ func (m *simMember) handle(e simAppEvent) {
 			m.autoAccepted, m.autoQueued, m.autoProcessed = e.accepted, e.queued, m.w.now
 			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
 		}
-		m.lease.onCommit(e.offset, e.err, false)
+		m.lease.onCommit(e.offset, e.tag, e.err, false)
 		if e.err == errNone && e.offset >= 0 && !m.lease.holding() {
 			m.commitsHeld = false // driver.autoCommitted
 		}
@@ -181,8 +182,8 @@ func (m *simMember) fetched(f *simFetch, r simRecord) {
 }
 
 // store is driver.store.
-func (m *simMember) store(off int64) {
-	m.rdk.store(off)
+func (m *simMember) store(off int64, tag string) {
+	m.rdk.store(off, tag)
 	m.stored = true
 	m.storedCount++
 	m.note("stores offset %d", off)
@@ -213,12 +214,12 @@ func (m *simMember) startCommits() {
 	}
 	m.commitBusy, m.commitSent = true, m.dnow()
 	m.note("commits offset %d explicitly", off)
-	m.rdk.commit(off)
+	m.rdk.commit(off, m.commitTag)
 }
 
 // explicitAnswered is the committer goroutine's answer, for the next cycle.
-func (m *simMember) explicitAnswered(off int64, err simErr) {
-	m.commitAns = &simAnswer{offset: off, err: err}
+func (m *simMember) explicitAnswered(off int64, tag string, err simErr) {
+	m.commitAns = &simAnswer{offset: off, tag: tag, err: err}
 }
 
 // collectCommits is driver.collectCommits.
@@ -231,7 +232,7 @@ func (m *simMember) collectCommits() {
 	if m.dnow()-m.commitSent > m.prof.hbInterval {
 		m.holdCommits() // driver.collectCommits: answered later than a group heartbeat interval
 	}
-	m.lease.onCommit(a.offset, a.err, true)
+	m.lease.onCommit(a.offset, a.tag, a.err, true)
 }
 
 // holdCommits is driver.holdCommits: no explicit commits until an automatic one is accepted.

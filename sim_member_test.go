@@ -85,6 +85,7 @@ type simMember struct {
 	partMember                int // the member id under which the tenure began
 	wantCheck                 bool
 	commitAsk                 int64
+	commitTag                 string
 	commitBusy                bool
 	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
 	commitSent  time.Duration
@@ -133,6 +134,7 @@ type simAppEvent struct {
 	kind   simAppKind
 	rec    simRecord
 	offset int64
+	tag    string // appCommitted: the commit's metadata, as librdkafka hands it back
 	err    simErr
 	p0     bool // appAssigned: partition 0 is newly assigned
 	lost   bool // appRevoked
@@ -159,9 +161,9 @@ type simGroupClient interface {
 	answer(q *simReq)
 	assigned(p0 bool)
 	unassigned()
-	store(off int64)
+	store(off int64, tag string)
 	withdraw()
-	commit(off int64)
+	commit(off int64, tag string)
 	id() int
 	left() bool   // unsubscribed and its LeaveGroup is out
 	steady() bool // in the group, steady: a healthy member

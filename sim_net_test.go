@@ -95,6 +95,7 @@ type simReq struct {
 	member   int        // member id, 0 for none
 	gen      int        // generation (classic) or member epoch (KIP-848); -1 for none
 	offset   int64      // OffsetCommit
+	tag      string     // OffsetCommit: the metadata of the committed offset
 	auto     bool       // OffsetCommit: librdkafka's auto-commit rather than goneli's explicit one
 	owned    bool       // JoinGroup (cooperative metadata) and ConsumerGroupHeartbeat: owns partition 0
 	ownedGen int        // JoinGroup: the generation in which partition 0 was assigned

@@ -29,11 +29,6 @@ var (
 // overlap only outside them; TestSimReplay expects the pinned schedules of simRegressions in them
 // to overlap. Once the fix lands, delete the entries: both then hold those profiles to no overlap.
 var simKnownHoles = map[string]string{
-	// Sessions kept by heartbeats alone: a heartbeat whose answer is late holds the next one
-	// back, while commits are accepted and renew the lease.
-	"ht500ms-848":         "issue 38, item 1: under KIP-848 commits do not keep the session, and late heartbeat answers hold heartbeats back",
-	"ht1s-session2s-848":  "issue 38, item 1: under KIP-848 commits do not keep the session, and late heartbeat answers hold heartbeats back",
-	"ht1s-minsession-848": "issue 38, item 1: under KIP-848 commits do not keep the session, and the least session has no clock margin",
 }
 
 // simShortSchedules is how many schedules TestSimShort searches per profile: about a second in
