@@ -69,6 +69,8 @@ type driver struct {
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
+	// polledAt is when the consumer's last Poll returned (heldAssignment).
+	polledAt time.Duration
 	// brokers are the ids of the brokers New found, whose KIP-848 group settings a check reads
 	// again (checkSessionAgain).
 	brokers   []int32
@@ -247,6 +249,7 @@ func (d *driver) cycle(poll time.Duration) error {
 	}
 	var fatal error
 	ev := d.consumer.Poll(int(poll.Milliseconds()))
+	d.polledAt = d.now()
 	for i := 0; ev != nil; i++ {
 		if err := d.handle(ev); err != nil && fatal == nil {
 			fatal = err
@@ -255,6 +258,7 @@ func (d *driver) cycle(poll time.Duration) error {
 			break
 		}
 		ev = d.consumer.Poll(0)
+		d.polledAt = d.now()
 	}
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
@@ -570,6 +574,31 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 
 // rebalanced serves a change of this member's assignment: the new tenures begin, the ended ones
 // end, and the session takes the partitions or gives them back.
+// heldAssignment makes the leases hold their renewals back after an assignment that reached the
+// application late, in a poll that came more than the answer bound after the one before (a loop
+// paused or starved of CPU).
+//
+// librdkafka waits for the application to take a new assignment before its group is steady again,
+// and while it waits it ignores what its group heartbeats say of a further rebalance
+// (rd_kafka_cgrp_handle_Heartbeat: REBALANCE_IN_PROGRESS is dropped in the wait-assign-call state).
+// Once the assignment is taken it counts as steady and auto-commits, although the coordinator may
+// have begun that further rebalance any time since the assignment was made, and its commits, of the
+// current generation, are accepted until then; it learns of the rebalance only from its next group
+// heartbeat. So the anchor of the window, and the automatic commits' own renewals, rest on nothing
+// until a group heartbeat interval (and an answer's bound) after the assignment was taken: the
+// leases hold back the renewals of heartbeats sent from the poll before until then (the simulation
+// found two leaders at a 500 ms lease without this).
+func (d *driver) heldAssignment() {
+	now := d.now()
+	bound := d.timing.answerBound(d.config)
+	if now-d.polledAt <= bound {
+		return
+	}
+	for _, p := range d.parts {
+		p.lease.holdRenewals(d.polledAt, now+bound)
+	}
+}
+
 func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 	d.group.rebalances++
 	d.reachable("consumer", "a rebalance")
@@ -577,6 +606,7 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 	d.trackGroupAssignment(ev, cooperative, lost)
 	switch ev.(type) {
 	case kafka.AssignedPartitions:
+		d.heldAssignment()
 		d.group.member.assigned(s.MemberID(), len(d.group.parts) > 0)
 	case kafka.RevokedPartitions:
 		d.group.member.revoked(lost, cooperative, len(d.group.parts) > 0)

@@ -608,6 +608,15 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	return out
 }
 
+// holdRenewals holds back, as heldAnswers does, the renewals of heartbeats sent after from, until
+// a renewal of one sent after until (driver.heldAssignment).
+func (l *lease) holdRenewals(from, until time.Duration) {
+	if l.heldUntil <= from || from < l.heldFrom {
+		l.heldFrom = from
+	}
+	l.heldUntil = max(l.heldUntil, until)
+}
+
 // holding reports whether the lease counts the coordinator connection as holding its answers back
 // (heldAnswers): commits seen now renew no heartbeat sent from the hold's start until now.
 func (l *lease) holding() bool {
