@@ -143,6 +143,11 @@ func (a simLease) delivered(epoch uint64) { a.l.acquiredDelivered(epoch) }
 // announced is what IsLeader needs besides the clock: lease.valid is announced and now < end.
 func (a simLease) announced(v *leaseView) bool { return a.l.announced(v) }
 
+// holdRenewals is the lease's part of driver.heldAssignment.
+func (a simLease) holdRenewals(from, until time.Duration) {
+	a.l.holdRenewals(from, until) // both on the lease's scale (dnow)
+}
+
 // holding is the lease's part of driver.autoCommitted.
 func (a simLease) holding() bool { return a.l.holding() }
 

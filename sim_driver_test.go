@@ -49,6 +49,9 @@ func (m *simMember) handle(e simAppEvent) {
 			m.commitsHeld = false // driver.autoCommitted
 		}
 	case appAssigned:
+		if bound := m.prof.timing.answerBound(m.prof.config); m.dnow()-m.polledAt > bound {
+			m.lease.holdRenewals(m.polledAt, m.dnow()+bound) // driver.heldAssignment
+		}
 		if e.p0 {
 			m.groupP0 = true
 		}

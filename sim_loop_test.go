@@ -118,7 +118,9 @@ func (m *simMember) drain() {
 		e := m.queue[0]
 		m.queue = m.queue[1:]
 		m.handle(e)
+		m.polledAt = m.dnow() // driver.cycle: each Poll's return
 	}
+	m.polledAt = m.dnow()
 	if m.blocked {
 		return
 	}

@@ -90,6 +90,8 @@ type simMember struct {
 	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
 	commitSent  time.Duration
 	commitsHeld bool
+	// polledAt is driver.polledAt: when the last Poll returned, on the driver's clock.
+	polledAt time.Duration
 	commitAns                 *simAnswer
 	checkBusy                 bool
 	checkTenure               uint64
