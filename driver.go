@@ -579,7 +579,9 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 // heldAssignment makes the leases hold their renewals back after an assignment that reached the
 // application late, in a poll that came more than the answer bound after the one before (a loop
 // paused or starved of CPU): one queued more than the answer bound after a Poll last found the
-// queue empty.
+// queue empty; or after librdkafka had committed nothing for that long, which shows it was
+// rejoining all along, and may have had the assignment's answer late (a held connection) as well:
+// a tenure's oldest offset still waiting for its commit was stored more than the answer bound ago.
 //
 // librdkafka waits for the application to take a new assignment before its group is steady again,
 // and while it waits it ignores what its group heartbeats say of a further rebalance
@@ -594,11 +596,14 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 func (d *driver) heldAssignment() {
 	now := d.now()
 	bound := d.timing.answerBound(d.config)
-	if now-d.drainedAt <= bound {
-		return
-	}
 	for _, p := range d.parts {
-		p.lease.holdRenewals(d.drainedAt, now+bound)
+		from := d.drainedAt
+		if stored, ok := p.lease.oldestPending(); ok && stored < from {
+			from = stored
+		}
+		if now-from > bound {
+			p.lease.holdRenewals(from, now+bound)
+		}
 	}
 }
 
