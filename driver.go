@@ -69,8 +69,9 @@ type driver struct {
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
-	// polledAt is when the consumer's last Poll returned (heldAssignment).
-	polledAt time.Duration
+	// drainedAt is when a Poll last found the consumer's queue empty (heldAssignment): whatever a
+	// later Poll returns was queued after it.
+	drainedAt time.Duration
 	// brokers are the ids of the brokers New found, whose KIP-848 group settings a check reads
 	// again (checkSessionAgain).
 	brokers   []int32
@@ -249,7 +250,6 @@ func (d *driver) cycle(poll time.Duration) error {
 	}
 	var fatal error
 	ev := d.consumer.Poll(int(poll.Milliseconds()))
-	d.polledAt = d.now()
 	for i := 0; ev != nil; i++ {
 		if err := d.handle(ev); err != nil && fatal == nil {
 			fatal = err
@@ -258,7 +258,9 @@ func (d *driver) cycle(poll time.Duration) error {
 			break
 		}
 		ev = d.consumer.Poll(0)
-		d.polledAt = d.now()
+	}
+	if ev == nil {
+		d.drainedAt = d.now()
 	}
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
@@ -576,7 +578,10 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 // end, and the session takes the partitions or gives them back.
 // heldAssignment makes the leases hold their renewals back after an assignment that reached the
 // application late, in a poll that came more than the answer bound after the one before (a loop
-// paused or starved of CPU).
+// paused or starved of CPU): one queued more than the answer bound after a Poll last found the
+// queue empty; or after librdkafka had committed nothing for that long, which shows it was
+// rejoining all along, and may have had the assignment's answer late (a held connection) as well:
+// a tenure's oldest offset still waiting for its commit was stored more than the answer bound ago.
 //
 // librdkafka waits for the application to take a new assignment before its group is steady again,
 // and while it waits it ignores what its group heartbeats say of a further rebalance
@@ -591,11 +596,14 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 func (d *driver) heldAssignment() {
 	now := d.now()
 	bound := d.timing.answerBound(d.config)
-	if now-d.polledAt <= bound {
-		return
-	}
 	for _, p := range d.parts {
-		p.lease.holdRenewals(d.polledAt, now+bound)
+		from := d.drainedAt
+		if stored, ok := p.lease.oldestPending(); ok && stored < from {
+			from = stored
+		}
+		if now-from > bound {
+			p.lease.holdRenewals(from, now+bound)
+		}
 	}
 }
 

@@ -608,6 +608,18 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	return out
 }
 
+// oldestPending is when the oldest offset of the tenure that waits for its commit was stored.
+func (l *lease) oldestPending() (time.Duration, bool) {
+	var oldest time.Duration
+	found := false
+	for _, hb := range l.t.pending {
+		if !found || hb.stored < oldest {
+			oldest, found = hb.stored, true
+		}
+	}
+	return oldest, found
+}
+
 // holdRenewals holds back, as heldAnswers does, the renewals of heartbeats sent after from, until
 // a renewal of one sent after until (driver.heldAssignment).
 func (l *lease) holdRenewals(from, until time.Duration) {
