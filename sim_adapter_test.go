@@ -148,6 +148,9 @@ func (a simLease) holdRenewals(from, until time.Duration) {
 	a.l.holdRenewals(from, until) // both on the lease's scale (dnow)
 }
 
+// oldestPending is the lease's part of driver.heldAssignment.
+func (a simLease) oldestPending() (time.Duration, bool) { return a.l.oldestPending() }
+
 // holding is the lease's part of driver.autoCommitted.
 func (a simLease) holding() bool { return a.l.holding() }
 

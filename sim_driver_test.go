@@ -49,8 +49,13 @@ func (m *simMember) handle(e simAppEvent) {
 			m.commitsHeld = false // driver.autoCommitted
 		}
 	case appAssigned:
-		if bound := m.prof.timing.answerBound(m.prof.config); m.dnow()-m.polledAt > bound {
-			m.lease.holdRenewals(m.polledAt, m.dnow()+bound) // driver.heldAssignment
+		// driver.heldAssignment
+		bound, from := m.prof.timing.answerBound(m.prof.config), m.polledAt
+		if stored, ok := m.lease.oldestPending(); ok && stored < from {
+			from = stored
+		}
+		if m.dnow()-from > bound {
+			m.lease.holdRenewals(from, m.dnow()+bound)
 		}
 		if e.p0 {
 			m.groupP0 = true

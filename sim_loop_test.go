@@ -118,9 +118,10 @@ func (m *simMember) drain() {
 		e := m.queue[0]
 		m.queue = m.queue[1:]
 		m.handle(e)
-		m.polledAt = m.dnow() // driver.cycle: each Poll's return
 	}
-	m.polledAt = m.dnow()
+	if len(m.queue) == 0 {
+		m.polledAt = m.dnow() // driver.drainedAt: a Poll found the queue empty
+	}
 	if m.blocked {
 		return
 	}

@@ -112,6 +112,12 @@ var simRegressions = []struct {
 	// steady (driver.heldAssignment).
 	{"ht500ms", 1008632, "an assignment served late: librdkafka auto-commits into a rebalance it ignored while waiting"},
 	{"ht500ms", 1014194, "an assignment served late, then explicit commits on its anchor"},
+	// Base seed 3000000: an assignment served after events queued during a pause (its wait hidden
+	// behind them), and one that reached librdkafka late over a slow link after it had committed
+	// nothing for a second (driver.heldAssignment).
+	{"ht500ms", 3068680, "an assignment queued behind events during a pause"},
+	{"ht500ms", 3204179, "an assignment late over a slow link, after a second without commits"},
+	{"default", 3212588, "an assignment served late at the default lease"},
 }
 
 func TestSimReplay(t *testing.T) {
