@@ -121,10 +121,10 @@ func testLogRestart(t *testing.T, successor, poison bool) {
 	if _, acq := first[LeaderAcquired](events, "a", 0); acq.what.(LeaderAcquired).Token < filler {
 		t.Fatalf("a's token %d should be past the filler", acq.what.(LeaderAcquired).Token)
 	}
-	ns := []Neli{a}
+	ns, members := []Neli{a}, []string{"a"}
 	if successor {
 		c := contender(t, testConfig(b, group, "c", log), r)
-		ns = append(ns, c)
+		ns, members = append(ns, c), append(members, "c")
 		ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
 		defer cancel()
 		if _, err := b.WaitGroupStable(ctx, group, 2); err != nil {
@@ -141,13 +141,19 @@ func testLogRestart(t *testing.T, successor, poison bool) {
 	}
 	before := len(r.snapshot())
 	time.Sleep(testLease + 200*time.Millisecond)
-	var b2 *kafkatest.Broker
-	for range 100 {
-		if b2, err = kafkatest.Start(kfake.Ports(p), kfake.DataDir(dir), kfake.SeedTopics(1, topic)); err == nil {
-			break
+	// The poison must be in the group before the members come back: an offset committed from
+	// outside the group (generation -1) is refused with UNKNOWN_MEMBER_ID once they have rejoined,
+	// as Kafka refuses it (group-coordinator/.../classic/ClassicGroup.java, validateOffsetCommit),
+	// and a new broker that answers as Kafka does (kafkatest.AsKafka) serves no commit until its
+	// coordinator has loaded, by which time they may well have rejoined. So they are kept off the
+	// new broker until the commit is in.
+	nm := kafkatest.NewNetem()
+	if poison {
+		for _, name := range members {
+			nm.Cut("goneli-"+name, kafkatest.Refuse)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	b2, err := kafkatest.StartNetOnPort(nm, p, 2*time.Second, kfake.DataDir(dir), kfake.SeedTopics(1, topic))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +171,9 @@ func testLogRestart(t *testing.T, successor, poison bool) {
 	// a's own memory of its commits is stale as well.
 	if poison {
 		commitOffset(t, b2.Addr, group, topic, filler+100)
+		for _, name := range members {
+			nm.Heal("goneli-" + name)
+		}
 	}
 	restarted := time.Now()
 	events = r.await(t, "a leader on the new broker", func(events []stamped) bool {
