@@ -166,6 +166,19 @@ type Config struct {
 	// cost of a second consumer that reads partition 0 (see Curator.Leader). Default: false.
 	ObserveLeader bool
 
+	// Priority says which contenders should lead: among the members of the group, one of the
+	// highest priority leads, and among equal priorities goneli behaves as without them. A leader
+	// hands over, gracefully, to a member of higher priority once that member has been in the
+	// group for two HeartbeatTimeouts, and then stays out of the group while one is in it. A
+	// negative priority leads only when no member of priority 0 or more is left: a canary, or a
+	// host far from what the leader writes to. Use a higher priority for the new version in a
+	// rolling upgrade (see docs/operations.md). From MinPriority to MaxPriority. The priority
+	// travels in the Kafka client.id (goneli--<1000-Priority>-<Name> above 0,
+	// goneli-zz<-Priority>-<Name> below), which is why a non-zero one cannot be combined with a
+	// client.id of your own; quotas set for the client.id goneli-<Name> do not apply to it. See
+	// the package doc, Preferred leaders. Default: 0.
+	Priority int
+
 	// OnLeaderChange, if set, is called with the new LeaderInfo whenever the observed leader
 	// changes, and implies ObserveLeader. It runs on the goroutine that calls the barrier with the
 	// first role's events (the only role of New), in order with them, and must not block for long.
@@ -315,6 +328,7 @@ func (c Config) Validate() error {
 	if c.Name == "" {
 		bad("Name", nil, "must not be empty")
 	}
+	c.validatePriority(bad)
 	if c.LeaderTopicReplicationFactor < 0 || c.LeaderTopicReplicationFactor > math.MaxInt16 {
 		bad("LeaderTopicReplicationFactor", c.LeaderTopicReplicationFactor, "must be 0 (the broker's default) to %d", math.MaxInt16)
 	}
@@ -410,10 +424,10 @@ func (c Config) String() string {
 		masked[k] = v
 	}
 	return fmt.Sprintf("Config[KafkaConfig=%v, LeaderTopic=%s, LeaderGroupID=%s, Name=%s, Address=%s, "+
-		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s, RenewInterval=%s, HandOverAfter=%s]",
+		"PollDuration=%s, MinPollInterval=%s, HeartbeatTimeout=%s, RenewInterval=%s, HandOverAfter=%s, Priority=%d]",
 		masked, c.LeaderTopic, c.LeaderGroupID, c.Name, c.Address,
 		durationString(c.PollDuration), durationString(c.MinPollInterval), durationString(c.HeartbeatTimeout),
-		durationString(c.RenewInterval), durationString(c.HandOverAfter))
+		durationString(c.RenewInterval), durationString(c.HandOverAfter), c.Priority)
 }
 
 // handOverAfter is HandOverAfter, or its default for the HeartbeatTimeout set.
@@ -685,7 +699,7 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	for k, v := range c.KafkaConfig {
 		base[k] = v
 	}
-	setDefault(base, "client.id", "goneli-"+Sanitise(c.Name))
+	setDefault(base, "client.id", clientIDFor(c.Name, c.Priority))
 	setDefault(base, "enable.metrics.push", false)
 	// librdkafka backs off reconnects up to 10 s by default, which would add seconds to recovery
 	// after a network cut; leadership decisions are only as fast as the reconnect.

@@ -184,6 +184,11 @@ func TestValidate(t *testing.T) {
 		{"long fetch wait", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = "3000" }, `KafkaConfig["fetch.wait.max.ms"]`, "at most HeartbeatTimeout/3 (1666)"},
 		{"fetch wait not a number", func(c *Config) { c.KafkaConfig["fetch.wait.max.ms"] = 2.5 }, `KafkaConfig["fetch.wait.max.ms"]`, "int or a string"},
 		{"max poll below session", func(c *Config) { c.KafkaConfig["max.poll.interval.ms"] = 6000 }, `KafkaConfig["max.poll.interval.ms"]`, "at least 6250"},
+		{"priority too high", func(c *Config) { c.Priority = 1000 }, "Priority", "must be -999 to 999"},
+		{"priority too low", func(c *Config) { c.Priority = -1000 }, "Priority", "must be -999 to 999"},
+		{"priority with own client.id", func(c *Config) { c.Priority, c.KafkaConfig["client.id"] = 2, "billing" }, "Priority", `client.id "billing" is set`},
+		{"name that reads as a priority", func(c *Config) { c.Name = "-001-x" }, "Name", "reads as priority 999"},
+		{"name that reads as a negative priority", func(c *Config) { c.Name = "zz003-x" }, "Name", "reads as priority -3"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

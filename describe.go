@@ -36,14 +36,18 @@ type GroupStatus struct {
 
 // GroupMember is one member of the group.
 type GroupMember struct {
-	// Name is the member's Config.Name as its client.id carries it: goneli-<Name>, with characters
-	// outside [a-zA-Z0-9._-] replaced by underscores. Empty for a client that is not goneli's.
+	// Name is the member's Config.Name as its client.id carries it: goneli-<Name> (after the
+	// priority, if not 0), with characters outside [a-zA-Z0-9._-] replaced by underscores. Empty
+	// for a client that is not goneli's.
 	Name     string
 	ClientID string
 	Host     string
 	MemberID string
 	// Partitions are the partitions of the leader topic assigned to the member.
 	Partitions []int32
+	// Priority is the member's Config.Priority as its client.id carries it; 0 for a client.id
+	// that goneli did not derive.
+	Priority int
 }
 
 // RoleStatus is what the leader topic and the group say about one role.
@@ -68,7 +72,8 @@ type RoleStatus struct {
 type RecordStatus struct {
 	// Name is the sender's Config.Name.
 	Name string
-	// Kind is "heartbeat", "releasing" (revoked while its barrier was busy) or "released".
+	// Kind is "heartbeat", "releasing" (revoked while its barrier was busy), "released" or
+	// "transfer" (a request to hand over, from Transfer or `neli transfer`).
 	Kind string
 	// Sent is the send time by the sender's wall clock, and Age is At minus Sent.
 	Sent time.Time
@@ -116,14 +121,21 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
 	var side sidechan.Channel
+	var client *sidechan.Client
 	if c, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: bound}); err == nil {
 		defer c.Close()
-		side = c
+		side, client = c, c
 	}
 	desc, err := describeGroup(ctx, sideFirst{side, admin}, config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)
+	case err != nil && client != nil && client.AuthenticationFailed(err):
+		// A broker may answer bad credentials by closing the connection (kfake does), which
+		// alone would read as a bare EOF.
+		s := client.Settings()
+		return status, fmt.Errorf("goneli: cannot describe group %q: SASL %s authentication as %q failed (check sasl.username and sasl.password): %w",
+			config.LeaderGroupID, s.Mechanism, s.User, err)
 	case err != nil:
 		return status, fmt.Errorf("goneli: cannot describe group %q: %w", config.LeaderGroupID, err)
 	case desc.State == kafka.ConsumerGroupStateDead || desc.State == kafka.ConsumerGroupStateUnknown && len(desc.Members) == 0:
@@ -134,7 +146,8 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	status.Protocol = strings.ToLower(desc.Type.String())
 	owners := map[int32]string{}
 	for _, m := range desc.Members {
-		gm := GroupMember{Name: nameOfClientID(m.ClientID), ClientID: m.ClientID, Host: m.Host, MemberID: m.ConsumerID}
+		name, priority, _ := parseClientID(m.ClientID)
+		gm := GroupMember{Name: name, ClientID: m.ClientID, Host: m.Host, MemberID: m.ConsumerID, Priority: priority}
 		for _, tp := range m.Assignment.TopicPartitions {
 			if tp.Topic == nil || *tp.Topic == "" || *tp.Topic == config.LeaderTopic {
 				gm.Partitions = append(gm.Partitions, tp.Partition)
@@ -213,18 +226,6 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	return status, nil
 }
 
-// nameOfClientID undoes the client.id that clientConfigs derives from Config.Name.
-func nameOfClientID(clientID string) string {
-	name, ok := strings.CutPrefix(clientID, "goneli-")
-	if !ok {
-		return ""
-	}
-	if i := strings.LastIndex(name, rolesSuffix); i >= 0 {
-		name = name[:i]
-	}
-	return name
-}
-
 func (k recordKind) String() string {
 	switch k {
 	case kindHeartbeat:
@@ -233,6 +234,8 @@ func (k recordKind) String() string {
 		return "releasing"
 	case kindReleased:
 		return "released"
+	case kindTransfer:
+		return "transfer"
 	}
 	return "kind " + strconv.Itoa(int(k))
 }

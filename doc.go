@@ -106,13 +106,19 @@
 // covers the time between the member's last group heartbeat and the heartbeat's send time, one is
 // slack for the group heartbeat on the wire; delivery delays only help (a renewal is measured from
 // the send time, the coordinator's session from when it heard the member), and the margin covers
-// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the KIP-848 consumer protocol (group.protocol=consumer) the
-// broker sets both, and New enforces the same condition on them: the group's session timeout
-// (the group's consumer.session.timeout.ms where the broker describes group configs, else the
-// smallest group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout
-// plus twice the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
-// group.consumer.heartbeat.interval.ms), or New fails with a ConfigError naming both values. Where
-// they cannot be read (DescribeConfigs refused, say), New logs a warning and goes on unchecked.
+// clocks whose rates differ by up to 4%, a hundred times what NTP lets a clock drift. Under the
+// KIP-848 consumer protocol (group.protocol=consumer) the broker sets both, and New enforces the
+// same condition on them, margin included: the group's session timeout (the group's own
+// consumer.session.timeout.ms where one is set for it, else the smallest
+// group.consumer.session.timeout.ms among the brokers) must be at least HeartbeatTimeout plus twice
+// the group heartbeat interval (consumer.heartbeat.interval.ms, else the largest
+// group.consumer.heartbeat.interval.ms) plus the margin, or New fails with a ConfigError naming
+// the values. Since an operator can lower them while instances run, every tenure reads them again
+// before it leads, and again after each fence, and does not lead while they no longer cover the
+// lease. Where they cannot be read (DescribeConfigs refused, say), goneli logs a warning and goes
+// on unchecked. Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
+// Apache Kafka; kfake renews it on commits too, which kafkatest.AsKafka corrects), so the argument
+// above rests on the group heartbeats alone, which librdkafka sends whatever the rebalance.
 //
 // An accepted commit proves membership of the current generation, not ownership of partition 0:
 // the coordinator does not check which partitions a member owns. Members of one group that use
@@ -255,6 +261,114 @@
 // after its metadata request has waited one HeartbeatTimeout and each server up to two seconds
 // more: at the default lease, seven seconds for one server. neli gives up on such a server in five.
 //
+// # Preferred leaders
+//
+// Config.Priority says which contenders should lead: among the members of the group, one of the
+// highest priority. goneli cannot tell the group coordinator whom to assign partition 0; it
+// arranges who is next in line, and who gives way.
+//
+// Next in line. Under the classic protocol the assignment is computed by librdkafka in one of the
+// members. Its cooperative-sticky assignor gives a partition that has no owner to the member that
+// holds the fewest partitions, ties broken by member id in byte order (librdkafka 2.11.1,
+// rdkafka_sticky_assignor.c: maybeAssignPartition walks the members as
+// sort_by_map_elem_val_toppar_list_cnt orders them), and Apache Kafka makes a classic member id of
+// the client.id, a dash and a random UUID (ClassicGroup.generateMemberId). goneli therefore puts
+// the priority at the front of the client.id: goneli--<1000-p>-<Name> above 0, goneli-zz<-p>-<Name>
+// below, and goneli-<Name> at 0, as before priorities (ClientID). Higher priorities sort first, so
+// whenever partition 0 changes hands (its leader closes, crashes, yields or hands over) it goes to
+// a member of the highest priority in the group, in that one hand-over. Among equal priorities the
+// order is the Names', as it always was. A Name that itself begins with '-' or "zz" sorts among the
+// priorities, and a client.id set in KafkaConfig takes no part (Validate refuses it with a non-zero
+// priority). Quotas or ACLs set for goneli-<Name> do not apply to an instance with a priority.
+//
+// Giving way. Cooperative-sticky leaves partition 0 with its owner when members join. So a leader
+// describes the group after each rebalance (every classic rebalance ends with an assignment
+// callback for every member, the leader included, even with nothing new for it), which costs
+// nothing while the group is quiet, and when a member of higher priority has been in the group for
+// the settle time, two HeartbeatTimeouts, under one member id, the leader hands over: it leaves the
+// group as Yield does, and the member next in line, one of the highest priority, is assigned the
+// partition. (These descriptions go over goneli's own connection, as the group check's do; where
+// that cannot speak the clients' settings they go through an admin client of their own, never within
+// a second of a failed broker connection, and librdkafka#4605, below, applies to them.) The
+// leader must also have led for the settle time, so a role changes hands for priority
+// at most once per settle time. A member that crashes and restarts, or joins and leaves, comes back
+// under a new member id and starts its settle time again: it never pulls leadership. "Healthy" here
+// means that the member kept its group session for the settle time; whether it can renew a lease
+// nobody knows until it leads, and one that cannot hands over again after Config.HandOverAfter, to
+// return, settle and pull once more after its back-off, which doubles up to sixteen leases: a
+// preferred member with a gray failure costs a hand-over per settle time plus back-off, where
+// without priorities it would cost nothing.
+//
+// The member that handed over stands by: it stays out of the group while a member of higher
+// priority is in it, describes the group once per HeartbeatTimeout, and rejoins once none is
+// (Stats.Standby). The single leader would not need that under the classic protocol, whose assignor
+// keeps partition 0 with its new owner when the old one returns, but roles do (cooperative-sticky
+// spreads roles over every member, and would give roles back to a returning member of lower
+// priority), and so does KIP-848. An instance of several roles that starts while a member of higher
+// priority is in the group stands by from the start. So among equal priorities the roles spread as
+// they always have, and a member of lower priority holds none while one of higher priority is in
+// the group. A negative priority is the same rule: such a member is last in line, and gives way to
+// any member of priority 0 or more, so it leads only when no other member is left. Equal priorities
+// never move leadership.
+//
+// Under the KIP-848 consumer protocol (group.protocol=consumer) the broker assigns partitions and
+// member ids are random UUIDs that carry no client.id (librdkafka 2.11.1 draws one for its member,
+// rdkafka_cgrp.c, rd_kafka_cgrp_new; Apache Kafka's GroupMetadataManager draws one for a member
+// that comes without), so nothing is next in line: a hand-over for priority is a yield, and
+// the broker's assignor picks the successor. A successor of lower priority than some member hands
+// over in turn a settle time later, and each member that hands over stands by, so leadership
+// reaches a member of the highest priority after at most as many hand-overs as there are members
+// below it, one settle time apart. A member's session there lives on its own heartbeats, so a leader
+// describes the group every half settle time instead of after rebalances. TestConsumerProtocolPriority
+// shows it on the embedded broker.
+//
+// # Transfers
+//
+// Curator.TransferTo(name) moves leadership to a member of one's choosing, and Transfer (`neli
+// transfer`) asks the leader to from outside the group, with a request record on the role's
+// partition that the leader reads with its heartbeats and acts on only if it reads it while it
+// leads (so only a request written after its tenure began). The leader checks with a fresh
+// description that the member is in the group and that no member outranks it, then leaves the group
+// as Yield does; its release markers name the target. Members whose member ids sort before the
+// target's are assigned the partition first: each reads the marker among the last records of the
+// partition before its own first heartbeat comes back, holds its tenure as it would for a
+// predecessor that is releasing, checks with a description that the target is still in the group,
+// and passes the partition on, leaving the group without having led. Every member that left stays
+// out long enough for the partition to reach the target. A target that has gone by then ends the
+// chain: the member that finds it gone leads. So the successor is the target, or, if the target
+// died during the transfer, the member next in line after it, within a session timeout plus a
+// hand-over per member in the chain. The same chain carries a transfer under KIP-848, whatever order
+// the broker assigns in. Roles cannot be transferred one at a time (ErrRolesTransfer): a role is
+// given up only by leaving the group with all of them, and cooperative-sticky, which balances roles
+// over the members, would move a role sent to one member back to another when the members that
+// left return.
+//
+// Neither a hand-over for priority nor a transfer can give two leaders: each is a revocation like
+// any other. The leader stops leading (LeaderRevoked) before it leaves the group, and its release
+// markers hold a successor back until its barrier has returned; a member leads only after the group
+// assigned it the partition, it proved its own lease (its heartbeat read back and committed under
+// its own membership, the argument of Guarantees) and its group check passed; a member that passes
+// a transfer on never leads. If the markers cannot be written in time the revocation is held back
+// instead, as for any revocation, and a transfer then lands on the member next in line.
+//
+// What they cost is rebalances and leaderless gaps. A hand-over for priority is one LeaveGroup and
+// its rebalance, with the usual gap of a group heartbeat interval and a proof of the lease, and the
+// member that handed over causes one more rebalance when it rejoins (when the preferred member has
+// gone), but none meanwhile. A transfer costs one more rebalance, and about a second (librdkafka
+// sends at most one JoinGroup a second), per member it passes through. In the benchmark's rolling
+// upgrade at a 5 s lease, a member of the new version started, settled and led about 11 s later,
+// with a leaderless gap of a few hundred milliseconds (docs/performance.md).
+//
+// A member that leaves the group must also be gone from it before it rejoins. librdkafka sends one
+// LeaveGroup when the consumer unsubscribes and does not send it again if the coordinator refuses it
+// (rdkafka_cgrp.c, rd_kafka_cgrp_handle_LeaveGroup); a coordinator that has just moved and still
+// loads the group refuses it with COORDINATOR_LOAD_IN_PROGRESS, and the member stays in the group
+// without heartbeats until its session times out. A member that rejoined meanwhile would sort where
+// its old membership did, and be given partition 0 straight back when that expires. So after Yield,
+// a hand-over of any kind or a transfer, an instance stays out past its yield until a description
+// of the group no longer lists the member id it left (for at most a rebalance timeout and a lease),
+// which normally takes one description, made while the yield lasts.
+//
 // # Cost
 //
 // A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
@@ -265,5 +379,7 @@
 // three sends the broker about two produce, fetch and commit requests a second each, plus two group
 // heartbeats a second per member. With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
-// the same commits.
+// the same commits. A leader describes the group once after each rebalance to follow the
+// members' priorities (under KIP-848, every half settle time), a member that left the group once
+// after leaving it, and a member standing by once per HeartbeatTimeout (Stats.GroupDescriptions).
 package goneli

@@ -64,6 +64,9 @@ type driver struct {
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
+	// brokers are the ids of the brokers New found, whose KIP-848 group settings a check reads
+	// again (checkSessionAgain).
+	brokers   []int32
 	releases  []release // tenures whose released marker waits for the barrier
 	check     checkState
 	reach     reachability // whether Kafka answers, for Stats (reach.go)
@@ -71,6 +74,7 @@ type driver struct {
 	yield     yieldState
 	handover  handover      // when to hand the roles over (handover.go)
 	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	prio      priorityState // priorities, transfers and leaving the group (groupwatch.go)
 	renewals  consumerRenewals
 	throttle  logThrottle
 	logs      *logForwarder
@@ -231,6 +235,7 @@ func (d *driver) proving() bool {
 // cycle polls the consumer dry (within bounds), waiting up to poll for the first event, lets the
 // lease act on the time that has passed and starts what it asks for.
 func (d *driver) cycle(poll time.Duration) error {
+	d.holdOut()
 	d.applyYield()
 	if d.observer != nil {
 		d.observer.poll()
@@ -261,6 +266,7 @@ func (d *driver) cycle(poll time.Duration) error {
 		}
 		d.sendHeartbeats()
 		d.checkHandOver()
+		d.watchGroup()
 		d.startGroupCheck()
 		d.startCommits()
 	}
@@ -349,7 +355,7 @@ func (d *driver) onMessage(m *kafka.Message) {
 		d.apply(p, p.lease.readBack(h, int64(m.TopicPartition.Offset)))
 		return
 	}
-	d.apply(p, p.lease.foreign(h))
+	d.foreignRecord(p, string(m.Key), h)
 }
 
 // partOf returns the part of tp, or nil if tp is not one this instance contends for.
@@ -586,7 +592,9 @@ func (d *driver) beginTenure(p *part) {
 		return
 	}
 	p.member = d.group.member.member
-	d.apply(p, p.lease.assign(d.group.member.vouched))
+	// Under KIP-848 every tenure is checked, whatever its membership passed: the check reads the
+	// broker's session for the group again (checkSessionAgain).
+	d.apply(p, p.lease.assign(d.group.member.vouched && d.timing.classic))
 	_, name := p.lease.tenure()
 	d.log.D()("goneli %s: assigned partition %d (tenure %s)", d.config.Name, p.id, name)
 }
@@ -608,6 +616,7 @@ func (d *driver) endTenures(parts []*part, lost, markers bool) {
 	var pending []release
 	for _, p := range parts {
 		out := p.lease.revoke(lost)
+		d.tagRelease(out.release)
 		dl := d.apply(p, out)
 		if out.release != nil && dl != nil {
 			pending = append(pending, release{p: p, marker: *out.release, done: dl})
@@ -823,7 +832,7 @@ func (d *driver) startGroupCheck() {
 		}
 		return
 	}
-	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures)
+	d.check.checker.start(desc, release, d.config.LeaderGroupID, *d.config.HeartbeatTimeout, tenures, d.sessionReader(desc))
 }
 
 func (d *driver) collectGroupCheck() {
@@ -846,11 +855,18 @@ func (d *driver) collectGroupCheck() {
 			d.throttle.log(d.log.E(), "conflict", "goneli %s: not leading: %v", d.config.Name, conflict)
 		}
 	}
+	var sessionErr error
+	if res.err == nil && res.timing != nil {
+		sessionErr = d.checkSessionAgain(*res.timing)
+	}
 	for id, tenure := range tenures {
 		p := d.parts[id]
 		c := groupCheck{err: res.err}
 		if res.err == nil {
 			c.verdict = judgeGroup(res.desc, d.topic, d.clientID, p.member, id)
+		}
+		if sessionErr != nil {
+			c.err = sessionErr
 		}
 		d.apply(p, p.lease.checked(tenure, c))
 		if p.lease.cleared(tenure) {

@@ -286,7 +286,7 @@ func (p *scriptProducer) kinds() []recordKind {
 }
 
 // scriptAdmin finds the leader topic, and describes the group as this member owning what the
-// consumer holds.
+// consumer holds, while it is in the group (its LeaveGroup always succeeds).
 type scriptAdmin struct {
 	log        *scriptLog
 	clientID   string
@@ -311,12 +311,13 @@ func (a *scriptAdmin) CreateTopics(context.Context, []kafka.TopicSpecification, 
 func (a *scriptAdmin) DescribeConsumerGroups(context.Context, []string, ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
 	c := a.log.consumer
 	c.mu.Lock()
-	owned := c.tps(c.assigned)
+	owned, in := c.tps(c.assigned), c.subscribed
 	c.mu.Unlock()
-	return kafka.DescribeConsumerGroupsResult{ConsumerGroupDescriptions: []kafka.ConsumerGroupDescription{{
-		GroupID: scriptGroup,
-		Members: []kafka.MemberDescription{{ClientID: a.clientID, ConsumerID: c.MemberID(), Assignment: kafka.MemberAssignment{TopicPartitions: owned}}},
-	}}}, nil
+	var members []kafka.MemberDescription
+	if in {
+		members = append(members, kafka.MemberDescription{ClientID: a.clientID, ConsumerID: c.MemberID(), Assignment: kafka.MemberAssignment{TopicPartitions: owned}})
+	}
+	return kafka.DescribeConsumerGroupsResult{ConsumerGroupDescriptions: []kafka.ConsumerGroupDescription{{GroupID: scriptGroup, Members: members}}}, nil
 }
 
 func (a *scriptAdmin) Close() {}

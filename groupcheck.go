@@ -197,10 +197,13 @@ type groupCheck struct {
 	err     error
 }
 
-// describedGroup is a description of the group, or why there is none.
+// describedGroup is a description of the group, or why there is none, and under KIP-848 the
+// session timing that the broker applies to the group, read beside it (nil under the classic
+// protocol).
 type describedGroup struct {
-	desc kafka.ConsumerGroupDescription
-	err  error
+	desc   kafka.ConsumerGroupDescription
+	err    error
+	timing *consumerGroupTiming
 }
 
 // groupChecker describes the group on a goroutine of its own, one description at a time: a
@@ -225,15 +228,22 @@ func (c *groupChecker) busy() bool {
 	return c.serving != nil
 }
 
-// start describes group through d on behalf of tenures, and calls release when done with d.
-func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64) {
+// start describes group through d on behalf of tenures, and calls release when done with d. If
+// timing is set, it reads the group's KIP-848 session timing too (checkSessionAgain).
+func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64,
+	timing func(context.Context) consumerGroupTiming) {
 	c.serving = tenures
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
 		defer release()
 		desc, err := describeGroup(c.ctx, d, group, timeout)
-		c.done <- describedGroup{desc: desc, err: err}
+		res := describedGroup{desc: desc, err: err}
+		if err == nil && timing != nil {
+			t := timing(c.ctx)
+			res.timing = &t
+		}
+		c.done <- res
 	}()
 }
 

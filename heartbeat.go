@@ -22,10 +22,14 @@ import (
 //	54  n  the role's name (empty for the single leader of New)
 //	+0  2  length of the sender's Config.Address
 //	+2  m  the address (empty if none is set)
+//	+0  2  length of the transfer's target (version 4)
+//	+2  k  the target's sanitised Name: on a release marker, the member the tenure hands over to
+//	       (Curator.TransferTo); on a transfer request, the member asked for; empty otherwise
 //
 // Version 1 records end at byte 51 and are heartbeats of the unnamed role; version 2 records end
-// after the role's name and carry no address. Each version only appends to the one before, so
-// instances of different versions read one another's records by the prefix they know.
+// after the role's name and carry no address; version 3 records end after the address. Each
+// version only appends to the one before, so instances of different versions read one another's
+// records by the prefix they know.
 //
 // The monotonic send time means nothing to other processes; the sender uses it to date its own
 // heartbeats when they come back, so that wall-clock steps cannot stretch a lease.
@@ -39,6 +43,7 @@ type heartbeat struct {
 	kind     recordKind
 	role     string
 	address  string
+	to       string // version 4: the transfer's target (transfer.go)
 }
 
 // recordKind tells heartbeats from the markers a tenure writes when it gives its partition up.
@@ -52,13 +57,17 @@ const (
 	kindReleasing
 	// kindReleased says that the barrier has returned from the tenure's LeaderRevoked.
 	kindReleased
+	// kindTransfer asks the partition's leader to hand over to the member named in the record's
+	// target (goneli.Transfer, `neli transfer`). Any client may write one; see transfer.go.
+	kindTransfer
 )
 
 const (
-	heartbeatVersion = 3
+	heartbeatVersion = 4
 	heartbeatV1Size  = 51
 	heartbeatV2Size  = 54 // without the role's name
-	heartbeatSize    = 56 // without the role's name and the address
+	heartbeatV3Size  = 56 // without the role's name and the address
+	heartbeatSize    = 58 // without the role's name, the address and the target
 	maxRoleName      = 255
 )
 
@@ -76,15 +85,17 @@ func (h *heartbeat) appendTo(b []byte) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(h.role)))
 	b = append(b, h.role...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(h.address)))
-	return append(b, h.address...)
+	b = append(b, h.address...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(h.to)))
+	return append(b, h.to...)
 }
 
 // size is the length of the encoded record.
 func (h *heartbeat) size() int {
-	return heartbeatSize + len(h.role) + len(h.address)
+	return heartbeatSize + len(h.role) + len(h.address) + len(h.to)
 }
 
-// decode reads a heartbeat of any version. A later version is read by its version 3 prefix.
+// decode reads a heartbeat of any version. A later version is read by its version 4 prefix.
 func (h *heartbeat) decode(b []byte) error {
 	if len(b) < heartbeatV1Size || b[0] != 'N' || b[1] != 'L' || b[2] < 1 {
 		return errNotHeartbeat
@@ -95,29 +106,43 @@ func (h *heartbeat) decode(b []byte) error {
 	h.sentMono = time.Duration(binary.BigEndian.Uint64(b[27:]))
 	h.since = int64(binary.BigEndian.Uint64(b[35:]))
 	h.token = int64(binary.BigEndian.Uint64(b[43:]))
-	h.kind, h.role, h.address = kindHeartbeat, "", ""
+	h.kind, h.role, h.address, h.to = kindHeartbeat, "", "", ""
 	if b[2] == 1 {
 		return nil
 	}
 	if len(b) < heartbeatV2Size {
 		return errNotHeartbeat
 	}
-	end := heartbeatV2Size + int(binary.BigEndian.Uint16(b[52:]))
-	if len(b) < end {
+	h.kind = recordKind(b[51])
+	var ok bool
+	at := 52
+	if h.role, at, ok = lengthPrefixed(b, at); !ok {
 		return errNotHeartbeat
 	}
-	h.kind = recordKind(b[51])
-	h.role = string(b[heartbeatV2Size:end])
 	if b[2] == 2 {
 		return nil
 	}
-	if len(b) < end+2 {
+	if h.address, at, ok = lengthPrefixed(b, at); !ok {
 		return errNotHeartbeat
 	}
-	n := int(binary.BigEndian.Uint16(b[end:]))
-	if len(b) < end+2+n {
+	if b[2] == 3 {
+		return nil
+	}
+	if h.to, _, ok = lengthPrefixed(b, at); !ok {
 		return errNotHeartbeat
 	}
-	h.address = string(b[end+2 : end+2+n])
 	return nil
+}
+
+// lengthPrefixed reads the string whose two-byte length is at b[at:], and returns it with the
+// index after it; ok is false if b ends before it does.
+func lengthPrefixed(b []byte, at int) (s string, next int, ok bool) {
+	if len(b) < at+2 {
+		return "", at, false
+	}
+	next = at + 2 + int(binary.BigEndian.Uint16(b[at:]))
+	if len(b) < next {
+		return "", at, false
+	}
+	return string(b[at+2 : next]), next, true
 }

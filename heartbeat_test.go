@@ -5,10 +5,11 @@ import (
 )
 
 // Records round-trip; a version 1 record (51 bytes, no kind or role) reads as a heartbeat of the
-// unnamed role and a version 2 record (no address) as one without an address, so that instances of
-// earlier versions and this one read each other.
+// unnamed role, a version 2 record (no address) as one without an address and a version 3 record
+// (no transfer target) as one without a target, so that instances of earlier versions and this one
+// read each other.
 func TestHeartbeatRecords(t *testing.T) {
-	in := heartbeat{tenure: 1, seq: 2, sentWall: 3, sentMono: 4, since: 5, token: 6, kind: kindReleasing, role: "billing", address: "http://10.0.0.7:8080"}
+	in := heartbeat{tenure: 1, seq: 2, sentWall: 3, sentMono: 4, since: 5, token: 6, kind: kindReleasing, role: "billing", address: "http://10.0.0.7:8080", to: "b-2"}
 	var out heartbeat
 	if err := out.decode(in.appendTo(nil)); err != nil || out != in {
 		t.Fatalf("round trip: %+v, %v; want %+v", out, err, in)
@@ -24,6 +25,11 @@ func TestHeartbeatRecords(t *testing.T) {
 	if err := out.decode(append(v2, "future fields"...)); err != nil || out.kind != in.kind || out.role != in.role || out.address != "" {
 		t.Fatalf("version 2 record: %+v, %v", out, err)
 	}
+	v3 := in.appendTo(nil)[:in.size()-2-len(in.to)]
+	v3[2] = 3
+	if err := out.decode(append(v3, "future fields"...)); err != nil || out.address != in.address || out.to != "" {
+		t.Fatalf("version 3 record: %+v, %v", out, err)
+	}
 	if got := len(in.appendTo(nil)); got != in.size() {
 		t.Errorf("encoded %d bytes, size says %d", got, in.size())
 	}
@@ -32,7 +38,9 @@ func TestHeartbeatRecords(t *testing.T) {
 		[]byte("not a heartbeat at all, but long enough to be one if it were"),
 		in.appendTo(nil)[:heartbeatV2Size+3],              // the role is cut short
 		in.appendTo(nil)[:heartbeatV2Size+len(in.role)+1], // the address's length is cut short
-		in.appendTo(nil)[:in.size()-1],                    // the address is cut short
+		in.appendTo(nil)[:heartbeatV3Size+len(in.role)+1], // the address is cut short
+		in.appendTo(nil)[:in.size()-len(in.to)-1],         // the target's length is cut short
+		in.appendTo(nil)[:in.size()-1],                    // the target is cut short
 		append([]byte{'N', 'L', 2}, make([]byte, heartbeatV1Size)...)[:heartbeatV2Size-1],
 	} {
 		if err := out.decode(bad); err == nil {
@@ -43,7 +51,7 @@ func TestHeartbeatRecords(t *testing.T) {
 
 // Any record decodes without a panic, and whatever decodes survives a round trip.
 func FuzzHeartbeatDecode(f *testing.F) {
-	for _, h := range []heartbeat{{}, {tenure: 1, seq: 2, token: 3, role: "billing", kind: kindReleased, address: "host:1"}} {
+	for _, h := range []heartbeat{{}, {tenure: 1, seq: 2, token: 3, role: "billing", kind: kindReleased, address: "host:1", to: "b"}} {
 		f.Add(h.appendTo(nil))
 	}
 	f.Add([]byte("NL\x01"))

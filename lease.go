@@ -39,6 +39,7 @@ type lease struct {
 	// accepted it may still ask (see stalled).
 	stall, window time.Duration
 	ticks         bool // renew on shared ticks (leaseConfig.ticks)
+	recheck       bool // a fence asks for a new group check (leaseConfig.recheck)
 	clock         clock
 	base          time.Time // origin of the monotonic durations below
 	random        func() uint64
@@ -191,8 +192,11 @@ type leaseConfig struct {
 	// ticks says that the lease renews on the ticks it shares with the instance's other leases
 	// (renewalTick) rather than an interval after each renewal: set for roles.
 	ticks bool
-	clock clock
-	base  time.Time
+	// recheck says that a tenure fenced must pass a new group check before it leads again: set under
+	// KIP-848, where the check reads the broker's session again (driver.checkSessionAgain).
+	recheck bool
+	clock   clock
+	base    time.Time
 }
 
 // newLease makes the lease of one partition.
@@ -201,7 +205,7 @@ func newLease(c leaseConfig) *lease {
 		c.poll = c.interval
 	}
 	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
-		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, clock: c.clock, base: c.base, random: randomTenure}
+		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -714,6 +718,9 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		l.t.idleFrom = l.now()
 	}
 	l.c.fenced++
+	if l.recheck {
+		l.t.verified, l.t.checkAt, l.t.checkDelay = false, l.now(), 0
+	}
 	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
 }
 

@@ -893,3 +893,34 @@ func TestLeaseUnread(t *testing.T) {
 		t.Fatalf("unread %v 50ms after a read-back, want 50ms", got)
 	}
 }
+
+// Under KIP-848 a fenced tenure passes a new group check, which reads the broker's session again,
+// before it leads again (leaseConfig.recheck): a renewal that comes first is held until then.
+func TestLeaseRecheckAfterAFence(t *testing.T) {
+	for _, recheck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("recheck %v", recheck), func(t *testing.T) {
+			r := newRig(t)
+			r.l.recheck = recheck
+			r.acquire()
+			r.wait(rigLease)
+			r.expire()
+			checks := r.checks
+			r.due()
+			if asked := r.checks > checks; asked != recheck {
+				t.Fatalf("group check asked for after the fence: %v, want %v", asked, recheck)
+			}
+			r.renewal(time.Millisecond, time.Millisecond)
+			r.deliver()
+			if r.l.isLeader() == recheck {
+				t.Fatalf("leads %v before a new check, want %v", r.l.isLeader(), !recheck)
+			}
+			if recheck {
+				r.verify()
+				r.deliver()
+				if !r.l.isLeader() {
+					t.Fatal("not leading once the new check cleared the tenure")
+				}
+			}
+		})
+	}
+}

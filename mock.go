@@ -50,7 +50,9 @@ func (c MockConfig) String() string {
 // barrier synchronously from the goroutine that calls AcquireLeader, RevokeLeader, FenceLeader,
 // Yield or Close, with no lock held, so the barrier may call any method of the mock; transitions
 // made from one goroutine arrive in the order the real Neli guarantees. Tokens count tenures from
-// 1. Yield revokes and makes AcquireLeader a no-op until the yield is over.
+// 1. Yield revokes and makes AcquireLeader a no-op until the yield is over. TransferTo revokes,
+// whatever name it is given (a mock has no other members), and is refused while the mock does not
+// lead.
 type MockNeli interface {
 	Curator
 
@@ -293,6 +295,29 @@ func (m *mock) Yield(d time.Duration) error {
 	return nil
 }
 
+// transferTo ends r's tenure, as a hand-over to name would: a mock has no other members, so name
+// is not checked, and AcquireLeader makes it lead again at once. It is refused while r is not led,
+// and on a mock of several roles, as the real thing refuses.
+func (m *mock) transferTo(r *mockRole, name string) error {
+	if len(m.roles) > 1 {
+		return &TransferError{To: name, Reason: "this instance contends for several roles", Err: ErrRolesTransfer}
+	}
+	m.mu.Lock()
+	if m.State() != Live {
+		m.mu.Unlock()
+		return ErrNonLivePulse
+	}
+	if !r.leader.Load() {
+		m.mu.Unlock()
+		return &TransferError{To: name, Reason: "this instance does not lead", Err: ErrNotLeader}
+	}
+	r.stats.Transfers++
+	e := m.revoke(r)
+	m.mu.Unlock()
+	m.deliver(e)
+	return nil
+}
+
 // PulseError makes the next Pulse return err.
 func (m *mock) PulseError(err error) {
 	m.mu.Lock()
@@ -373,13 +398,14 @@ type mockNeli struct {
 	*mock
 }
 
-func (m *mockNeli) AcquireLeader()             { m.acquire(m.roles[0]) }
-func (m *mockNeli) FenceLeader()               { m.fence(m.roles[0]) }
-func (m *mockNeli) RevokeLeader()              { m.revokeOne(m.roles[0]) }
-func (m *mockNeli) IsLeader() bool             { return m.roles[0].leader.Load() }
-func (m *mockNeli) Token() int64               { return m.tokenOf(m.roles[0]) }
-func (m *mockNeli) Leader() (LeaderInfo, bool) { return m.leaderOf(m.roles[0]) }
-func (m *mockNeli) Stats() Stats               { return m.statsOf(m.roles[0]) }
+func (m *mockNeli) AcquireLeader()               { m.acquire(m.roles[0]) }
+func (m *mockNeli) FenceLeader()                 { m.fence(m.roles[0]) }
+func (m *mockNeli) RevokeLeader()                { m.revokeOne(m.roles[0]) }
+func (m *mockNeli) IsLeader() bool               { return m.roles[0].leader.Load() }
+func (m *mockNeli) Token() int64                 { return m.tokenOf(m.roles[0]) }
+func (m *mockNeli) Leader() (LeaderInfo, bool)   { return m.leaderOf(m.roles[0]) }
+func (m *mockNeli) Stats() Stats                 { return m.statsOf(m.roles[0]) }
+func (m *mockNeli) TransferTo(name string) error { return m.transferTo(m.roles[0], name) }
 
 func (m *mockNeli) Background(task LeaderTask) (Pulser, error) {
 	return background(m, task)

@@ -81,6 +81,15 @@ func (m *mockRoles) AcquireLeader(role string) { m.acquire(m.must("AcquireLeader
 func (m *mockRoles) FenceLeader(role string)   { m.fence(m.must("FenceLeader", role)) }
 func (m *mockRoles) RevokeLeader(role string)  { m.revokeOne(m.must("RevokeLeader", role)) }
 
+func (m *mockRoles) TransferTo(role, name string) error {
+	for _, r := range m.roles {
+		if r.name == role {
+			return m.transferTo(r, name)
+		}
+	}
+	return &TransferError{To: name, Reason: fmt.Sprintf("this instance does not contend for role %q", role)}
+}
+
 func (m *mockRoles) Role(name string) Role {
 	for _, r := range m.roles {
 		if r.name == name {

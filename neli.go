@@ -191,7 +191,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	for i, role := range roles {
 		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
 			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(*config.HeartbeatTimeout), ticks: len(roles) > 1, clock: clk, base: base,
+			window: timing.commitWindow(*config.HeartbeatTimeout), ticks: len(roles) > 1, recheck: !timing.classic, clock: clk, base: base,
 		})})
 	}
 	d := &driver{

@@ -57,6 +57,13 @@ type Roles interface {
 	// Yield gives up every role for d; see Curator.Yield.
 	Yield(d time.Duration) error
 
+	// TransferTo hands the leadership of role over to the member called name; see
+	// Curator.TransferTo. Only an instance of a single role can: with several, a role is given
+	// up only by leaving the group with all of them, and the group's assignor would not keep the
+	// role with the member chosen (ErrRolesTransfer; the package doc, Transfers, says why).
+	// Config.Priority places roles.
+	TransferTo(role, name string) error
+
 	// Close gives up every role and leaves the group; see Neli.Close.
 	Close() error
 
@@ -198,6 +205,15 @@ func (r *roleSet) Yield(d time.Duration) error                { return r.n.Yield
 func (r *roleSet) Close() error                               { return r.n.Close() }
 func (r *roleSet) Await()                                     { r.n.Await() }
 func (r *roleSet) State() State                               { return r.n.State() }
+
+func (r *roleSet) TransferTo(role, name string) error {
+	for _, p := range r.n.parts {
+		if p.name == role {
+			return r.n.d.transferTo(p, name, r.n.events.inCall())
+		}
+	}
+	return &TransferError{To: name, Reason: fmt.Sprintf("this instance does not contend for role %q", role)}
+}
 
 func (r *roleSet) Background(task RoleTask) (Pulser, error) {
 	p, ctx, err := newPulser(r.n.State(), task == nil, "RoleTask")

@@ -19,9 +19,11 @@ import (
 // came at most one heartbeat interval before the send time of any heartbeat whose commit it
 // accepted. So New reads both from the broker and refuses a HeartbeatTimeout unless
 //
-//	session timeout >= HeartbeatTimeout + 2 x heartbeat interval
+//	session timeout >= HeartbeatTimeout + 2 x heartbeat interval + margin
 //
-// (one interval for the argument, one for slack), where the session timeout is the group's own
+// (one interval for the argument, one for slack, and the margin that a session goneli derives for
+// the classic protocol keeps for clocks that run at different rates: sessionMargin, a twentieth of
+// the lease), where the session timeout is the group's own
 // consumer.session.timeout.ms where one is set for the group (Kafka 4.0 or later), else the
 // smallest group.consumer.session.timeout.ms of the brokers, and the heartbeat interval likewise
 // consumer.heartbeat.interval.ms or the largest group.consumer.heartbeat.interval.ms. Whichever
@@ -174,14 +176,16 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 			group, why, ht), nil
 	}
 	// Without the interval, only what any interval needs is checked.
-	floor, need := ht, fmt.Sprintf("HeartbeatTimeout (%v)", ht)
+	margin := sessionMargin(ht)
+	floor, need := ht+margin, fmt.Sprintf("HeartbeatTimeout + a margin for clock rates (%v + %v)", ht, margin)
 	if t.interval.from != "" {
-		floor = ht + 2*t.interval.value
-		need = fmt.Sprintf("HeartbeatTimeout + 2 x the group heartbeat interval (%v + 2 x %v (%s) = %v)", ht, t.interval.value, t.interval.from, floor)
+		floor = ht + 2*t.interval.value + margin
+		need = fmt.Sprintf("HeartbeatTimeout + 2 x the group heartbeat interval + a margin for clock rates (%v + 2 x %v (%s) + %v = %v)",
+			ht, t.interval.value, t.interval.from, margin, floor)
 	}
 	if t.session.value < floor {
 		advice := "raise the session timeout"
-		if fits := t.session.value - (floor - ht); fits >= MinHeartbeatTimeout {
+		if fits := maxLeaseFor(t.session.value, floor-ht-margin); fits >= MinHeartbeatTimeout {
 			advice = fmt.Sprintf("lower HeartbeatTimeout to at most %v, or raise the session timeout", fits)
 		}
 		return "", &ConfigError{Field: "HeartbeatTimeout", Value: ht,
@@ -191,7 +195,7 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 	}
 	if t.interval.from == "" {
 		return fmt.Sprintf("could not read the group heartbeat interval that the broker applies to group %s under KIP-848%s; "+
-			"checked only that its session timeout, %v (%s), is at least HeartbeatTimeout (%v), not HeartbeatTimeout + 2 x the interval",
+			"checked only that its session timeout, %v (%s), is at least HeartbeatTimeout (%v) and a margin, not HeartbeatTimeout + 2 x the interval",
 			group, why, t.session.value, t.session.from, ht), nil
 	}
 	return "", nil
@@ -216,5 +220,58 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 		d.log.W()("goneli %s: %s", d.config.Name, warning)
 	}
 	d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
+	return nil
+}
+
+// maxLeaseFor is the longest HeartbeatTimeout that a session of session covers beside two group
+// heartbeat intervals (intervals), margin included: the margin grows with the lease
+// (sessionMargin), so it is found by stepping down from what the session leaves without one.
+func maxLeaseFor(session, intervals time.Duration) time.Duration {
+	ht := session - intervals
+	for ht > 0 && ht+sessionMargin(ht) > session-intervals {
+		ht -= time.Millisecond
+	}
+	return ht
+}
+
+// sessionReader returns what a group check under KIP-848 reads the group's session timing with,
+// beside the description: the describer itself where it can describe configs (goneli's own
+// connection, an admin client), nil under the classic protocol or where it cannot.
+func (d *driver) sessionReader(desc groupDescriber) func(context.Context) consumerGroupTiming {
+	cd, ok := desc.(configDescriber)
+	if d.timing.classic || !ok {
+		return nil
+	}
+	group, brokers, ht := d.config.LeaderGroupID, slices.Clone(d.brokers), *d.config.HeartbeatTimeout
+	return func(ctx context.Context) consumerGroupTiming {
+		return readConsumerGroupTiming(ctx, cd, group, brokers, ht)
+	}
+}
+
+// checkSessionAgain judges the KIP-848 session timing that a group check read beside its
+// description. New checked it once, but an operator can lower a group's consumer.session.timeout.ms
+// (Kafka 4.0) or the brokers' default while instances run, and a lease longer than the session no
+// longer runs out before the coordinator can expel its holder: so every tenure, and every tenure
+// that leads again after a fence, reads it again before it leads (lease.recheck), and does not lead
+// while the session is too short for the lease (the check fails, and is retried like a failed
+// one). What it reads also replaces the timing the window for explicit commits is measured with.
+func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
+	warning, err := t.judge(d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+	if err != nil {
+		d.throttle.log(d.log.E(), "session848", "goneli %s: not leading: %v", d.config.Name, err)
+		return err
+	}
+	if warning != "" {
+		d.throttle.log(d.log.W(), "session848-read", "goneli %s: %s", d.config.Name, warning)
+		return nil
+	}
+	if t.session.value != d.timing.brokerSession || t.interval.value != d.timing.brokerInterval {
+		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",
+			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
+		d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
+		for _, p := range d.parts {
+			p.lease.useCommitWindow(d.timing.commitWindow(*d.config.HeartbeatTimeout))
+		}
+	}
 	return nil
 }

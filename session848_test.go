@@ -80,10 +80,14 @@ func TestConsumerGroupTiming(t *testing.T) {
 			"group g": {groupSessionKey: "", groupIntervalKey: ""}, "broker 1": broker("10000", "100")}, nil, nil, "", false},
 		{"broker session shorter than the lease", map[string]map[string]string{
 			"group g": {groupSessionKey: ""}, "broker 1": broker("2000", "100")}, nil,
-			[]string{"HeartbeatTimeout (3s)", "2s (broker \"1\" group.consumer.session.timeout.ms)", "3s + 2 x 100ms", "= 3.2s", "raise the session timeout"}, "", false},
+			[]string{"HeartbeatTimeout (3s)", "2s (broker \"1\" group.consumer.session.timeout.ms)", "3s + 2 x 100ms", "+ 150ms = 3.35s", "lower HeartbeatTimeout to at most 1.714s"}, "", false},
+		// Issue 38: the session needs the same margin for clock rates as a derived classic session.
+		{"no margin for clock rates", map[string]map[string]string{
+			"group g": {}, "broker 1": broker("3200", "100")}, nil,
+			[]string{"3s + 2 x 100ms (broker \"1\" group.consumer.heartbeat.interval.ms) + 150ms = 3.35s"}, "", false},
 		{"no room for two heartbeat intervals", map[string]map[string]string{
 			"group g": {}, "broker 1": broker("10000", "5000")}, nil,
-			[]string{"10s (broker \"1\"", "3s + 2 x 5s (broker \"1\" group.consumer.heartbeat.interval.ms) = 13s"}, "", false},
+			[]string{"10s (broker \"1\"", "3s + 2 x 5s (broker \"1\" group.consumer.heartbeat.interval.ms) + 150ms = 13.15s"}, "", false},
 		{"the group's own session wins", map[string]map[string]string{
 			"group g": {groupSessionKey: "2500", groupIntervalKey: "100"}, "broker 1": broker("45000", "100")}, nil,
 			[]string{"2.5s (group \"g\" consumer.session.timeout.ms)"}, "", false},
@@ -99,7 +103,7 @@ func TestConsumerGroupTiming(t *testing.T) {
 		{"no interval", map[string]map[string]string{"group g": {}, "broker 1": {brokerSessionKey: "10000"}}, nil, nil,
 			"checked only that its session timeout, 10s (broker \"1\" group.consumer.session.timeout.ms), is at least HeartbeatTimeout (3s)", false},
 		{"no interval, session shorter than the lease", map[string]map[string]string{"broker 1": {brokerSessionKey: "2000"}}, nil,
-			[]string{"must be at least HeartbeatTimeout (3s)"}, "", false},
+			[]string{"must be at least HeartbeatTimeout + a margin for clock rates (3s + 150ms)"}, "", false},
 		{"a setting that does not parse", map[string]map[string]string{"group g": {}, "broker 1": broker("soon", "100")}, nil, nil,
 			`broker "1" group.consumer.session.timeout.ms="soon" is not a positive number`, false},
 		// Kafka 4.0 describes a group's unset settings with the answering broker's defaults, which

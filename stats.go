@@ -34,6 +34,18 @@ type Curator interface {
 	// unsubscribe), it keeps trying while d lasts and contends again afterwards.
 	Yield(d time.Duration) error
 
+	// TransferTo hands leadership over to the member whose Config.Name is name, gracefully: this
+	// instance stops leading (LeaderRevoked follows), leaves the group, and the member leads once
+	// the group has assigned it the partition and it has proved its lease; it stays out of the
+	// group until then (a few leases at most). It is refused, with a *TransferError, on an
+	// instance that does not lead (ErrNotLeader: see Transfer for asking from elsewhere), for a
+	// name that is not a member of the group (ErrNotMember), for a member that another member
+	// outranks (Config.Priority), within the settle time (two HeartbeatTimeouts) of this tenure's
+	// start, and for an instance of several roles (ErrRolesTransfer). It describes the group first,
+	// so it may take up to a HeartbeatTimeout, and returns once the hand-over has begun. See the
+	// package doc, Transfers.
+	TransferTo(name string) error
+
 	// Stats returns counters and timings for metrics and health checks. It never blocks, even
 	// while the barrier does.
 	Stats() Stats
@@ -151,9 +163,22 @@ type Stats struct {
 	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
 	HandOvers uint64
 	// GroupChecks counts the descriptions of the group that the instance (all its roles together)
-	// asked the coordinator for, New's included: about two per membership of the group while
-	// nothing is wrong (see GroupConflictError).
+	// asked the coordinator for to check its members' topics and roles, New's included: about two
+	// per membership of the group while nothing is wrong (see GroupConflictError).
 	GroupChecks uint64
+	// GroupDescriptions counts the other descriptions of the group the instance asked for, to
+	// follow who is in it: while it leads, one after each rebalance (every half settle time under
+	// KIP-848) and one when a member of higher priority settles (Config.Priority); while it
+	// stands by (Standby), one per HeartbeatTimeout; after it left the group (Yield, a hand-over),
+	// until the member it left under is gone, normally one; one per TransferTo or transfer
+	// request. See the package doc, Preferred leaders.
+	GroupDescriptions uint64
+	// Transfers counts the times this instance (all its roles together) handed leadership over to
+	// a member of higher priority (Config.Priority) or on TransferTo.
+	Transfers uint64
+	// Standby is set while this instance stays out of the group because it handed over to a
+	// member of higher priority that is still in it; it rejoins once no such member is.
+	Standby bool
 }
 
 func (n *neli) Stats() Stats {
@@ -184,6 +209,9 @@ func (n *neli) statsOf(p *part) Stats {
 		CommitRejections:    c.rejected,
 		GroupChecks:         n.d.check.count.Load(),
 		HandOvers:           n.d.handOvers.Load(),
+		GroupDescriptions:   n.d.prio.descriptions.Load(),
+		Transfers:           n.d.prio.transfers.Load(),
+		Standby:             n.d.prio.isStandby.Load(),
 	}
 	if since, reason, down := n.d.reach.state(); down {
 		s.UnreachableSince, s.UnreachableReason = n.d.base.Add(since), reason

@@ -39,9 +39,11 @@ func (d *driver) join() error {
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
 	}
-	if err := consumer.Subscribe(d.topic, d.onRebalance); err != nil {
-		_ = consumer.Close()
-		return fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", d.topic, err)
+	if !d.prio.standby {
+		if err := consumer.Subscribe(d.topic, d.onRebalance); err != nil {
+			_ = consumer.Close()
+			return fmt.Errorf("goneli: cannot subscribe to leader topic %q: %w", d.topic, err)
+		}
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
@@ -74,6 +76,7 @@ func (d *driver) prepareGroup() error {
 		}
 		return err
 	}
+	d.brokers = brokers
 	d.fitSession(admin, brokers)
 	d.check.count.Add(1)
 	if !d.timing.classic {
@@ -88,6 +91,7 @@ func (d *driver) prepareGroup() error {
 			d.config.Name, d.config.LeaderGroupID, err)
 		return nil
 	}
+	d.standbyAtJoin(desc)
 	if v := judgeGroup(desc, d.topic, d.clientID, "", 0); v.conflict != nil {
 		if v.conflict.definite() {
 			return v.conflict

@@ -51,6 +51,7 @@ func (d *driver) applyYield() {
 	case (yielding || d.yield.requested.Load()) && !d.yield.unsubscribed:
 		d.endTenures(d.parts, false, !d.yield.handingOver)
 		d.yield.handingOver = false
+		member := d.group.member.member
 		d.group.member.left()
 		if err := d.consumer.Unsubscribe(); err != nil {
 			// Still in the group, perhaps still owning partition 0 with no tenure: the next cycle
@@ -63,6 +64,10 @@ func (d *driver) applyYield() {
 		}
 		d.yield.requested.Store(false)
 		d.yield.unsubscribed = true
+		if member != "" {
+			// It rejoins only once the group has let this membership go (groupwatch.go, leaveCheck).
+			d.leftGroup(member)
+		}
 		d.log.I()("goneli %s: yielding for %v", d.config.Name, max(time.Duration(d.yield.until.Load())-d.now(), 0))
 	case !yielding && d.yield.unsubscribed:
 		if err := d.consumer.Subscribe(d.topic, d.onRebalance); err != nil {

@@ -65,6 +65,14 @@ func TestShortRun(t *testing.T) {
 	if len(got.Timelines) == 0 {
 		t.Error("no timelines")
 	}
+	if want := 2 * o.rollingTrials * len(o.leases); len(got.Rolling) != want {
+		t.Errorf("%d rolling upgrades, want %d", len(got.Rolling), want)
+	}
+	for _, r := range got.Rolling {
+		if len(r.Leaders) == 0 || r.Changes != len(r.Leaders)-1 || r.NewLeadsAtStep == 0 {
+			t.Errorf("rolling upgrade: %+v", r)
+		}
+	}
 	svg, err := os.ReadFile(o.svg)
 	if err != nil || !bytes.HasPrefix(svg, []byte("<svg")) {
 		t.Errorf("bench.svg: %v, starts %q", err, svg[:min(len(svg), 20)])

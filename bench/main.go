@@ -1,6 +1,6 @@
 // Command bench measures goneli: time to the first leader, graceful handoff, crash failover,
-// fencing of a leader cut off from Kafka, leadership overlap, and the cost per instance, with every
-// contender in its own process. It prints a table (Markdown) and writes the figures as JSON.
+// fencing of a leader cut off from Kafka, a rolling upgrade with and without priorities,
+// leadership overlap, and the cost per instance, with every contender in its own process. It prints a table (Markdown) and writes the figures as JSON.
 //
 //	go run ./bench                       # the full run, about 15 minutes, embedded broker
 //	go run ./bench --short               # a smoke run of well under a minute
@@ -70,6 +70,7 @@ type options struct {
 	rolesTrials    int      // trials per roles handoff series
 	rolesSetups    []string // setups of the roles cost scenario (setup* in roles.go)
 	crashTrials    int      // trials per crash failover series
+	rollingTrials  int      // rolling upgrades per HeartbeatTimeout, with and without priorities
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -104,6 +105,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var setups string
 	fs.StringVar(&setups, "roles-setups", strings.Join(rolesSetups, ","), "setups of the roles cost scenario (\"\" for none)")
 	fs.IntVar(&o.rolesTrials, "roles-trials", -1, "trials per roles handoff series (default: --trials)")
+	fs.IntVar(&o.rollingTrials, "rolling-trials", 3, "rolling upgrades per HeartbeatTimeout, with priorities and without; trial i replaces the leader first, in the middle or last (0 skips them)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -124,6 +126,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 			"settle":             func() { o.settle = 500 * time.Millisecond },
 			"roles":              func() { o.roles = 8 },
 			"roles-group":        func() { o.rolesGroup = 4 },
+			"rolling-trials":     func() { o.rollingTrials = 1 },
 		}
 		for name, apply := range short {
 			if !set[name] {
@@ -257,6 +260,7 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 			func() error { return r.failover(false, lease, o.trials) },
 			func() error { return r.failover(true, lease, o.crashTrials) },
 			func() error { return r.fence(lease, o.fenceTrials) },
+			func() error { return r.rolling(lease, o.rollingTrials) },
 		}
 		for _, step := range steps {
 			if err := step(); err != nil {
@@ -387,6 +391,7 @@ func printTable(w io.Writer, rep *Report) {
 	}
 	printPhases(p, rep.Phases)
 	printRolesTables(w, rep.Roles)
+	printRollingTable(w, rep.Rolling)
 	p("")
 	if len(rep.UncutFences) > 0 {
 		by := map[string]int{}

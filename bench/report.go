@@ -38,6 +38,8 @@ type Report struct {
 	Phases []PhaseTrace `json:"phases,omitempty"`
 	// Roles is what the roles scenarios measured (--roles-scenarios).
 	Roles *RolesReport `json:"roles,omitempty"`
+	// Rolling is the rolling upgrade, with and without priorities (rolling.go).
+	Rolling []RollingTrial `json:"rolling_upgrade,omitempty"`
 }
 
 // FirstLeader is how long N freshly started contenders took to elect a leader.

@@ -140,9 +140,12 @@ type settings struct {
 	members int
 	brokers int // nodes of the embedded cluster
 	roles   int // numbered roles per member (goneli.NewRoles); 0 means the single leader of New
-	extra   int // random faults the short run (faults == 0) adds to one of each kind
-	kinds   []string
-	logDir  string
+	// priorities, if set (CHAOS_PRIORITIES), are the members' Config.Priority: slot i first runs
+	// with priorities[i mod len], and every restart draws one of them at random.
+	priorities []int
+	extra      int // random faults the short run (faults == 0) adds to one of each kind
+	kinds      []string
+	logDir     string
 	// duration, if set (CHAOS_DURATION, as in `make soak`), replaces trials: trials start until it
 	// has passed.
 	duration time.Duration
@@ -193,6 +196,15 @@ func readSettings(t *testing.T) settings {
 			t.Fatalf("CHAOS_DURATION=%q: want a positive duration such as 1h", v)
 		}
 		s.duration = d
+	}
+	if v := os.Getenv("CHAOS_PRIORITIES"); v != "" {
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < goneli.MinPriority || n > goneli.MaxPriority {
+				t.Fatalf("CHAOS_PRIORITIES=%q: want a comma-separated list of priorities, %d to %d", v, goneli.MinPriority, goneli.MaxPriority)
+			}
+			s.priorities = append(s.priorities, n)
+		}
 	}
 	s.logDir = os.Getenv("CHAOS_LOGDIR")
 	if s.members < 2 {
@@ -342,10 +354,14 @@ func knownAbort(path string) bool {
 
 // mode describes the leadership the members contend for.
 func (s settings) mode() string {
-	if s.roles == 0 {
-		return "single leader"
+	mode := "single leader"
+	if s.roles > 0 {
+		mode = fmt.Sprintf("%d roles each", s.roles)
 	}
-	return fmt.Sprintf("%d roles each", s.roles)
+	if len(s.priorities) > 0 {
+		mode += fmt.Sprintf(", priorities %v", s.priorities)
+	}
+	return mode
 }
 
 // harness is one trial: a cluster, a group of member processes, and the record of what they said.
@@ -364,6 +380,9 @@ type harness struct {
 	leaveCut atomic.Pointer[leaveCut]
 
 	roles []string // the members' roles; nil for the single leader
+	// priorities are settings.priorities; priority is each member's, by name.
+	priorities []int
+	priority   map[string]int
 	// stuckClose names the members stopped while the group's rebalance waits for a member that
 	// cannot rejoin (no-rejoin): their Close may run into its bound and report ErrCloseTimeout,
 	// as the Close doc says of a close that lands in a rebalance that lasts its full timeout.
@@ -387,6 +406,7 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 	if s.roles > 0 {
 		h.roles = goneli.Shards(s.roles)
 	}
+	h.priorities, h.priority = s.priorities, map[string]int{}
 	h.fleet = fleet.New(fleet.Options{
 		OnLine: func(l member.Line) {
 			if l.Event == member.EventError {
@@ -607,6 +627,16 @@ func (h *harness) start(slot int) {
 	if writesOn() {
 		args = append(args, "-writes", writesTopic)
 	}
+	if len(h.priorities) > 0 {
+		// A slot starts with its own priority; a restart draws one, as an upgrade or a
+		// rollback would change it.
+		p := h.priorities[slot%len(h.priorities)]
+		if h.gen[slot] > 1 {
+			p = h.priorities[h.rng.IntN(len(h.priorities))]
+		}
+		h.priority[name] = p
+		args = append(args, "-priority", strconv.Itoa(p))
+	}
 	// CHAOS_MEMBER_ARGS adds member flags, for example "-log-level debug -X debug=cgrp".
 	args = append(args, strings.Fields(os.Getenv("CHAOS_MEMBER_ARGS"))...)
 	p, err := h.fleet.Start(fleet.Spec{
@@ -622,6 +652,9 @@ func (h *harness) start(slot int) {
 }
 
 func (h *harness) logFile(name string) string { return filepath.Join(h.dir, name+".log") }
+
+// clientID is the client.id of the member called name, which carries its priority.
+func (h *harness) clientID(name string) string { return goneli.ClientID(name, h.priority[name]) }
 
 // addr is node id's address.
 func (h *harness) addr(id int32) string {
@@ -769,7 +802,7 @@ func (h *harness) inject(kind string) verdict.Fault {
 		}
 		f.WasLeader = slot >= 0 && len(h.rolesOf(slot)) > 0
 	}
-	clientID := "goneli-" + f.Victim
+	clientID := h.clientID(f.Victim)
 	f.At = time.Now()
 	switch kind {
 	case kindTerm, kindKill:
@@ -892,7 +925,7 @@ func (h *harness) leaveCutFault(slot int) string {
 	}
 	q := h.procs[other]
 	coord := h.coordinator()
-	lc := &leaveCut{prefix: "goneli-" + q.Name + "-", addr: h.addr(coord), at: make(chan time.Time, 1)}
+	lc := &leaveCut{prefix: h.clientID(q.Name) + "-", addr: h.addr(coord), at: make(chan time.Time, 1)}
 	h.leaveCut.Store(lc)
 	// Its Close may run into its bound while the coordinator is away.
 	h.stuckClose.Store(q.Name, true)

@@ -1,13 +1,14 @@
 // Command neli is goneli from the shell: a demo of leader election on an embedded broker, a
 // supervisor that runs a command only while its instance leads (or one copy per role it leads,
 // with --roles or --role), a watcher that prints who leads a group without joining it, a status
-// command that shows a group's members and leaders once, and a
-// standalone embedded broker for local development.
+// command that shows a group's members and leaders once, a command that moves leadership to a
+// named instance, and a standalone embedded broker for local development.
 //
 //	neli demo   [--members 3] [--duration 30s] [--kafka ADDR]
 //	neli run    [flags] [--roles N | --role NAME...] [--grace 10s] [--metrics-addr HOST:PORT] -- CMD [ARGS...]
 //	neli watch  [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
 //	neli status [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--format text|json]
+//	neli transfer --to NAME [--role R] [--kafka ADDR] [--group G] [--heartbeat-timeout D] [--timeout D]
 //	neli doctor [--kafka ADDR] [--group G] [--roles N] [--heartbeat-timeout D] [--format text|json]
 //	neli broker [--listen 127.0.0.1:9092] [--topics a,b]
 //	neli version
@@ -58,6 +59,7 @@ func subcommands() []subcommand {
 		{"run", "run a command only while this instance is the leader (a copy per role led, with --roles)", runRun},
 		{"watch", "print each change of leader of a group, without joining it", runWatch},
 		{"status", "show a group once: stable or not, who is in it, who leads, without joining it", runStatus},
+		{"transfer", "move leadership to a named instance, gracefully, without joining the group", runTransfer},
 		{"doctor", "check that the cluster will work for a group (reach, version, session, topic, ACLs), without joining it", runDoctor},
 		{"broker", "run a standalone embedded Kafka-protocol broker for local development", runBroker},
 		{"version", "print the versions of neli, goneli, librdkafka and Go", runVersion},
@@ -93,7 +95,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 		return status
 	}
-	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, doctor, broker, version (neli --help)\n", args[0])
+	fmt.Fprintf(stderr, "neli: unknown command %q; use one of demo, run, watch, status, transfer, doctor, broker, version (neli --help)\n", args[0])
 	return exitUsage
 }
 
@@ -103,7 +105,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: neli COMMAND [flags]")
 	fmt.Fprintln(w)
 	for _, sc := range subcommands() {
-		fmt.Fprintf(w, "  %-7s %s\n", sc.name, sc.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", sc.name, sc.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'neli COMMAND --help' for the flags of a command.")

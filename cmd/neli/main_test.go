@@ -119,6 +119,13 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"version", "now"}, exitUsage, `unexpected argument "now"`},
 		{[]string{"broker", "--listen", "10.1.2.3:9092"}, exitUsage, "--listen"},
 		{[]string{"broker", "--listen", "127.0.0.1:port"}, exitUsage, "--listen"},
+		{[]string{"run", "--priority", "1000", "--", "true"}, exitUsage, "--priority 1000: want -999 to 999"},
+		{[]string{"run", "--priority", "high", "--", "true"}, exitUsage, "-priority"},
+		{[]string{"run", "--priority", "2", "-X", "client.id=mine", "--", "true"}, exitUsage, "--priority 2 cannot be combined with a client.id of your own"},
+		{[]string{"transfer"}, exitUsage, "--to is required"},
+		{[]string{"transfer", "--to", "b", "--timeout", "-1s"}, exitUsage, "--timeout -1s must not be negative"},
+		{[]string{"transfer", "--to", "b", "now"}, exitUsage, `unexpected argument "now"`},
+		{[]string{"transfer", "--to", "b", "--kafka", "127.0.0.1:1"}, exitFail, "cannot reach Kafka at 127.0.0.1:1"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -154,7 +161,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, sub := range []string{"demo", "run", "watch", "status", "broker", "version"} {
+	for _, sub := range []string{"demo", "run", "watch", "status", "transfer", "broker", "version"} {
 		status, stdout, stderr := runNeli(t, sub, "--help")
 		if status != exitOK || !strings.Contains(stdout, "Usage: neli "+sub) || !strings.Contains(stdout, "-log-level") && sub != "broker" && sub != "version" {
 			t.Errorf("neli %s --help: status %d, stdout %q, stderr %q", sub, status, stdout, stderr)
@@ -163,7 +170,7 @@ func TestHelp(t *testing.T) {
 	// The run help is where the environment and signals of CMD are documented.
 	_, stdout, _ := runNeli(t, "run", "--help")
 	for _, want := range []string{"NELI_TOKEN", "SIGUSR1", "-yield-for", "-metrics-addr", "/healthz", "-roles", "-role", "NELI_ROLE", "-address",
-		"If a copy exits by itself"} {
+		"If a copy exits by itself", "-priority", "neli transfer"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("neli run --help does not mention %s", want)
 		}

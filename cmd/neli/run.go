@@ -49,6 +49,15 @@ stops CMD as on revoke, leaves the group so that another instance is elected wit
 group heartbeat interval, stays out of the running for --yield-for, then contends again.
 A follower that gets SIGUSR1 just stays out for --yield-for.
 
+--priority P prefers some instances as leaders: among the members of --group one of the
+highest priority leads, and among equal priorities nothing changes. A leader hands over,
+as on revoke, to a member of higher priority once that member has been in the group for
+2 x --heartbeat-timeout, and then stays out of the group while such a member is in it. Give
+the new version a higher priority than the old in a rolling upgrade, and leadership moves
+once, to the first new instance. A negative priority leads only when no member of priority
+0 or more is left. 'neli transfer --to NAME' moves leadership to a named instance, and
+'neli status' shows each member's priority.
+
 --metrics-addr serves Prometheus metrics (goneli_leader, goneli_fencing_token, lease age,
 transitions, ...) on /metrics and a health check on /healthz, which answers 503 when neli
 believes it leads but its lease has lapsed, or when it has held the leader partition without
@@ -90,6 +99,8 @@ type runOptions struct {
 	yieldFor time.Duration
 	// handOverAfter is Config.HandOverAfter; 0 leaves goneli's default (one lease).
 	handOverAfter time.Duration
+	// priority is Config.Priority.
+	priority int
 	topicFlags
 	command []string
 }
@@ -142,6 +153,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 	fs.DurationVar(&o.yieldFor, "yield-for", 0, "how long SIGUSR1 keeps this instance out of the running (default 2 x --heartbeat-timeout)")
 	fs.DurationVar(&o.handOverAfter, "hand-over-after", 0,
 		"how long this instance may hold leadership without being able to renew it (its own heartbeats not coming back) before it hands it over; at least half of --heartbeat-timeout (default --heartbeat-timeout)")
+	fs.IntVar(&o.priority, "priority", 0, fmt.Sprintf("this instance's priority, %d to %d: among the members of the group one of the highest priority leads; "+
+		"a leader hands over to a member of higher priority once it has been in the group for 2 x --heartbeat-timeout, and a negative priority leads only when "+
+		"no member of 0 or more is left (default 0, as without priorities)", goneli.MinPriority, goneli.MaxPriority))
 	o.registerTopic(fs)
 
 	flags, command, dashes := args, []string(nil), false
@@ -178,6 +192,9 @@ func parseRun(args []string, stdout io.Writer) (runOptions, error) {
 		o.yieldFor = 2 * o.heartbeatTimeout
 	}
 	if err := o.checkHandOverAfter(fs); err != nil {
+		return o, err
+	}
+	if err := o.checkPriority(); err != nil {
 		return o, err
 	}
 	if o.metricsAddr != "" {
@@ -768,6 +785,17 @@ func (o *runOptions) checkHandOverAfter(fs *flag.FlagSet) error {
 	return nil
 }
 
+// checkPriority refuses a --priority that goneli's Config.Validate would refuse, naming the flag.
+func (o *runOptions) checkPriority() error {
+	switch {
+	case o.priority < goneli.MinPriority || o.priority > goneli.MaxPriority:
+		return badUsage("--priority %d: want %d to %d (0 for no preference)", o.priority, goneli.MinPriority, goneli.MaxPriority)
+	case o.priority != 0 && o.kafkaConfig()["client.id"] != nil:
+		return badUsage("--priority %d cannot be combined with a client.id of your own (-X client.id): the priority travels in the client.id that neli derives from --name", o.priority)
+	}
+	return nil
+}
+
 // runConfig is the goneli configuration of neli run, defaults set.
 func (o *runOptions) runConfig(scr scribe.Scribe) goneli.Config {
 	config := o.config(scr)
@@ -776,6 +804,7 @@ func (o *runOptions) runConfig(scr scribe.Scribe) goneli.Config {
 	if o.handOverAfter > 0 {
 		config.HandOverAfter = goneli.Duration(o.handOverAfter)
 	}
+	config.Priority = o.priority
 	config.SetDefaults()
 	return config
 }

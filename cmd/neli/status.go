@@ -14,7 +14,7 @@ import (
 )
 
 const statusAbout = `Shows --group once, as an operator wants to see it, and exits: whether the group is stable
-or rebalancing, its members (name, client id, host, partitions of the leader topic), and for
+or rebalancing, its members (name, priority, client id, host, partitions of the leader topic), and for
 each role (partition) the live leader with its fencing token, tenure start and address, and
 the age of the newest record on its partition. A leader counts as live while its newest
 heartbeat is younger than --heartbeat-timeout; give the lease the contenders use.
@@ -74,6 +74,7 @@ type statusRecord struct {
 
 type memberRecord struct {
 	Name       string  `json:"name"`
+	Priority   int     `json:"priority"`
 	ClientID   string  `json:"client_id"`
 	Host       string  `json:"host"`
 	MemberID   string  `json:"member_id"`
@@ -109,7 +110,7 @@ func statusRecordOf(st goneli.GroupStatus) statusRecord {
 	r := statusRecord{Time: st.At.Format(watchTime), Group: st.Group, Topic: st.Topic, State: st.State,
 		Rebalancing: st.Rebalancing, Protocol: st.Protocol, Members: []memberRecord{}, Roles: []roleRecord{}}
 	for _, m := range st.Members {
-		r.Members = append(r.Members, memberRecord{Name: m.Name, ClientID: m.ClientID, Host: m.Host, MemberID: m.MemberID,
+		r.Members = append(r.Members, memberRecord{Name: m.Name, Priority: m.Priority, ClientID: m.ClientID, Host: m.Host, MemberID: m.MemberID,
 			Partitions: append([]int32{}, m.Partitions...)})
 	}
 	for _, role := range st.Roles {
@@ -136,9 +137,9 @@ func printStatus(w io.Writer, st goneli.GroupStatus) {
 		quoteField(st.Group), st.Topic, st.At.Format(watchTime), state, st.Protocol, len(st.Members))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if len(st.Members) > 0 {
-		fmt.Fprintln(tw, "\nMEMBER\tCLIENT ID\tHOST\tPARTITIONS")
+		fmt.Fprintln(tw, "\nMEMBER\tPRIORITY\tCLIENT ID\tHOST\tPARTITIONS")
 		for _, m := range st.Members {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(m.Name), m.ClientID, m.Host, partitionList(m.Partitions))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", orDash(m.Name), m.Priority, m.ClientID, m.Host, partitionList(m.Partitions))
 		}
 	}
 	if len(st.Roles) == 0 {

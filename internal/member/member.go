@@ -91,6 +91,7 @@ type Options struct {
 	HeartbeatTimeout time.Duration
 	MinPollInterval  time.Duration
 	HandOverAfter    time.Duration // 0: goneli's default
+	Priority         int           // Config.Priority
 	Task             time.Duration // simulated work per run
 	Kafka            map[string]string
 	LogLevel         string // goneli's log level on stderr: off, error, warn, info, debug
@@ -162,6 +163,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	fs.DurationVar(&o.HeartbeatTimeout, "heartbeat-timeout", goneli.DefaultHeartbeatTimeout, "lease length")
 	fs.DurationVar(&o.MinPollInterval, "min-poll-interval", 0, "poll and heartbeat interval (0: goneli's default for the lease)")
 	fs.DurationVar(&o.HandOverAfter, "hand-over-after", 0, "Config.HandOverAfter (0: goneli's default, one lease)")
+	fs.IntVar(&o.Priority, "priority", 0, "Config.Priority")
 	fs.DurationVar(&o.Task, "task", time.Millisecond, "simulated work per leader task run")
 	fs.Var(&kafkaKV, "X", "extra librdkafka setting key=value (repeatable)")
 	fs.StringVar(&o.Writes, "writes", "", "topic that the leader task writes numbered records to through a FencedProducer (empty: no writes)")
@@ -269,6 +271,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	if o.HandOverAfter > 0 {
 		config.HandOverAfter = goneli.Duration(o.HandOverAfter)
 	}
+	config.Priority = o.Priority
 	acts := newRoleSpans(w, o.Roles)
 	inits := &initialised{tokens: map[string]int64{}}
 	barrier := func(e goneli.Event) {

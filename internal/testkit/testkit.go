@@ -21,13 +21,14 @@ const AwaitLimit = 30 * time.Second
 
 // Log collects log lines and prints them only if the test fails (or GONELI_TEST_LOG is set).
 type Log struct {
-	mu    sync.Mutex
-	lines []string
+	mu      sync.Mutex
+	lines   []string
+	changed chan struct{} // closed, and replaced, when a line is added
 }
 
 // NewLog returns a Log that prints what it collected when t fails.
 func NewLog(t *testing.T) *Log {
-	l := &Log{}
+	l := &Log{changed: make(chan struct{})}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("GONELI_TEST_LOG") != "" {
 			l.mu.Lock()
@@ -52,6 +53,34 @@ func (l *Log) Contains(s string) bool {
 	return false
 }
 
+// Await waits until a line logged contains s, for up to limit, and reports whether one did.
+func (l *Log) Await(s string, limit time.Duration) bool {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		changed := l.changed
+		l.mu.Unlock()
+		if changed == nil {
+			// A Log made without NewLog: it signals from its first line on.
+			l.mu.Lock()
+			if l.changed == nil {
+				l.changed = make(chan struct{})
+			}
+			changed = l.changed
+			l.mu.Unlock()
+		}
+		if l.Contains(s) {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return l.Contains(s)
+		}
+	}
+}
+
 // Count reports how many lines logged so far contain s.
 func (l *Log) Count(s string) int {
 	l.mu.Lock()
@@ -71,6 +100,10 @@ func (l *Log) Scribe() scribe.Scribe {
 		line := time.Now().Format("15:04:05.000 ") + fmt.Sprintf(format, args...)
 		l.mu.Lock()
 		l.lines = append(l.lines, line)
+		if l.changed != nil {
+			close(l.changed)
+		}
+		l.changed = make(chan struct{})
 		l.mu.Unlock()
 	})})
 	s.SetEnabled(scribe.Debug)

@@ -231,3 +231,44 @@ func TestConsumerProtocolSessionMustCoverLease(t *testing.T) {
 
 // adminWithoutConfigs hides DescribeConfigs, as a KafkaAdmin written for earlier versions may.
 type adminWithoutConfigs struct{ KafkaAdmin }
+
+// Under KIP-848 the broker owns the session, and an operator can lower a group's
+// consumer.session.timeout.ms (Kafka 4.0) while instances run. A lease longer than the session no
+// longer runs out before the coordinator can expel its holder, so a tenure reads the session again
+// before it leads, and after every fence (issue 38): here the leader, fenced once the session was
+// lowered below what the lease needs, does not lead again until it is raised.
+func TestConsumerProtocolSessionReadAgainBeforeLeading(t *testing.T) {
+	b, err := kafkatest.Start(kfake.BrokerConfigs(kip848Broker))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	contender(t, kip848Config(b, group, "a", log), r)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+
+	// 1100 ms no longer covers a 1 s lease, two 100 ms group heartbeats and a 50 ms margin.
+	b.SetGroupConfigs(group, map[string]string{"consumer.session.timeout.ms": "1100"})
+	refuse := b.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: group + ".neli", Err: kerr.NotEnoughReplicas, Count: -1})
+	r.await(t, "a to be fenced", has[LeaderFenced]("a"))
+	refuse.Remove()
+	awaitLog(t, log, "not leading: goneli: invalid HeartbeatTimeout")
+	if i, _ := first[LeaderAcquired](r.snapshot(), "a", 1); i >= 0 {
+		t.Fatalf("a led again on a session too short for its lease: %s", describe(r.snapshot()))
+	}
+
+	b.SetGroupConfigs(group, map[string]string{"consumer.session.timeout.ms": "2000"})
+	events := r.await(t, "a to lead again", func(events []stamped) bool {
+		i, _ := first[LeaderAcquired](events, "a", 1)
+		return i >= 0
+	})
+	checkGrammar(t, events)
+}
+
+// awaitLog waits until a line of the log contains s.
+func awaitLog(t *testing.T, log *testLog, s string) {
+	t.Helper()
+	if !log.Await(s, awaitLimit) {
+		t.Fatalf("no log line says %q within %v", s, awaitLimit)
+	}
+}
