@@ -524,6 +524,35 @@ func TestAsKafkaEnv(t *testing.T) {
 	}
 }
 
+// AsKafkaByDefault is AsKafka with its options while the environment says nothing, and gives way
+// to the environment when it does: 0 for plain kfake.
+func TestAsKafkaByDefault(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		on    bool
+		ver   KafkaVersion
+		load  time.Duration
+	}{{"", true, Kafka39, time.Second}, {"0", false, 0, 0}, {"1", true, Kafka40, 500 * time.Millisecond}, {"3.9", true, Kafka39, 500 * time.Millisecond}} {
+		t.Run(c.value, func(t *testing.T) {
+			t.Setenv(AsKafkaEnv, c.value)
+			cfg, rest, err := splitAsKafka([]kfake.Opt{kfake.NumBrokers(1), AsKafkaByDefault(Version(Kafka39), CoordinatorLoad(time.Second))})
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case (cfg != nil) != c.on || (cfg != nil && (cfg.version != c.ver || cfg.load != c.load)) || len(rest) != 1:
+				t.Fatalf("%s=%q: %+v, %d options left", AsKafkaEnv, c.value, cfg, len(rest))
+			}
+		})
+	}
+	// A test's own AsKafka, with its knobs, wins whichever comes first.
+	t.Setenv(AsKafkaEnv, "")
+	for _, opts := range [][]kfake.Opt{{AsKafka(IdleTimeout(time.Second)), AsKafkaByDefault()}, {AsKafkaByDefault(), AsKafka(IdleTimeout(time.Second))}} {
+		if cfg, rest, _ := splitAsKafka(opts); cfg == nil || cfg.idle != time.Second || len(rest) != 0 {
+			t.Errorf("AsKafka(IdleTimeout(1s)) beside AsKafkaByDefault(): %+v, %d options left", cfg, len(rest))
+		}
+	}
+}
+
 func TestSASLUser(t *testing.T) {
 	for _, c := range []struct {
 		mechanism, msg, user string

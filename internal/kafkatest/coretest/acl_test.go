@@ -68,7 +68,7 @@ func aclBroker(t *testing.T, grants []aclGrant) *kafkatest.Broker {
 	for _, g := range grants {
 		acls = append(acls, g.acl)
 	}
-	return startBroker(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-secret"),
+	return startKafka(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-secret"),
 		kfake.User("PLAIN", "alice", "alice-secret", acls...))
 }
 

@@ -255,6 +255,11 @@ func countOf[E Event](events []stamped, who string) int {
 // before the move and was assigned partition 0 after it could not describe the group again, and
 // never led. The three-broker chaos run (coord-move) found it.
 func TestGroupCheckAfterCoordinatorMoves(t *testing.T) {
+	// Plain kfake, not startKafka, for now. Under AsKafka a's LeaveGroup reaches the moved
+	// coordinator while it loads and is refused; a stays out until its old member's 4 s session
+	// has ended (TestYieldWhileTheCoordinatorLoads), but then joins the very rebalance that the
+	// expiry starts, under a member id that sorts before c's, and takes partition 0 straight back:
+	// c never leads (1 of 10 runs under .ci/stress).
 	b := startBroker(t, kfake.NumBrokers(3))
 	group, log, r := groupName(t), newTestLog(t), newRecorder()
 	// The session of spreadConfig: the derived one (1.25 s at the test lease) can run out while
@@ -384,7 +389,7 @@ func TestLeaderTopicRecreated(t *testing.T) {
 // librdkafka's wait of up to a second, more than a window of 0.8 leases bridges by design. Both
 // fences were the window doing its job, not a fault.)
 func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	group, log, r := groupName(t), newTestLog(t), newRecorder()
 	const lease = testLease
 	ca := testConfig(b, group, "a", log)
@@ -414,7 +419,7 @@ func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
 // so that the leader, having joined one rebalance, sees the next begin, with automatic commits at
 // their usual rate. The leader must come through on explicit commits without a fence.
 func TestLeaderRidesOutRebalances(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	group, log, r := groupName(t), newTestLog(t), newRecorder()
 	const lease = testLease
 	ca := testConfig(b, group, "a", log)
