@@ -182,9 +182,11 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	// records it was assigned have been read: Describe without the grant failed or succeeded by
 	// the timing. Asking for that group meanwhile makes it fail every time.
 	statusGroup := fmt.Sprint(conf["group.id"])
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	defer stopCheck()
 	denied := make(chan error, 1)
 	go func() {
-		_, err := describeGroup(ctx, sideFirst{side, admin}, statusGroup, max(time.Until(deadline), time.Millisecond))
+		_, err := describeGroup(checkCtx, sideFirst{side, admin}, statusGroup, max(time.Until(deadline), time.Millisecond))
 		if ke := (kafka.Error{}); errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
 			denied <- authorizationError(config, "observer", ke)
 			return
@@ -193,7 +195,11 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	}()
 	newest, err := readNewest(ctx, config, conf, len(tm.Partitions), logs)
 	status.At = time.Now()
-	// The admin client and the side channel close when Describe returns.
+	if err != nil {
+		stopCheck()
+	}
+	// Awaited whatever the outcome: the admin client and the side channel close when Describe
+	// returns.
 	if refused := <-denied; err == nil {
 		err = refused
 	}
