@@ -1,4 +1,4 @@
-.PHONY: test test-as-kafka demo vet tidy chaos chaos-kernel chaos-kernel-heal soak release release-check
+.PHONY: test test-as-kafka demo vet tidy chaos chaos-kernel chaos-kernel-heal soak release release-check sim
 
 # Every package of every module (go.work), race detector on. Tests that need Docker skip themselves
 # where there is none.
@@ -84,3 +84,16 @@ KERNEL_HEAL_CUTS ?= 3s,4.5s,5.5s
 KERNEL_HEAL_REPS ?= 3
 chaos-kernel-heal:
 	$(kernel_report) KERNEL_HEAL_CUTS=$(KERNEL_HEAL_CUTS) KERNEL_HEAL_REPS=$(KERNEL_HEAL_REPS) go test -race -count=1 -v -run '^TestHealedCut$$' -timeout 60m ./chaos/kernel/
+
+# The simulation's long search (docs/testing.md#the-simulation, issue 38): SIM_SCHEDULES schedules per
+# profile (250,000 by default: 10^6 per group protocol, tens of minutes on 2 idle cores), seeds from
+# SIM_SEED on (default: drawn from the clock and printed), the profiles of SIM_PROFILES
+# (comma-separated; default all), on every core, without the race detector. Each violation is
+# printed with its seed and timeline; replay one with go test -run TestSimReplay -sim.seed=N
+# -sim.profile=P . SIM_STOP=first stops each profile at its first overlap; SIM_LIMIT=10m bounds each
+# profile's wall time. SIM_REPORT=docs/simulation-results.md appends the results to that page.
+SIM_SCHEDULES ?= 250000
+sim_report = $(if $(SIM_REPORT),SIM_REPORT=$(abspath $(SIM_REPORT)))
+sim:
+	$(sim_report) SIM_SCHEDULES=$(SIM_SCHEDULES) SIM_SEED=$(SIM_SEED) SIM_PROFILES=$(SIM_PROFILES) SIM_STOP=$(SIM_STOP) SIM_LIMIT=$(SIM_LIMIT) \
+		go test -count=1 -v -run '^TestSimSearch$$' -timeout 24h .

@@ -589,8 +589,17 @@ func (t groupTiming) expelBound() time.Duration {
 // commitWindow is the lease's window for explicit commits (commitWindow in lease.go) under this
 // timing: what the coordinator's bound on keeping a member that did not rejoin a rebalance
 // (expelBound) leaves beyond a lease of ht and two group heartbeat intervals.
-func (t groupTiming) commitWindow(ht time.Duration) time.Duration {
-	return commitWindow(t.expelBound(), ht, t.heartbeat())
+func (t groupTiming) commitWindow(c Config) time.Duration {
+	return commitWindow(t.expelBound(), *c.HeartbeatTimeout, t.heartbeat(), t.answerBound(c), *c.RenewInterval)
+}
+
+// answerBound is how long after an offset was stored for commit the leader may see the commit's
+// answer before the coordinator connection counts as having held its answers back
+// (lease.heldAnswers): an auto-commit interval until the commit goes out, a poll interval until the
+// answer is seen, and a group heartbeat interval for the round trip, which the package doc assumes
+// the group heartbeats' answers take at most.
+func (t groupTiming) answerBound(c Config) time.Duration {
+	return t.commit + *c.MinPollInterval + t.heartbeat()
 }
 
 // heartbeat is the group heartbeat interval in force: the broker's under KIP-848 once New has read

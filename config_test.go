@@ -252,14 +252,15 @@ func TestDerivedGroupTiming(t *testing.T) {
 	// The session is the lease, two group heartbeat intervals and a twentieth of the lease (at
 	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease, and at
 	// least the session; explicit commits may renew for what the rebalance timeout leaves beyond
-	// the lease and two intervals (expelBound).
+	// the lease, two intervals, the bound on a commit's answer and a renewal interval (expelBound,
+	// commitWindow).
 	for _, tc := range []struct {
 		lease, session, interval, window time.Duration
 	}{
-		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 4 * time.Second},
-		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 800 * time.Millisecond},
-		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 300 * time.Millisecond},
-		{60 * time.Second, 69 * time.Second, 3 * time.Second, 54 * time.Second},
+		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 2875 * time.Millisecond},
+		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 475 * time.Millisecond},
+		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 0},
+		{60 * time.Second, 69 * time.Second, 3 * time.Second, 44875 * time.Millisecond},
 	} {
 		c := validConfig()
 		c.HeartbeatTimeout, c.RenewInterval = Duration(tc.lease), nil
@@ -275,7 +276,7 @@ func TestDerivedGroupTiming(t *testing.T) {
 		if got := SessionTimeout(tc.lease); got != tc.session {
 			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)
 		}
-		if got := timing.commitWindow(tc.lease); got != tc.window {
+		if got := timing.commitWindow(c); got != tc.window {
 			t.Errorf("lease %v: explicit commits may renew for %v after the last automatic one, want %v", tc.lease, got, tc.window)
 		}
 		if timing.session < tc.lease+2*timing.interval {

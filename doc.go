@@ -66,24 +66,29 @@
 //     the current generation until then, and while librdkafka waits to rejoin goneli sends the
 //     stalled offsets' commits itself. Such an explicit commit renews only a heartbeat sent within a
 //     window after the anchor, the moment the newest offset that an automatic commit got accepted
-//     was stored (commitWindow: the rebalance timeout, max.poll.interval.ms, minus HeartbeatTimeout
-//     minus two group heartbeat intervals; nothing if the settings leave no room; under KIP-848 the
-//     shorter of the session and rebalance timeouts stands for the rebalance timeout, since there
-//     commits renew no session).
-//     The offset was stored before the commit went out, so the anchor is never later than the
-//     commit's acceptance, however late a paused poll loop sees its result. For a rebalance that
-//     begins at R and that the member does not rejoin, an explicit renewal's lease therefore ends by
-//     R + hb + d + window + HeartbeatTimeout = R + expel - hb + d, where hb is the group heartbeat
-//     interval, expel the rebalance timeout after which the coordinator removes the member (a
-//     classic coordinator renews the session of a member with every commit it accepts, Apache
-//     Kafka's OffsetMetadataManager says), and d how much longer than one interval librdkafka took to learn of the
-//     rebalance, its heartbeat's answer time beyond the interval: the lease runs out before the
-//     removal while d, plus what the clocks drift apart over expel, stays under one interval.
-//     librdkafka shows goneli neither its group heartbeats nor their answers, so goneli watches the
-//     answers it can see on the same connection, which the broker gives in order: explicit commits
-//     stop after one of them waited longer than an interval for its answer, until an automatic
-//     commit is accepted again. At the default timing the window is 0.8 x HeartbeatTimeout, which
-//     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up; at
+//     was stored (commitWindow: the rebalance timeout, max.poll.interval.ms, less HeartbeatTimeout,
+//     two group heartbeat intervals, the answer bound below and a RenewInterval; nothing if the
+//     settings leave no room; under KIP-848 the shorter of the session and rebalance timeouts stands
+//     for the rebalance timeout, since there commits renew no session). The offset was stored
+//     before the commit went out, so the anchor is never later than the commit's acceptance,
+//     however late a paused poll loop sees its result. librdkafka shows goneli neither its group
+//     heartbeats nor their answers, but the broker answers a connection's requests in order, and
+//     the commits of the offsets a leader stores every renewal share the heartbeats' connection: a
+//     commit whose answer is seen more than the answer bound after its offset was stored (an
+//     auto-commit interval, a MinPollInterval and a group heartbeat interval) shows that answers,
+//     the heartbeats' among them, were held back, and until a heartbeat interval after the late
+//     answers end no commit renews a heartbeat sent after that offset was stored (lease.heldAnswers).
+//     So for a rebalance that begins at R and that the member does not rejoin, the anchor is at
+//     most R + hb + answer + renew, and an explicit renewal's lease ends by R + expel - hb, where hb
+//     is the group heartbeat interval, answer the answer bound, renew the RenewInterval and expel the
+//     rebalance timeout after which the coordinator removes the member (a classic coordinator
+//     renews the session of a member with every commit it accepts, Apache Kafka's
+//     OffsetMetadataManager says): a heartbeat interval before the removal, the slack for what the
+//     clocks drift apart over expel. The same holds keep a lease from outliving, under KIP-848, a
+//     session that only the group heartbeats keep there. Explicit commits also stop after one of
+//     them waited longer than an interval for its answer, until an automatic commit is accepted
+//     outside such a hold. At the default timing the window is 2.875 s (475 ms at a 1 s lease), which
+//     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up; at
 //     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
 //     One qualification: while the coordinator is unreachable
 //     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
@@ -217,11 +222,12 @@
 // within a second of the previous one (a rolling restart: one member leaves, its replacement joins
 // a moment later) therefore lasts until a second after the previous one for every member, and
 // librdkafka auto-commits nothing meanwhile. The leader renews through it on explicit commits, for
-// heartbeats sent up to 0.8 x HeartbeatTimeout after its last automatic commit's offset was stored
-// (the window above), which outlasts the wait at leases from about 0.7 s up; below that the leader
-// can be fenced, and renews again once the rebalance completes. (Before the window was anchored at
-// the offset's store time it was the session's margin, a twentieth of the lease, and the benchmark
-// at HeartbeatTimeout=1s saw such a fence in about one trial in five.)
+// heartbeats sent within the window above after its last automatic commit's offset was stored
+// (2.875 s at the default lease, 475 ms at 1 s), which outlasts the wait at leases from about 0.8 s
+// up; below that the leader can be fenced, and renews again once the rebalance completes. (Before
+// the window was anchored at the offset's store time and measured against the rebalance timeout it
+// was the session's margin, a twentieth of the lease, and the benchmark at HeartbeatTimeout=1s saw
+// such a fence in about one trial in five.)
 //
 // librdkafka keeps, for a client's life, the highest leader epoch it has seen for each partition
 // and ignores metadata that names an older one (confluentinc/librdkafka#4898). A leader topic that

@@ -52,7 +52,12 @@ type driver struct {
 	// commits sends the consumer's explicit commits (commit.go); commitAsks gathers those that the
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
-	commitAsks map[int32]int64
+	commitAsks map[int32]commitAsk
+	// resets are the partitions whose explicit commit asked for in this cycle is to reset
+	// librdkafka's committed offset below a log that restarted (leaseOut.restarted); resetting
+	// says that the commit under way is only such a reset, sent while explicit commits are held.
+	resets    map[int32]bool
+	resetting bool
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
 	commitsHeld bool
@@ -64,6 +69,8 @@ type driver struct {
 	// unwatched says that a lease changed since the watchdog was last aimed (watchPending).
 	unwatched bool
 	group     groupState
+	// polledAt is when the consumer's last Poll returned (heldAssignment).
+	polledAt time.Duration
 	// brokers are the ids of the brokers New found, whose KIP-848 group settings a check reads
 	// again (checkSessionAgain).
 	brokers   []int32
@@ -242,6 +249,7 @@ func (d *driver) cycle(poll time.Duration) error {
 	}
 	var fatal error
 	ev := d.consumer.Poll(int(poll.Milliseconds()))
+	d.polledAt = d.now()
 	for i := 0; ev != nil; i++ {
 		if err := d.handle(ev); err != nil && fatal == nil {
 			fatal = err
@@ -250,6 +258,7 @@ func (d *driver) cycle(poll time.Duration) error {
 			break
 		}
 		ev = d.consumer.Poll(0)
+		d.polledAt = d.now()
 	}
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
@@ -281,14 +290,17 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
-		d.store(p, out.store)
+		d.store(p, out.store, out.tag)
 	}
 	if out.commit != 0 {
 		if out.restarted {
 			d.log.W()("goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
 				d.config.Name, p.id, out.commit)
 		}
-		d.commitAsks[p.id] = out.commit
+		d.commitAsks[p.id] = commitAsk{out.commit, out.tag}
+		if out.restarted {
+			d.resets[p.id] = true
+		}
 	}
 	if out.check {
 		p.wantCheck = true
@@ -309,8 +321,8 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
-		d.autoCommitted(e)
 		d.onCommit(e, false)
+		d.autoCommitted(e)
 	case kafka.Error:
 		if e.IsFatal() {
 			for _, p := range d.parts {
@@ -366,10 +378,16 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 	return d.parts[tp.Partition]
 }
 
+// commitAsk is an explicit commit a lease asked for: the offset and its metadata (confirmed.tag).
+type commitAsk struct {
+	offset int64
+	tag    string
+}
+
 // store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
 // coordinator; the answer arrives as an OffsetsCommitted event.
-func (d *driver) store(p *part, offset int64) {
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
+func (d *driver) store(p *part, offset int64, tag string) {
+	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset), Metadata: &tag}}); err != nil {
 		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", d.config.Name, err)
 		return
 	}
@@ -409,7 +427,11 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 			d.onCommitError(p, tp.Error)
 			continue
 		}
-		d.apply(p, p.lease.committed(int64(tp.Offset), explicit))
+		tag := ""
+		if tp.Metadata != nil {
+			tag = *tp.Metadata
+		}
+		d.apply(p, p.lease.committed(int64(tp.Offset), tag, explicit))
 	}
 }
 
@@ -423,16 +445,20 @@ func (d *driver) startCommits() {
 	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
 		d.holdCommits(wait)
 	}
-	if d.commitsHeld {
-		clear(d.commitAsks)
-		return
-	}
+	// While explicit commits are held, only those that reset librdkafka's committed offset below a
+	// restarted log go out, and their answers renew nothing (collectCommits): librdkafka
+	// auto-commits only offsets above the one it committed last, so without them no automatic
+	// commit could ever be accepted again to end the hold.
 	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
-	for id, off := range d.commitAsks {
-		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+	for id, ask := range d.commitAsks {
+		if !d.commitsHeld || d.resets[id] {
+			offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(ask.offset), Metadata: &ask.tag})
+		}
 	}
 	clear(d.commitAsks)
+	clear(d.resets)
 	if d.commits.start(offsets, d.now()) {
+		d.resetting = d.commitsHeld
 		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 	}
 }
@@ -457,6 +483,15 @@ func (d *driver) collectCommits() {
 	}
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
+	}
+	if d.resetting {
+		d.resetting = false
+		for _, tp := range e.Offsets {
+			if p := d.partOf(tp); p != nil && tp.Error == nil && e.Error == nil {
+				p.lease.resetCommitted(int64(tp.Offset))
+			}
+		}
+		return
 	}
 	d.onCommit(e, true)
 }
@@ -484,7 +519,9 @@ func (d *driver) holdCommits(took time.Duration) {
 // autoCommitted takes an answer to one of librdkafka's automatic commits: one that the coordinator
 // accepted for a partition ends a hold on explicit commits.
 func (d *driver) autoCommitted(e kafka.OffsetsCommitted) {
-	if !d.commitsHeld || e.Error != nil {
+	if !d.commitsHeld || e.Error != nil || slices.ContainsFunc(d.parts, func(p *part) bool { return p.lease.holding() }) {
+		// An answer seen while the leases count the connection as holding answers back may be
+		// one of those held: it shows librdkafka steady again only once that is over.
 		return
 	}
 	for _, tp := range e.Offsets {
@@ -537,6 +574,31 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 
 // rebalanced serves a change of this member's assignment: the new tenures begin, the ended ones
 // end, and the session takes the partitions or gives them back.
+// heldAssignment makes the leases hold their renewals back after an assignment that reached the
+// application late, in a poll that came more than the answer bound after the one before (a loop
+// paused or starved of CPU).
+//
+// librdkafka waits for the application to take a new assignment before its group is steady again,
+// and while it waits it ignores what its group heartbeats say of a further rebalance
+// (rd_kafka_cgrp_handle_Heartbeat: REBALANCE_IN_PROGRESS is dropped in the wait-assign-call state).
+// Once the assignment is taken it counts as steady and auto-commits, although the coordinator may
+// have begun that further rebalance any time since the assignment was made, and its commits, of the
+// current generation, are accepted until then; it learns of the rebalance only from its next group
+// heartbeat. So the anchor of the window, and the automatic commits' own renewals, rest on nothing
+// until a group heartbeat interval (and an answer's bound) after the assignment was taken: the
+// leases hold back the renewals of heartbeats sent from the poll before until then (the simulation
+// found two leaders at a 500 ms lease without this).
+func (d *driver) heldAssignment() {
+	now := d.now()
+	bound := d.timing.answerBound(d.config)
+	if now-d.polledAt <= bound {
+		return
+	}
+	for _, p := range d.parts {
+		p.lease.holdRenewals(d.polledAt, now+bound)
+	}
+}
+
 func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 	d.group.rebalances++
 	d.reachable("consumer", "a rebalance")
@@ -544,6 +606,7 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 	d.trackGroupAssignment(ev, cooperative, lost)
 	switch ev.(type) {
 	case kafka.AssignedPartitions:
+		d.heldAssignment()
 		d.group.member.assigned(s.MemberID(), len(d.group.parts) > 0)
 	case kafka.RevokedPartitions:
 		d.group.member.revoked(lost, cooperative, len(d.group.parts) > 0)
@@ -775,7 +838,8 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
-	d.commitsHeld = false
+	d.commitsHeld, d.resetting = false, false
+	clear(d.resets)
 	clear(d.group.parts)
 	clear(d.commitAsks)
 	d.group.owedCommit = false

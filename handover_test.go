@@ -100,7 +100,7 @@ func TestHandoverQuiet(t *testing.T) {
 // stored before.
 func TestLeaseQuiesce(t *testing.T) {
 	r := newRig(t)
-	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
+	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10, 0, 0)
 	r.acquire()
 	h, off := r.heartbeat()
 	r.wait(10 * time.Millisecond)

@@ -40,9 +40,16 @@ type lease struct {
 	stall, window time.Duration
 	ticks         bool // renew on shared ticks (leaseConfig.ticks)
 	recheck       bool // a fence asks for a new group check (leaseConfig.recheck)
-	clock         clock
-	base          time.Time // origin of the monotonic durations below
-	random        func() uint64
+	// answerBound, where set (KIP-848), is how long a stored offset's accepted commit may take to
+	// be seen before the coordinator connection counts as having held its answers back
+	// (heldAnswers); heldFrom and heldUntil bound the send times of the heartbeats that commits
+	// seen after such a hold may not renew.
+	answerBound         time.Duration
+	heldFrom, heldUntil time.Duration
+	hbInterval          time.Duration
+	clock               clock
+	base                time.Time // origin of the monotonic durations below
+	random              func() uint64
 
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
@@ -120,14 +127,22 @@ type confirmed struct {
 	sent   time.Duration
 	offset int64
 	stored time.Duration
+	// tag names the heartbeat, tenure and sequence number, in the commit's metadata, which
+	// librdkafka hands back with the commit's result: a result for the same offset of another log
+	// (one that restarted below it while that commit was under way) does not match (committed).
+	tag string
 }
 
 type leaseCounts struct {
 	acquired, fenced, revoked    uint64
 	sent, confirmed, stale, late uint64
 	rejected                     uint64
-	// unwindowed counts explicit commits accepted outside the window, which renewed nothing.
-	unwindowed uint64
+	// unwindowed counts explicit commits accepted outside the window, which renewed nothing; held
+	// those that a hold of the coordinator connection's answers kept from renewing (heldAnswers).
+	unwindowed, held uint64
+	// mismatched counts commit results whose metadata named another heartbeat than the one stored
+	// at their offset (committed).
+	mismatched uint64
 }
 
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
@@ -158,6 +173,8 @@ type leaseOut struct {
 	heartbeat *heartbeat // produce it
 	store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
+	// tag goes with store or commit as the offset's commit metadata (confirmed.tag).
+	tag string
 	restarted bool       // commit is asked for because the log restarted below the last commit
 	check     bool       // start a group check for the current tenure
 	// release is set when the tenure ended while its LeaderRevoked was still to be delivered: the
@@ -195,8 +212,11 @@ type leaseConfig struct {
 	// recheck says that a tenure fenced must pass a new group check before it leads again: set under
 	// KIP-848, where the check reads the broker's session again (driver.checkSessionAgain).
 	recheck bool
-	clock   clock
-	base    time.Time
+	// answerBound and hbInterval, set under KIP-848, configure heldAnswers: how long an accepted
+	// commit of a stored offset may take to be seen, and the group heartbeat interval.
+	answerBound, hbInterval time.Duration
+	clock                   clock
+	base                    time.Time
 }
 
 // newLease makes the lease of one partition.
@@ -205,7 +225,8 @@ func newLease(c leaseConfig) *lease {
 		c.poll = c.interval
 	}
 	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
-		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, clock: c.clock, base: c.base, random: randomTenure}
+		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, answerBound: c.answerBound, hbInterval: c.hbInterval,
+		clock: c.clock, base: c.base, random: randomTenure}
 	l.publish()
 	return l
 }
@@ -275,7 +296,7 @@ func (l *lease) due() leaseOut {
 		out.check = true
 	}
 	if off, ok := l.stalled(now); ok {
-		out.commit = off
+		out.commit, out.tag = off, l.t.pending[off].tag
 		l.t.nudged = now
 	}
 	l.release(&out)
@@ -306,31 +327,44 @@ func commitStall(poll time.Duration) time.Duration {
 // automatic commit got accepted was stored) explicit commits may still renew, for a coordinator
 // that may remove a member expel after a rebalance began that the member did not rejoin, however
 // long it went on committing (groupTiming.expelBound: the rebalance timeout under the classic
-// protocol, whose coordinator renews a member's session with each commit it accepts), and a group
-// heartbeat interval hb; zero where the settings leave no room.
+// protocol, whose coordinator renews a member's session with each commit it accepts), a group
+// heartbeat interval hb, the bound answer on how late a commit's answer may be seen before it counts
+// as held back (heldAnswers), and the renewal interval renew; zero where the settings leave no room.
 //
 // Let a rebalance begin at R, and the member fail to rejoin it (its JoinGroup refused, say), so
 // that the coordinator may remove it at R + expel and hand its partitions on. librdkafka
 // auto-commits only while it knows of no rebalance, and learns of one from the answer to its first
-// group heartbeat after R, sent by R + hb. An automatic commit is sent after the offset it carries
-// was stored, so an anchor A set by an automatic commit sent at or after R is at most R + hb plus
-// the time that heartbeat's answer took beyond its interval (none, where the answer comes within
-// one; the package doc's fourth assumption). An explicit commit renews only a heartbeat sent before
-// A + window (inWindow), so the lease it gives ends before A + window + HeartbeatTimeout <= R + hb +
-// window + HeartbeatTimeout = R + expel - hb: a group heartbeat interval before the member can be
-// removed, which is the slack for that answer. The anchor is the offset's store time rather than
-// when the commit's result was seen, because a poll loop that was paused sees a result late, and a
-// window measured from that moment reached past R + expel (issue 38: two leaders for up to 693 ms).
-// goneli's default rebalance timeout, twice the lease, leaves a window of 0.8 x HeartbeatTimeout,
-// which rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up.
-func commitWindow(rebalance, lease, hb time.Duration) time.Duration {
-	return max(0, rebalance-lease-2*hb)
+// group heartbeat after R, sent at h1 <= R + hb. An automatic commit is sent after the offset it
+// carries was stored, and before librdkafka learns of the rebalance; if sent after h1, its answer
+// comes after that heartbeat's, on the same connection. So the anchor A is at most h1, or else an
+// offset stored after h1 whose answer came after the heartbeat's: the first offset stored after h1
+// (within renew of it, since the leader stores one every renewal) has its answer held as long as
+// the heartbeat's, and if that answer comes more than answer late, heldAnswers keeps every later
+// offset from renewing or anchoring; otherwise librdkafka learnt of the rebalance within answer +
+// renew of h1, and stopped auto-committing. Either way A <= R + hb + answer + renew. An explicit
+// commit renews only a heartbeat sent before A + window (inWindow), so the lease it gives ends
+// before A + window + HeartbeatTimeout <= R + expel - hb: a group heartbeat interval before the
+// member can be removed, the slack for clock rates over expel. The anchor is the offset's store
+// time rather than when the commit's result was seen, because a poll loop that was paused sees a
+// result late, and a window measured from that moment reached past R + expel (issue 38: two
+// leaders for up to 693 ms). goneli's default rebalance timeout, twice the lease, leaves a window of
+// 0.8 x HeartbeatTimeout less an answer bound and a renewal interval: 2.875 s at the default lease
+// and 475 ms at 1 s, which still rides out librdkafka's wait of up to a second to rejoin there
+// (from leases of about 0.8 s up).
+func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Duration {
+	return max(0, rebalance-lease-2*hb-answer-renew)
 }
 
 // useCommitWindow replaces the window, before the first tenure, once New has read the broker's
 // timing.
 func (l *lease) useCommitWindow(w time.Duration) {
 	l.window = w
+}
+
+// useAnswerBound replaces heldAnswers' settings once the broker's KIP-848 group heartbeat interval
+// has been read.
+func (l *lease) useAnswerBound(bound, hb time.Duration) {
+	l.answerBound, l.hbInterval = bound, hb
 }
 
 // stalled returns the newest stored offset if any stored offset has waited for its commit for the
@@ -403,8 +437,9 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		l.t.quiet = false
 	}
 	next := offset + 1
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
-	out.store = next
+	tag := l.t.name() + "." + strconv.FormatUint(h.seq, 10)
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now(), tag: tag}
+	out.store, out.tag = next, tag
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
 		// leader election): it auto-commits only offsets above that, so no heartbeat would be
@@ -516,7 +551,7 @@ func (l *lease) release(out *leaseOut) {
 // # 4. Renewal
 
 // committed takes a commit of offset that the coordinator accepted, which renews the lease from
-// the heartbeat stored at that offset. explicit says that goneli sent it (stalled, readBack) rather
+// the heartbeat stored at that offset, if tag (the commit's metadata) names that heartbeat. explicit says that goneli sent it (stalled, readBack) rather
 // than librdkafka's auto-commit; an automatic one moves the anchor of the window for explicit
 // ones (commitWindow) to when its offset was stored, and an explicit one renews only a heartbeat
 // sent within that window (inWindow).
@@ -528,7 +563,7 @@ func (l *lease) release(out *leaseOut) {
 // interval before that send time; goneli derives the session timeout (config.go, groupTiming) to
 // exceed HeartbeatTimeout plus two such intervals. So a lease that ends HeartbeatTimeout after the
 // send time ends before any successor can be assigned the partition.
-func (l *lease) committed(offset int64, explicit bool) leaseOut {
+func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	var out leaseOut
 	if offset < 0 {
 		// A commit's result lists every partition the consumer holds; those it did not commit,
@@ -542,6 +577,14 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 		return out
 	}
 	hb, ok := l.t.pending[offset]
+	if ok && hb.tag != tag {
+		// The commit of the same offset of another log: one stored before the log restarted
+		// below it, whose result was under way (confirmed.tag). It was accepted before this
+		// heartbeat was even sent, and proves nothing about it.
+		l.c.mismatched++
+		l.publish()
+		return out
+	}
 	for off := range l.t.pending {
 		if off <= offset {
 			delete(l.t.pending, off)
@@ -549,6 +592,8 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	}
 	switch {
 	case !ok:
+	case l.heldAnswers(hb):
+		l.c.held++
 	case !explicit:
 		if !l.hasAuto || hb.stored > l.autoAt {
 			l.autoAt, l.hasAuto = hb.stored, true
@@ -561,6 +606,74 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	}
 	l.publish()
 	return out
+}
+
+// holdRenewals holds back, as heldAnswers does, the renewals of heartbeats sent after from, until
+// a renewal of one sent after until (driver.heldAssignment).
+func (l *lease) holdRenewals(from, until time.Duration) {
+	if l.heldUntil <= from || from < l.heldFrom {
+		l.heldFrom = from
+	}
+	l.heldUntil = max(l.heldUntil, until)
+}
+
+// holding reports whether the lease counts the coordinator connection as holding its answers back
+// (heldAnswers): commits seen now renew no heartbeat sent from the hold's start until now.
+func (l *lease) holding() bool {
+	return l.answerBound > 0 && l.now() <= l.heldUntil
+}
+
+// resetCommitted takes a commit of offset that reset librdkafka's committed offset below a log that
+// restarted while explicit commits were held (driver.startCommits): it renews nothing, and
+// librdkafka auto-commits the offsets above it from now on.
+func (l *lease) resetCommitted(offset int64) {
+	if offset >= 0 {
+		l.lastCommitted = offset
+	}
+}
+
+// heldAnswers reports whether an accepted commit of hb must not renew because the coordinator
+// connection held its answers back around the time hb was sent (answerBound set; it is, under both
+// protocols).
+//
+// The broker answers a connection's requests in order, on one TCP stream, and librdkafka sends its
+// group heartbeats on the connection that carries the commits. Answers held back on their way (a
+// lost segment that TCP retransmits after seconds, say) hold back the answer of a group heartbeat
+// that goes before them, and with it two things the lease argument rests on, while the commits sent
+// meanwhile still reach the coordinator and are accepted:
+//   - the heartbeat's answer is how librdkafka learns of a rebalance, and it auto-commits until it
+//     does, so an automatic commit accepted late in a rebalance could anchor the window for explicit
+//     commits too late (commitWindow; the simulation found this at a 500 ms lease);
+//   - librdkafka sends the next group heartbeat only once the last is answered, and under KIP-848
+//     only heartbeats keep the member's session (Apache Kafka refreshes it on commits for classic
+//     groups alone, OffsetMetadataManager.validateOffsetCommit), so the coordinator's session runs
+//     from the last heartbeat it received, and a lease renewed from a heartbeat sent during the
+//     hold can outlast it.
+//
+// goneli sees neither the heartbeats nor their answers, but it sees the answers to the commits of
+// the offsets it stores, on the same connection, and a leader stores one every renewal: a hold of
+// more than answerBound shows as the answer to the first offset stored in it coming that much late.
+// From then on commits renew only heartbeats sent before that offset was stored, or more than a
+// group heartbeat interval after the last late answer was seen, by when librdkafka has sent its
+// next group heartbeat and learnt what it says. A hold too short to show this way moves the anchor
+// by at most answerBound and a renewal interval, which commitWindow subtracts.
+func (l *lease) heldAnswers(hb confirmed) bool {
+	if l.answerBound <= 0 {
+		return false
+	}
+	now, late := l.now(), l.now()-hb.stored > l.answerBound
+	if hb.sent > l.heldFrom && hb.sent <= l.heldUntil {
+		if late {
+			l.heldUntil = max(l.heldUntil, now+l.hbInterval)
+		}
+		return true
+	}
+	if late {
+		// The first answer seen late: its own heartbeat was sent before its offset was stored, so
+		// no later than the hold began, and renews.
+		l.heldFrom, l.heldUntil = hb.stored, now+l.hbInterval
+	}
+	return false
 }
 
 // # 5. The group check

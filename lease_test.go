@@ -88,7 +88,10 @@ func (r *rig) heartbeat() (heartbeat, int64) {
 }
 
 func (r *rig) back(h heartbeat, off int64) { r.take(r.l.readBack(h, off)) }
-func (r *rig) commit(off int64)            { r.take(r.l.committed(off, false)) }
+
+// tagOf is the commit metadata of the heartbeat stored at off, as librdkafka hands it back.
+func (r *rig) tagOf(off int64) string { return r.l.t.pending[off].tag }
+func (r *rig) commit(off int64)            { r.take(r.l.committed(off, r.tagOf(off), false)) }
 func (r *rig) verify()                     { r.check(groupCheck{verdict: groupVerdict{sawSelf: true}}) }
 func (r *rig) check(c groupCheck)          { r.take(r.l.checked(r.l.t.id, c)) }
 
@@ -369,7 +372,7 @@ func TestLeaseWindowAnchoredAtStoreTime(t *testing.T) {
 					asked, tc.renew, h.sentMono-r.l.autoAt, r.l.window)
 			}
 			// Whether asked or not, an accepted explicit commit renews only within the window.
-			r.take(r.l.committed(off+1, true))
+			r.take(r.l.committed(off+1, r.tagOf(off+1), true))
 			if renewed := r.l.load().end > end; renewed != tc.renew {
 				t.Fatalf("explicit commit renewed %v, want %v", renewed, tc.renew)
 			}
@@ -415,7 +418,7 @@ func TestLeaseRestartedLogOutsideTheWindow(t *testing.T) {
 	if len(r.commits) != 1 || r.commits[0] != off+1 {
 		t.Fatalf("explicit commits %v, want [%d]", r.commits, off+1)
 	}
-	r.take(r.l.committed(off+1, true))
+	r.take(r.l.committed(off+1, r.tagOf(off+1), true))
 	r.deliver()
 	if r.l.isLeader() {
 		t.Fatal("leads on an explicit commit outside the window")
@@ -435,7 +438,7 @@ func TestLeaseRestartedLogOutsideTheWindow(t *testing.T) {
 func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	stall := commitStall(rigInterval) // the rig's poll is its interval
 	r := newRig(t)
-	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10)
+	r.l.window = commitWindow(2*rigLease, rigLease, rigLease/10, 0, 0)
 	if r.l.window != 800*time.Millisecond {
 		t.Fatalf("window %v for a session of twice the lease, want 0.8 x HeartbeatTimeout", r.l.window)
 	}
@@ -465,7 +468,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 1 {
 		t.Fatalf("explicit commits %v: asked again within the stall", r.commits)
 	}
-	r.take(r.l.committed(last, true))
+	r.take(r.l.committed(last, r.tagOf(last), true))
 	if end := r.l.load().end; end <= firstEnd {
 		t.Fatalf("the accepted explicit commit left the lease end at %v (was %v)", end, firstEnd)
 	}
@@ -483,7 +486,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 2 || r.commits[1] != off+1 {
 		t.Fatalf("explicit commits %v, want a second one of %d", r.commits, off+1)
 	}
-	r.take(r.l.committed(off+1, true))
+	r.take(r.l.committed(off+1, r.tagOf(off+1), true))
 
 	// Explicit commits renew only heartbeats sent within the window after the anchor: past it the
 	// member may be one that never rejoined the rebalance, and the lease must run out before the
@@ -496,7 +499,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 		if n := len(r.commits); h.sentMono-r.l.autoAt >= r.l.window && n > 0 && r.commits[n-1] == off+1 {
 			t.Fatalf("explicit commit of %d asked for, of a heartbeat sent %v after the anchor (window %v)", off+1, h.sentMono-r.l.autoAt, r.l.window)
 		}
-		r.take(r.l.committed(off+1, true))
+		r.take(r.l.committed(off+1, r.tagOf(off+1), true))
 	}
 	h, off = r.heartbeat()
 	r.back(h, off)
@@ -922,5 +925,70 @@ func TestLeaseRecheckAfterAFence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Under KIP-848 (answerBound set) a commit answer that comes late shows that the coordinator
+// connection held its answers back, and with them librdkafka's next group heartbeat, which alone
+// keeps the session there: commits seen after it renew no heartbeat sent after the late offset was
+// stored, until a group heartbeat interval after the late answer was seen (lease.heldAnswers).
+func TestLeaseHeldAnswersUnderKIP848(t *testing.T) {
+	r := newRig(t)
+	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
+	r.acquire()
+	end := func() time.Duration { return r.l.load().end }
+
+	// Two heartbeats read back and stored 50 ms apart; their commits' answers are held for 600 ms.
+	h1, o1 := r.heartbeat()
+	r.back(h1, o1)
+	r.wait(50 * time.Millisecond)
+	h2, o2 := r.heartbeat()
+	r.back(h2, o2)
+	r.wait(600 * time.Millisecond)
+	before := end()
+	r.commit(o1 + 1)
+	if end() <= before {
+		t.Fatal("the late commit's own heartbeat, sent before the hold, did not renew")
+	}
+	before = end()
+	r.commit(o2 + 1)
+	if end() != before || r.l.load().counts.held != 1 {
+		t.Fatalf("a heartbeat sent during the hold renewed (end %v -> %v, held %d)", before, end(), r.l.load().counts.held)
+	}
+
+	// A group heartbeat interval after the late answer, renewals count again.
+	r.wait(2 * rigInterval)
+	before = end()
+	r.renewal(5*time.Millisecond, 5*time.Millisecond)
+	if end() <= before {
+		t.Fatal("no renewal once the hold was over")
+	}
+}
+
+// A commit's result names the heartbeat whose offset it committed (its metadata, confirmed.tag). A
+// log that restarts below an offset while that offset's commit is under way stores another
+// heartbeat at the same offset; the old commit's result, accepted before that heartbeat was even
+// sent, must not renew it (the simulation found two leaders so, at KIP-848's least session).
+func TestLeaseCommitOfAnotherLogRenewsNothing(t *testing.T) {
+	r := newRig(t)
+	r.acquire()
+	h, off := r.heartbeat()
+	r.back(h, off)
+	old := r.tagOf(off + 1)
+	r.offset = off // the log restarts: the next heartbeat lands at the same offset
+	r.wait(100 * time.Millisecond)
+	h2, off2 := r.heartbeat()
+	r.back(h2, off2)
+	if off2 != off || r.tagOf(off+1) == old {
+		t.Fatalf("offset %d tag %q, want %d with a new tag", off2, r.tagOf(off+1), off)
+	}
+	end := r.l.load().end
+	r.take(r.l.committed(off+1, old, false))
+	if r.l.load().end != end || r.l.load().counts.mismatched != 1 {
+		t.Fatalf("the old log's commit renewed (end %v -> %v, mismatched %d)", end, r.l.load().end, r.l.load().counts.mismatched)
+	}
+	r.commit(off + 1)
+	if r.l.load().end <= end {
+		t.Fatal("the commit of the heartbeat stored there did not renew")
 	}
 }

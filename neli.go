@@ -191,7 +191,8 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	for i, role := range roles {
 		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
 			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(*config.HeartbeatTimeout), ticks: len(roles) > 1, recheck: !timing.classic, clock: clk, base: base,
+			window: timing.commitWindow(config), ticks: len(roles) > 1, recheck: !timing.classic,
+			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
 		})})
 	}
 	d := &driver{
@@ -205,7 +206,8 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		deliver:    n.deliver,
 		clock:      clk,
 		base:       base,
-		commitAsks: map[int32]int64{},
+		commitAsks: map[int32]commitAsk{},
+		resets:     map[int32]bool{},
 		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
 	}
 	d.group.parts = map[int32]bool{}

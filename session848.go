@@ -270,7 +270,8 @@ func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
 			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
 		d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
 		for _, p := range d.parts {
-			p.lease.useCommitWindow(d.timing.commitWindow(*d.config.HeartbeatTimeout))
+			p.lease.useCommitWindow(d.timing.commitWindow(d.config))
+			p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
 		}
 	}
 	return nil

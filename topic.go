@@ -33,7 +33,8 @@ func (d *driver) join() error {
 	// What New read of the broker's session (fitSession, checkConsumerGroupSession) bounds how long
 	// a lease may renew on explicit commits.
 	for _, p := range d.parts {
-		p.lease.useCommitWindow(d.timing.commitWindow(*d.config.HeartbeatTimeout))
+		p.lease.useCommitWindow(d.timing.commitWindow(d.config))
+		p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
 	}
 	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {

@@ -1,0 +1,364 @@
+package goneli
+
+import (
+	"fmt"
+	"time"
+)
+
+// The driver's work within a simulated member's cycle, and beside it: the rebalance callback,
+// the release markers, the heartbeat producer, the stored offsets, the explicit commits, the group
+// check, the watchdog and the dispatcher (driver.go, commit.go, groupcheck.go, watchdog.go,
+// dispatch.go): see simMember.
+
+// simAnswer is an answer waiting to be collected by a cycle: an explicit commit's or a group check's.
+type simAnswer struct {
+	offset  int64
+	tag     string
+	err     simErr
+	sawSelf bool
+	failed  bool
+}
+
+// simDelivery is one call of the barrier (dispatch.go's delivery).
+type simDelivery struct {
+	acquired bool
+	epoch    uint64
+	done     bool
+	what     string
+}
+
+// simRelease is release of driver.go: a tenure whose released marker waits for the barrier.
+type simRelease struct {
+	marker heartbeat
+	done   *simDelivery
+}
+
+// handle is driver.handle and the rebalance callback.
+func (m *simMember) handle(e simAppEvent) {
+	switch e.kind {
+	case appMessage:
+		m.lease.onMessage(e.rec)
+	case appCommitted:
+		m.owedCommit = false
+		if e.err == errNone && e.offset >= 0 {
+			m.autoAccepted, m.autoQueued, m.autoProcessed = e.accepted, e.queued, m.w.now
+			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
+		}
+		m.lease.onCommit(e.offset, e.tag, e.err, false)
+		if e.err == errNone && e.offset >= 0 && !m.lease.holding() {
+			m.commitsHeld = false // driver.autoCommitted
+		}
+	case appAssigned:
+		if bound := m.prof.timing.answerBound(m.prof.config); m.dnow()-m.polledAt > bound {
+			m.lease.holdRenewals(m.polledAt, m.dnow()+bound) // driver.heldAssignment
+		}
+		if e.p0 {
+			m.groupP0 = true
+		}
+		m.member.assigned(m.memberName(), m.groupP0)
+		m.rdk.assigned(e.p0)
+		if e.p0 && !m.closing {
+			m.beginTenure()
+		}
+	case appRevoked:
+		if m.groupP0 {
+			m.owedCommit = m.owedCommit || (m.stored && !e.lost)
+			m.stored = false
+			m.groupP0 = false
+		}
+		m.member.revoked(e.lost, true, false)
+		if m.closing {
+			m.rdk.unassigned()
+			return
+		}
+		m.endTenure(e.lost, true, m.rdk.unassigned)
+	}
+}
+
+func (m *simMember) memberName() string {
+	if id := m.rdk.id(); id != 0 {
+		return fmt.Sprintf("m%d", id)
+	}
+	return ""
+}
+
+// beginTenure is driver.beginTenure.
+func (m *simMember) beginTenure() {
+	if m.lease.active() {
+		return
+	}
+	m.partMember = m.rdk.id()
+	m.lease.assign(m.member.vouched && m.prof.timing.classic) // under KIP-848 every tenure is checked
+	m.note("tenure %x begins (m%d, vouched %v)", m.lease.tenure(), m.partMember, m.member.vouched)
+}
+
+// endTenure is driver.endTenures for the one part: a tenure whose LeaderRevoked is still with the
+// barrier writes a releasing marker and holds the revocation until it is delivered (up to
+// HeartbeatTimeout/2), or else, as a hand-over does at once, until the barrier has returned (up
+// to the rebalance timeout). then is what the rebalance callback does next.
+func (m *simMember) endTenure(lost, markers bool, then func()) {
+	wasActive := m.lease.active()
+	release, dl := m.lease.revoke(lost)
+	if wasActive {
+		m.note("tenure ends (lost %v)", lost)
+	}
+	if release == nil || dl == nil {
+		then()
+		return
+	}
+	holdForBarrier := func(limit time.Duration) {
+		m.block(limit, func() bool { return dl.done }, then)
+	}
+	if !markers {
+		holdForBarrier(m.prof.timing.maxPoll)
+		return
+	}
+	r := simRelease{marker: *release, done: dl}
+	m.releases = append(m.releases, r)
+	q := m.produceRecord(r.marker)
+	m.block(m.prof.ht/2, func() bool { return q.answered && q.err == errNone }, func() {
+		if q.answered && q.err == errNone {
+			then()
+			return
+		}
+		holdForBarrier(m.prof.timing.maxPoll)
+	})
+}
+
+// block holds the loop (and its lock) until ready or limit has passed, then runs then and goes
+// on with the cycle.
+//
+// The wait is inside the consumer's poll (the rebalance callback), which librdkafka does not count
+// against max.poll.interval.ms (pollAge).
+func (m *simMember) block(limit time.Duration, ready func() bool, then func()) {
+	m.blocked = true
+	deadline := m.clock.afterLocal(limit)
+	var poll func()
+	poll = func() {
+		if !ready() && m.w.now < deadline {
+			m.at(min(deadline, m.w.now+time.Millisecond), poll)
+			return
+		}
+		m.blocked = false
+		then()
+		m.drain()
+	}
+	m.at(m.w.now, poll)
+}
+
+// finishReleases is driver.finishReleases.
+func (m *simMember) finishReleases() {
+	kept := m.releases[:0]
+	for _, r := range m.releases {
+		if r.done.done {
+			r.marker.kind = kindReleased
+			r.marker.seq++
+			r.marker.sentWall, r.marker.sentMono = m.clock.Now().UnixNano(), m.dnow()
+			m.produceRecord(r.marker)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	m.releases = kept
+}
+
+// produce sends a heartbeat to partition 0 (driver.produce).
+func (m *simMember) produce(h heartbeat) {
+	m.produceRecord(h)
+}
+
+func (m *simMember) produceRecord(h heartbeat) *simReq {
+	q := &simReq{kind: reqProduce, from: m, rec: &simRecord{writer: m, hb: h}}
+	m.prodConn.send(q)
+	return q
+}
+
+func (m *simMember) produced(q *simReq) {}
+
+// fetched takes a record from the fetcher into the consumer's queue.
+func (m *simMember) fetched(f *simFetch, r simRecord) {
+	m.do(func() {
+		if !f.stopped {
+			m.push(simAppEvent{kind: appMessage, rec: r})
+		}
+	})
+}
+
+// store is driver.store.
+func (m *simMember) store(off int64, tag string) {
+	m.rdk.store(off, tag)
+	m.stored = true
+	m.storedCount++
+	m.note("stores offset %d", off)
+	m.w.adv.offsetStored(m)
+}
+
+// withdraw is driver.withdraw.
+func (m *simMember) withdraw() {
+	if !m.stored {
+		return
+	}
+	m.rdk.withdraw()
+	m.stored = false
+}
+
+// startCommits is driver.startCommits with the committer's start.
+func (m *simMember) startCommits() {
+	off := m.commitAsk
+	m.commitAsk = 0
+	if off == 0 {
+		return
+	}
+	if m.commitBusy && m.dnow()-m.commitSent > m.prof.hbInterval {
+		m.holdCommits() // driver.holdCommits: the commit under way waits too long
+	}
+	if m.commitsHeld || m.commitBusy {
+		return
+	}
+	m.commitBusy, m.commitSent = true, m.dnow()
+	m.note("commits offset %d explicitly", off)
+	m.rdk.commit(off, m.commitTag)
+}
+
+// explicitAnswered is the committer goroutine's answer, for the next cycle.
+func (m *simMember) explicitAnswered(off int64, tag string, err simErr) {
+	m.commitAns = &simAnswer{offset: off, tag: tag, err: err}
+}
+
+// collectCommits is driver.collectCommits.
+func (m *simMember) collectCommits() {
+	a := m.commitAns
+	if a == nil {
+		return
+	}
+	m.commitAns, m.commitBusy = nil, false
+	if m.dnow()-m.commitSent > m.prof.hbInterval {
+		m.holdCommits() // driver.collectCommits: answered later than a group heartbeat interval
+	}
+	m.lease.onCommit(a.offset, a.tag, a.err, true)
+}
+
+// holdCommits is driver.holdCommits: no explicit commits until an automatic one is accepted.
+func (m *simMember) holdCommits() {
+	if !m.commitsHeld {
+		m.commitsHeld = true
+		m.note("explicit commits held: one waited longer than a group heartbeat interval")
+	}
+}
+
+// startGroupCheck is driver.startGroupCheck.
+func (m *simMember) startGroupCheck() {
+	if m.checkBusy || !m.wantCheck {
+		return
+	}
+	m.wantCheck = false
+	m.checkBusy, m.checkTenure = true, m.lease.tenure()
+	m.checkConn.send(&simReq{kind: reqDescribe, from: m, member: m.partMember})
+}
+
+func (m *simMember) checkAnswered(q *simReq) {
+	m.checkAns = &simAnswer{sawSelf: q.sawSelf, failed: q.err != errNone}
+}
+
+// collectGroupCheck is driver.collectGroupCheck.
+func (m *simMember) collectGroupCheck() {
+	a := m.checkAns
+	if a == nil {
+		return
+	}
+	m.checkAns, m.checkBusy = nil, false
+	m.lease.checked(m.checkTenure, a.sawSelf, a.failed)
+	if m.lease.cleared(m.checkTenure) {
+		m.member.passed(fmt.Sprintf("m%d", m.partMember))
+	}
+}
+
+// The watchdog.
+
+// watchPending is driver.watchPending; watch aims the watchdog at the lease end.
+func (m *simMember) watchPending() {
+	if m.unwatched {
+		m.unwatched = false
+		m.watch()
+	}
+}
+
+func (m *simMember) watch() {
+	end, ok := m.lease.deadline()
+	if !ok {
+		return
+	}
+	m.watchTok++
+	tok := m.watchTok
+	var fire func()
+	fire = func() {
+		if tok != m.watchTok {
+			return
+		}
+		if m.holdsLock && m.w.now < m.pausedUntil {
+			m.at(m.pausedUntil, fire)
+			return
+		}
+		if !m.closing {
+			m.lease.expire()
+			m.watch()
+		}
+	}
+	m.atLocal(m.leaseBase+end, fire)
+}
+
+// The dispatcher.
+
+// deliver is neli.deliver: the events go to the barrier in order; IsLeader counts a LeaderAcquired
+// once its call has returned. It returns the last event's delivery.
+func (m *simMember) deliver(events []Event) *simDelivery {
+	var last *simDelivery
+	for _, e := range events {
+		d := &simDelivery{what: fmt.Sprint(e)}
+		if _, ok := e.(LeaderAcquired); ok {
+			d.acquired, d.epoch = true, m.lease.newestEpoch()
+		}
+		if m.w.tracing() {
+			switch e.(type) {
+			case LeaderAcquired:
+				m.note("LeaderAcquired (lease to %s)", m.leaseEndNote())
+			case LeaderFenced:
+				m.note("LeaderFenced: %s", e.(LeaderFenced).Reason)
+			case LeaderRevoked:
+				m.note("LeaderRevoked")
+			}
+		}
+		m.disp = append(m.disp, d)
+		last = d
+	}
+	m.dispatch()
+	return last
+}
+
+func (m *simMember) dispatch() {
+	if m.dispBusy || len(m.disp) == 0 {
+		return
+	}
+	d := m.disp[0]
+	m.disp = m.disp[1:]
+	m.dispBusy = true
+	took := m.barrier
+	if m.w.now < m.barrierSlowUntil {
+		took += m.barrierSlowBy
+	}
+	m.at(m.clock.afterLocal(took), func() {
+		if d.acquired {
+			m.lease.delivered(d.epoch)
+			m.note("barrier returned from LeaderAcquired: leads until %s", m.leaseEndNote())
+		}
+		d.done = true
+		m.dispBusy = false
+		m.dispatch()
+	})
+}
+
+// leaseEndNote renders the lease end in true time, for the timeline.
+func (m *simMember) leaseEndNote() string {
+	v := m.lease.view()
+	return fmtDur(m.clock.trueAt(m.leaseBase + v.end))
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package goneli
+
+const simRace = false
