@@ -175,8 +175,34 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 		status.At = time.Now()
 		return status, nil
 	}
-	newest, err := readNewest(ctx, config, observerConfig(consumerConf), len(tm.Partitions), logs)
+	conf := statusConfig(observerConfig(consumerConf))
+	// The consumer that reads the newest records needs Describe on its group, as librdkafka looks
+	// up the group's coordinator, but it reports the broker's refusal only when that lookup is
+	// answered (rdkafka_cgrp.c, rd_kafka_cgrp_handle_FindCoordinator), which can be after the
+	// records it was assigned have been read: Describe without the grant failed or succeeded by
+	// the timing. Asking for that group meanwhile makes it fail every time.
+	statusGroup := fmt.Sprint(conf["group.id"])
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	defer stopCheck()
+	denied := make(chan error, 1)
+	go func() {
+		_, err := describeGroup(checkCtx, sideFirst{side, admin}, statusGroup, max(time.Until(deadline), time.Millisecond))
+		if ke := (kafka.Error{}); errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
+			denied <- authorizationError(config, "observer", ke)
+			return
+		}
+		denied <- nil // any other answer, or none, leaves it to the consumer
+	}()
+	newest, err := readNewest(ctx, config, conf, len(tm.Partitions), logs)
 	status.At = time.Now()
+	if err != nil {
+		stopCheck()
+	}
+	// Awaited whatever the outcome: the admin client and the side channel close when Describe
+	// returns.
+	if refused := <-denied; err == nil {
+		err = refused
+	}
 	if err != nil {
 		return status, err
 	}
@@ -233,13 +259,19 @@ type watermarkQuerier interface {
 	QueryWatermarkOffsets(topic string, partition int32, timeoutMs int) (low, high int64, err error)
 }
 
+// statusConfig derives the settings of Describe's consumer from the observer's: a group and a
+// client.id of its own, under the observer's prefix, which the ACLs grant.
+func statusConfig(observer kafka.ConfigMap) kafka.ConfigMap {
+	observer["group.id"] = fmt.Sprint(observer["group.id"]) + "-status"
+	observer["client.id"] = fmt.Sprint(observer["client.id"]) + "-status"
+	return observer
+}
+
 // readNewest reads the last record of each of the topic's first partitions with a consumer that
 // is assigned them directly. It asks for each partition's high watermark first and stops once it
 // has read the record just below it: a partition that a leader writes to every few milliseconds
 // has no quiet end to wait for.
 func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partitions int, logs *logForwarder) ([]*newestRecord, error) {
-	conf["group.id"] = fmt.Sprint(conf["group.id"]) + "-status"
-	conf["client.id"] = fmt.Sprint(conf["client.id"]) + "-status"
 	conf["enable.partition.eof"] = true
 	logs.attach(conf)
 	c, err := config.KafkaConsumerProvider(fromKafkaConfigMap(conf))

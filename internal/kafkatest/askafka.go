@@ -28,6 +28,17 @@ func AsKafka(opts ...KafkaOpt) kfake.Opt {
 	return &asKafka{Opt: kfake.BrokerConfigs(nil), cfg: cfg}
 }
 
+// AsKafkaByDefault is AsKafka(opts...) unless AsKafkaEnv is set, in which case the environment
+// decides as for a broker started without either: "0" for plain kfake, "3.9" for Kafka 3.9's
+// answers. It is for the tests whose subject is how goneli copes with what Apache Kafka answers
+// (goneli's own connection, the group check, Describe, the doctor, KIP-848, the lease), so that
+// `go test` runs them as against Kafka while the environment can still run them on plain kfake.
+func AsKafkaByDefault(opts ...KafkaOpt) kfake.Opt {
+	a := AsKafka(opts...).(*asKafka)
+	a.byDefault = true
+	return a
+}
+
 // AsKafkaEnv names the environment variable that applies AsKafka to every broker that Start and
 // its variants run without one: "1" or "4.0" for AsKafka(), "3.9" for AsKafka(Version(Kafka39)).
 // It lets a package's broker tests run as against Apache Kafka without a change to each test.
@@ -131,7 +142,8 @@ func LenientSessions() KafkaOpt { return func(c *kafkaConfig) { c.sessions = fal
 // asKafka is AsKafka's marker among the kfake options; StartNet takes it out of the list.
 type asKafka struct {
 	kfake.Opt
-	cfg kafkaConfig
+	cfg       kafkaConfig
+	byDefault bool // AsKafkaByDefault: the environment, when set, decides instead
 }
 
 // kfakeOpts are the kfake settings that go with the configuration, given before the caller's own
@@ -150,22 +162,32 @@ func (c kafkaConfig) kfakeOpts() []kfake.Opt {
 	return opts
 }
 
-// splitAsKafka takes AsKafka out of opts. Without one, AsKafkaEnv decides.
+// splitAsKafka takes AsKafka and AsKafkaByDefault out of opts. An AsKafka decides; else, while
+// AsKafkaEnv is unset, an AsKafkaByDefault does; else AsKafkaEnv.
 func splitAsKafka(opts []kfake.Opt) (*kafkaConfig, []kfake.Opt, error) {
-	var found *kafkaConfig
+	var explicit, byDefault *kafkaConfig
 	rest := opts[:0:0]
+	env := os.Getenv(AsKafkaEnv)
 	for _, o := range opts {
-		if a, ok := o.(*asKafka); ok {
-			cfg := a.cfg
-			found = &cfg
+		a, ok := o.(*asKafka)
+		if !ok {
+			rest = append(rest, o)
 			continue
 		}
-		rest = append(rest, o)
+		cfg := a.cfg
+		if a.byDefault {
+			byDefault = &cfg
+		} else {
+			explicit = &cfg
+		}
 	}
-	if found != nil {
-		return found, rest, nil
+	switch {
+	case explicit != nil:
+		return explicit, rest, nil
+	case byDefault != nil && env == "":
+		return byDefault, rest, nil
 	}
-	switch v := os.Getenv(AsKafkaEnv); v {
+	switch env {
 	case "", "0":
 		return nil, rest, nil
 	case "1", "4.0":
@@ -176,6 +198,6 @@ func splitAsKafka(opts []kfake.Opt) (*kafkaConfig, []kfake.Opt, error) {
 		cfg.version = Kafka39
 		return &cfg, rest, nil
 	default:
-		return nil, nil, fmt.Errorf("kafkatest: %s=%q: want empty, 0, 1, 4.0 or 3.9", AsKafkaEnv, v)
+		return nil, nil, fmt.Errorf("kafkatest: %s=%q: want empty, 0, 1, 4.0 or 3.9", AsKafkaEnv, env)
 	}
 }

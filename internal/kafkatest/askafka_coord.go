@@ -101,23 +101,33 @@ func (k *Kafka) isCoordinator(node int32) func(string) bool {
 }
 
 // findCoordinator answers COORDINATOR_NOT_AVAILABLE for groups while __consumer_offsets is
-// created.
+// created. Kafka checks Describe on the group first (KafkaApis.getCoordinator): a group that the
+// principal may not describe is refused with GROUP_AUTHORIZATION_FAILED, as kfake refuses it, and
+// creates nothing.
 func (k *Kafka) findCoordinator(x *exchange) ([]byte, bool) {
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
 		q, r := req.(*kmsg.FindCoordinatorRequest), resp.(*kmsg.FindCoordinatorResponse)
-		if q.CoordinatorType != 0 || !k.coord.creating(time.Now()) {
+		if q.CoordinatorType != 0 {
 			return false
 		}
 		code := kerr.CoordinatorNotAvailable.Code
 		if q.Version < 4 {
+			if r.ErrorCode != 0 || !k.coord.creating(time.Now()) {
+				return false
+			}
 			r.ErrorCode, r.NodeID, r.Host, r.Port = code, -1, "", -1
 			return true
 		}
+		patched := false
 		for i := range r.Coordinators {
 			c := &r.Coordinators[i]
+			if c.ErrorCode != 0 || !k.coord.creating(time.Now()) {
+				continue
+			}
 			c.ErrorCode, c.NodeID, c.Host, c.Port = code, -1, "", -1
+			patched = true
 		}
-		return true
+		return patched
 	})
 }
 

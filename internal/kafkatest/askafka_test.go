@@ -133,6 +133,36 @@ func TestAsKafkaCoordinatorErrors(t *testing.T) {
 		})
 	})
 
+	// Kafka checks Describe on the group before it looks for the coordinator (KafkaApis.
+	// getCoordinator): a principal refused the group is told so, not to try again, and creates
+	// nothing.
+	t.Run("unauthorized while creating", func(t *testing.T) {
+		opts := aclBroker(allow(kmsg.ACLResourceTypeGroup, "mine", kmsg.ACLOperationDescribe))
+		eachBroker(t, []KafkaOpt{OffsetsTopicCreation(time.Hour)}, opts, func(t *testing.T, b *Broker, asKafka bool) {
+			// librdkafka asks at v2, one group a request; kgo at v4 and later, several.
+			v3 := kversion.V4_0_0()
+			v3.SetMaxKeyVersion(int16(kmsg.FindCoordinator), 3)
+			for _, cl := range []*kgo.Client{newClient(t, b, user("alice", "alice-pw"), kgo.MaxVersions(v3)), newClient(t, b, user("alice", "alice-pw"))} {
+				fc := kmsg.NewPtrFindCoordinatorRequest()
+				fc.CoordinatorKey, fc.CoordinatorKeys = "theirs", []string{"theirs", "mine"}
+				resp := direct[*kmsg.FindCoordinatorResponse](t, cl, 0, fc)
+				version := resp.Version
+				if version < 4 {
+					if resp.ErrorCode != kerr.GroupAuthorizationFailed.Code {
+						t.Errorf("v%d: error %d for a group alice may not describe, want GROUP_AUTHORIZATION_FAILED", version, resp.ErrorCode)
+					}
+					continue
+				}
+				want := map[string]int16{"theirs": kerr.GroupAuthorizationFailed.Code, "mine": map[bool]int16{true: kerr.CoordinatorNotAvailable.Code}[asKafka]}
+				for _, c := range resp.Coordinators {
+					if c.ErrorCode != want[c.Key] {
+						t.Errorf("v%d: group %s: error %d, want %d", version, c.Key, c.ErrorCode, want[c.Key])
+					}
+				}
+			}
+		})
+	})
+
 	t.Run("after a move", func(t *testing.T) {
 		eachBroker(t, instant, []kfake.Opt{kfake.NumBrokers(3), kfake.SeedTopics(1, "t")}, func(t *testing.T, b *Broker, asKafka bool) {
 			cl := newClient(t, b)
@@ -491,6 +521,35 @@ func TestAsKafkaEnv(t *testing.T) {
 	t.Setenv(AsKafkaEnv, "3.9")
 	if cfg, _, _ := splitAsKafka([]kfake.Opt{AsKafka()}); cfg == nil || cfg.version != Kafka40 {
 		t.Errorf("AsKafka() under %s=3.9: %+v", AsKafkaEnv, cfg)
+	}
+}
+
+// AsKafkaByDefault is AsKafka with its options while the environment says nothing, and gives way
+// to the environment when it does: 0 for plain kfake.
+func TestAsKafkaByDefault(t *testing.T) {
+	for _, c := range []struct {
+		value string
+		on    bool
+		ver   KafkaVersion
+		load  time.Duration
+	}{{"", true, Kafka39, time.Second}, {"0", false, 0, 0}, {"1", true, Kafka40, 500 * time.Millisecond}, {"3.9", true, Kafka39, 500 * time.Millisecond}} {
+		t.Run(c.value, func(t *testing.T) {
+			t.Setenv(AsKafkaEnv, c.value)
+			cfg, rest, err := splitAsKafka([]kfake.Opt{kfake.NumBrokers(1), AsKafkaByDefault(Version(Kafka39), CoordinatorLoad(time.Second))})
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case (cfg != nil) != c.on || (cfg != nil && (cfg.version != c.ver || cfg.load != c.load)) || len(rest) != 1:
+				t.Fatalf("%s=%q: %+v, %d options left", AsKafkaEnv, c.value, cfg, len(rest))
+			}
+		})
+	}
+	// A test's own AsKafka, with its knobs, wins whichever comes first.
+	t.Setenv(AsKafkaEnv, "")
+	for _, opts := range [][]kfake.Opt{{AsKafka(IdleTimeout(time.Second)), AsKafkaByDefault()}, {AsKafkaByDefault(), AsKafka(IdleTimeout(time.Second))}} {
+		if cfg, rest, _ := splitAsKafka(opts); cfg == nil || cfg.idle != time.Second || len(rest) != 0 {
+			t.Errorf("AsKafka(IdleTimeout(1s)) beside AsKafkaByDefault(): %+v, %d options left", cfg, len(rest))
+		}
 	}
 }
 

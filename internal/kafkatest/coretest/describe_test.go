@@ -38,7 +38,7 @@ func awaitStatus(t *testing.T, what string, config Config, cond func(GroupStatus
 }
 
 func TestDescribeUnknownGroup(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	_, err := Describe(context.Background(), testConfig(b, "nobody-ever-joined", "d", newTestLog(t)))
 	if !errors.Is(err, ErrNoSuchGroup) {
 		t.Fatalf("Describe of an unknown group: %v, want ErrNoSuchGroup", err)
@@ -47,7 +47,7 @@ func TestDescribeUnknownGroup(t *testing.T) {
 
 // Describe shows the members, the leader with its address and token, and who owns its partition.
 func TestDescribeLeaderAndFollower(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	config := testConfig(b, group, "a", log)
 	config.Address = "http://a.example:8080"
@@ -79,7 +79,7 @@ func TestDescribeLeaderAndFollower(t *testing.T) {
 // A leader that was killed is reported as no live leader once its newest heartbeat is older than
 // the lease, though the group still lists it until its session times out.
 func TestDescribeCrashedLeader(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, group := newTestLog(t), groupName(t)
 	child, events := startChild(t, b, group, "child")
 	for ev := range events {
@@ -105,7 +105,7 @@ func TestDescribeCrashedLeader(t *testing.T) {
 
 // With roles, each partition is reported under its role's name, led by the member it is assigned.
 func TestDescribeRoles(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	roles := []string{"billing", "audit", "search"}
 	sets := map[string]Roles{}

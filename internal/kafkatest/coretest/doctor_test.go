@@ -36,7 +36,7 @@ func wantCheck(t *testing.T, r CheckReport, name string, status CheckStatus, det
 // TestCheckHealthy checks a broker that a group with a 1 s lease works on: nothing fails, and the
 // check changes nothing (the group does not exist afterwards, nor the topic).
 func TestCheckHealthy(t *testing.T) {
-	b := startBroker(t, kafkatest.MinSession(500*time.Millisecond)...)
+	b := startKafka(t, kafkatest.MinSession(500*time.Millisecond)...)
 	group := groupName(t)
 	config := testConfig(b, group, "doctor", newTestLog(t))
 	r, err := Check(context.Background(), config)
@@ -73,7 +73,7 @@ func TestCheckHealthy(t *testing.T) {
 // minimum (Kafka's default). New raises a derived session to the minimum, which the check warns of;
 // a session set by hand is refused at every join, which fails the check.
 func TestCheckSessionBelowBrokerMinimum(t *testing.T) {
-	b := startBroker(t, kafkatest.MinSession(6*time.Second)...)
+	b := startKafka(t, kafkatest.MinSession(6*time.Second)...)
 	config := testConfig(b, groupName(t), "doctor", newTestLog(t))
 	r, err := Check(context.Background(), config)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestCheckSessionBelowBrokerMinimum(t *testing.T) {
 // TestCheckConsumerProtocolThreeBrokers: under KIP-848 the session check describes every broker's
 // configs at once, over connections that the topic and group checks then use again.
 func TestCheckConsumerProtocolThreeBrokers(t *testing.T) {
-	b := startBroker(t, kfake.NumBrokers(3), kfake.BrokerConfigs(kip848Broker))
+	b := startKafka(t, kfake.NumBrokers(3), kfake.BrokerConfigs(kip848Broker))
 	r, err := Check(context.Background(), kip848Config(b, groupName(t), "doctor", newTestLog(t)))
 	if err != nil {
 		t.Fatalf("Check: %v; report %+v", err, r)
@@ -107,7 +107,7 @@ func TestCheckConsumerProtocolThreeBrokers(t *testing.T) {
 // TestCheckTooFewPartitions: three roles on a topic of one partition.
 func TestCheckTooFewPartitions(t *testing.T) {
 	group := "roles3"
-	b := startBroker(t, append(kafkatest.MinSession(500*time.Millisecond), kfake.SeedTopics(1, group+".neli"))...)
+	b := startKafka(t, append(kafkatest.MinSession(500*time.Millisecond), kfake.SeedTopics(1, group+".neli"))...)
 	config := testConfig(b, group, "doctor", newTestLog(t))
 	r, err := Check(context.Background(), config, Shards(3)...)
 	if err != nil {
@@ -203,7 +203,7 @@ func TestCheckNotKafka(t *testing.T) {
 // TestCheckRefusedSettings: every setting New would refuse is a failure of its own, and the
 // cluster is still checked.
 func TestCheckRefusedSettings(t *testing.T) {
-	b := startBroker(t, kafkatest.MinSession(500*time.Millisecond)...)
+	b := startKafka(t, kafkatest.MinSession(500*time.Millisecond)...)
 	config := testConfig(b, groupName(t), "doctor", newTestLog(t))
 	config.KafkaConfig["group.id"] = "mine"
 	config.KafkaConfig["fetch.min.bytes"] = 1000

@@ -26,7 +26,7 @@ func awaitCondition(t *testing.T, what string, cond func() bool) {
 // Members of one group on different leader topics are each assigned partition 0 of their own
 // topic, and each one's commits pass the coordinator's member and generation check: both led.
 func TestGroupSharedByTwoTopics(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	onTopic := func(name, topic string) Config {
 		c := testConfig(b, group, name, log)
@@ -91,7 +91,7 @@ func TestGroupSharedByTwoTopics(t *testing.T) {
 func TestGroupCheckedOncePerMembership(t *testing.T) {
 	for _, strategy := range []string{"range", "cooperative-sticky"} {
 		t.Run(strategy, func(t *testing.T) {
-			b := startBroker(t)
+			b := startKafka(t)
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
 			config := func(name string) Config {
 				c := testConfig(b, group, name, log)

@@ -29,7 +29,7 @@ func kip848Config(b *kafkatest.Broker, group, name string, log *testLog) Config 
 }
 
 func TestConsumerProtocolHandoffs(t *testing.T) {
-	b, err := kafkatest.Start(kfake.BrokerConfigs(kip848Broker))
+	b, err := kafkatest.Start(kafkatest.AsKafkaByDefault(), kfake.BrokerConfigs(kip848Broker))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestConsumerProtocolHandoffs(t *testing.T) {
 // Liveness section). Under KIP-848 there is no such barrier: the leader keeps partition 0 and
 // renews throughout.
 func TestConsumerProtocolLeaderRidesOutDeadFollowerAndJoin(t *testing.T) {
-	b, err := kafkatest.Start(kfake.BrokerConfigs(kip848Broker))
+	b, err := kafkatest.Start(kafkatest.AsKafkaByDefault(), kfake.BrokerConfigs(kip848Broker))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func hasMembers(g *kfake.GroupInfo, clientIDs ...string) bool {
 // and a partition whose topic it cannot name counts against leading (groupcheck.go), since
 // counting it as the instance's own topic's let two members lead.
 func TestConsumerProtocolGroupSharedByTwoTopics(t *testing.T) {
-	b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+	b := startKafka(t, kfake.BrokerConfigs(kip848Broker))
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	onTopic := func(name, topic string) Config {
 		c := kip848Config(b, group, name, log)
@@ -184,7 +184,7 @@ func TestConsumerProtocolGroupSharedByTwoTopics(t *testing.T) {
 func TestConsumerProtocolSessionMustCoverLease(t *testing.T) {
 	const lease = 3 * time.Second
 	start := func(t *testing.T, session string) (*kafkatest.Broker, Config) {
-		b := startBroker(t, kfake.BrokerConfigs(map[string]string{
+		b := startKafka(t, kfake.BrokerConfigs(map[string]string{
 			"group.consumer.heartbeat.interval.ms": "100",
 			"group.consumer.session.timeout.ms":    session,
 		}))
@@ -238,7 +238,7 @@ type adminWithoutConfigs struct{ KafkaAdmin }
 // before it leads, and after every fence (issue 38): here the leader, fenced once the session was
 // lowered below what the lease needs, does not lead again until it is raised.
 func TestConsumerProtocolSessionReadAgainBeforeLeading(t *testing.T) {
-	b, err := kafkatest.Start(kfake.BrokerConfigs(kip848Broker))
+	b, err := kafkatest.Start(kafkatest.AsKafkaByDefault(), kfake.BrokerConfigs(kip848Broker))
 	if err != nil {
 		t.Fatal(err)
 	}

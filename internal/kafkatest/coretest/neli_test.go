@@ -139,7 +139,7 @@ func TestFailoverWhenLeaderProcessIsKilled(t *testing.T) {
 }
 
 func TestLeaderFencesWhenPulsingStops(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	a := newNeli(t, testConfig(b, group, "a", log), r)
 	// a pulses by hand, so the test can stop its loop without closing it.
@@ -182,7 +182,7 @@ func TestLeaderFencesWhenPulsingStops(t *testing.T) {
 func TestCutLeaderFencesBeforeSuccessorIsElected(t *testing.T) {
 	for _, mode := range []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse} {
 		t.Run(faultName(mode), func(t *testing.T) {
-			b := startBroker(t)
+			b := startKafka(t)
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
 			a := leaderAndFollower(t, b, group, log, r)
 
@@ -238,7 +238,7 @@ func acquiredAfter[E Event](who string) func([]stamped) bool {
 }
 
 func TestShortCutFencesThenResumes(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r := newTestLog(t), newRecorder()
 	a := soloLeader(t, b, log, r)
 	_, acquired := first[LeaderAcquired](r.snapshot(), "a", 0)
@@ -261,7 +261,7 @@ func TestShortCutFencesThenResumes(t *testing.T) {
 // After a stall of the leader's produce requests, the heartbeats held up in it arrive late. They
 // are the leader's own, of its current tenure, but their send times are too old to renew the lease.
 func TestStaleHeartbeatsDoNotReviveFencedLeader(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r := newTestLog(t), newRecorder()
 	a := soloLeader(t, b, log, r)
 

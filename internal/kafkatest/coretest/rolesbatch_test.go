@@ -65,7 +65,7 @@ func tallyProduce(b *kafkatest.Broker, topic string) *produceTally {
 // One instance leading several roles renews them all with one ProduceRequest per renewal, not one
 // per role: the leases renew on shared ticks and the cycle writes their heartbeats together.
 func TestRolesShareOneProducePerRenewal(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	roles := Shards(8)
 	tally := tallyProduce(b, group+".neli")
@@ -93,7 +93,7 @@ func TestRolesShareOneProducePerRenewal(t *testing.T) {
 // When the broker refuses the heartbeats written together, librdkafka writes them one by one
 // instead, and every role stays led.
 func TestRolesHeartbeatsFallBackToLibrdkafka(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	roles := Shards(4)
 	tally := tallyProduce(b, group+".neli")
@@ -122,7 +122,7 @@ func TestRolesHeartbeatsFallBackToLibrdkafka(t *testing.T) {
 // On a cluster of three brokers each round writes one request per broker that leads some of the
 // roles' partitions.
 func TestRolesShareProducesOnSeveralBrokers(t *testing.T) {
-	b := startBroker(t, kfake.NumBrokers(3))
+	b := startKafka(t, kfake.NumBrokers(3))
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	roles := Shards(6)
 	tally := tallyProduce(b, group+".neli")

@@ -120,7 +120,7 @@ func TestLeadsWithCertificateNamingItsHostOnlyInCN(t *testing.T) {
 // so does goneli's own connection now ("missing port in address" before, on every group check:
 // the instance never led). The group is described over goneli's own connection, not librdkafka's.
 func TestLeadsWithBootstrapServerWithoutPort(t *testing.T) {
-	b, err := kafkatest.Start(kfake.Ports(9092))
+	b, err := kafkatest.Start(kafkatest.AsKafkaByDefault(), kfake.Ports(9092))
 	if err != nil {
 		t.Skipf("port 9092 is taken here (%v)", err)
 	}
@@ -148,7 +148,7 @@ func TestLeadsWithBootstrapServerWithoutPort(t *testing.T) {
 // SASL mechanisms that goneli's own connection does not speak: New says once that librdkafka does
 // the work, and why, and Check's reach line says the same.
 func TestUnspokenMechanismsFallBackToLibrdkafka(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	for _, mech := range []string{"OAUTHBEARER", "GSSAPI"} {
 		t.Run(mech, func(t *testing.T) {
 			log := newTestLog(t)
@@ -212,7 +212,7 @@ func TestDescribeFindsConsumerProtocolGroupAsKafkaAnswers(t *testing.T) {
 		upToV5 bool
 	}{{"Kafka 4", false}, {"Kafka 3.9", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+			b := startKafka(t, kfake.BrokerConfigs(kip848Broker))
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
 			contender(t, kip848Config(b, group, "a", log), r)
 			r.await(t, "a to lead", has[LeaderAcquired]("a"))
@@ -234,7 +234,7 @@ func TestDescribeFindsConsumerProtocolGroupAsKafkaAnswers(t *testing.T) {
 // tenure leads while the broker refuses) and says why, and Describe reports the refusal rather
 // than "no such group".
 func TestConsumerGroupDescribeRefusedForAnotherMembersTopic(t *testing.T) {
-	b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+	b := startKafka(t, kfake.BrokerConfigs(kip848Broker))
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	var refusing atomic.Bool
 	refusing.Store(true)
@@ -271,7 +271,7 @@ func TestConsumerGroupDescribeRefusedForAnotherMembersTopic(t *testing.T) {
 // group's result of DescribeGroups, not as a request error, while the coordinator moves or loads
 // (GroupCoordinatorService). They are retried, not taken for the description.
 func TestDescribeRetriesPerGroupCoordinatorErrors(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	contender(t, testConfig(b, group, "a", log), r)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
@@ -334,7 +334,7 @@ func coordinatorNotAvailable(b *kafkatest.Broker, key string, n int32) *atomic.I
 // On a fresh cluster the doctor's coordinator lookups are retried while the broker answers
 // COORDINATOR_NOT_AVAILABLE; the group's ACLs are then checked as usual.
 func TestCheckRetriesCoordinatorNotAvailable(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	group := groupName(t)
 	answered := coordinatorNotAvailable(b, group, 3)
 	r, err := Check(context.Background(), testConfig(b, group, "doctor", newTestLog(t)))
@@ -352,7 +352,7 @@ func TestCheckRetriesCoordinatorNotAvailable(t *testing.T) {
 // on it. A 0 is not taken for a missing DescribeConfigs: the doctor asks a broker's configs
 // instead, and warns only when they are refused.
 func TestCheckClusterOperationsZeroIsNoMissingGrant(t *testing.T) {
-	b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+	b := startKafka(t, kfake.BrokerConfigs(kip848Broker))
 	group := groupName(t)
 	config := kip848Config(b, group, "doctor", newTestLog(t))
 	b.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -395,7 +395,7 @@ func TestCheckClusterOperationsZeroIsNoMissingGrant(t *testing.T) {
 // from 3.9, group.version is finalized at 1; KafkaApis.isConsumerGroupProtocolEnabled). The doctor
 // reads the broker's setting and fails a KIP-848 configuration that the broker does not serve.
 func TestCheckConsumerProtocolNotEnabled(t *testing.T) {
-	b := startBroker(t, kfake.BrokerConfigs(kip848Broker))
+	b := startKafka(t, kfake.BrokerConfigs(kip848Broker))
 	// The first broker's configs the doctor asks for are its broker check's.
 	b.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		q := req.(*kmsg.DescribeConfigsRequest)

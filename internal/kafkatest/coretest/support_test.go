@@ -6,8 +6,12 @@
 // from goneli/internal/testkit; the recorder and checkGrammar, which name goneli's Event, have a
 // copy in goneli's support_test.go, which its own tests use: keep the two in step.
 //
-// KAFKATEST_AS_KAFKA=1 (or 3.9) in the environment runs them against a broker that answers as
-// Apache Kafka does where kfake is more lenient (kafkatest.AsKafka; `make test-as-kafka`).
+// The tests of how goneli copes with what Apache Kafka answers (goneli's own connection, the group
+// check, the heartbeats, Describe, the doctor and its ACLs, KIP-848, the lease) start their broker
+// with startKafka, which answers as Kafka does where kfake is more lenient (kafkatest.AsKafka); the
+// others with startBroker, plain kfake. KAFKATEST_AS_KAFKA in the environment overrides both: 1 (or
+// 4.0, or 3.9 for Kafka 3.9's answers) runs them all against the Kafka-like broker (`make
+// test-as-kafka`), 0 on plain kfake; a test that sets one of AsKafka's knobs keeps its own.
 package coretest
 
 import (
@@ -53,6 +57,15 @@ const testLease = time.Second
 func startBroker(t *testing.T, opts ...kfake.Opt) *kafkatest.Broker {
 	t.Helper()
 	return kafkatest.StartT(t, opts...)
+}
+
+// startKafka is startBroker with a broker that answers as Apache Kafka does where kfake is more
+// lenient, unless KAFKATEST_AS_KAFKA says otherwise (kafkatest.AsKafkaByDefault). It costs about
+// 1.5 s per broker: Kafka's coordinators serve a new cluster's groups only once
+// __consumer_offsets is created and loaded.
+func startKafka(t *testing.T, opts ...kfake.Opt) *kafkatest.Broker {
+	t.Helper()
+	return startBroker(t, append(opts, kafkatest.AsKafkaByDefault())...)
 }
 
 // awaitStable waits until the group is stable with n members.

@@ -45,7 +45,7 @@ func TestCommitWindowAfterAPausedLoop(t *testing.T) {
 			KafkaConfigMap{}, 6 * time.Second, 5500 * time.Millisecond, 10 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := startBroker(t, kafkatest.MinSession(tc.minSession)...)
+			b := startKafka(t, kafkatest.MinSession(tc.minSession)...)
 			group := groupName(t)
 			log := newTestLog(t)
 			r := newRecorder()

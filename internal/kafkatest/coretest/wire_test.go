@@ -45,7 +45,7 @@ func TestGroupCheckSpeaksTheClientsSecurity(t *testing.T) {
 			KafkaConfigMap{"security.protocol": "SASL_SSL", "ssl.ca.location": caFile, "sasl.mechanisms": "SCRAM-SHA-512", "sasl.username": "svc", "sasl.password": "pw"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := startBroker(t, tc.opts...)
+			b := startKafka(t, tc.opts...)
 			log, r, group := newTestLog(t), newRecorder(), groupName(t)
 			config := func(name, topic string) Config {
 				c := testConfig(b, group, name, log)
@@ -75,7 +75,7 @@ func TestGroupCheckSpeaksTheClientsSecurity(t *testing.T) {
 
 // Settings that goneli's own connection cannot speak leave the check to librdkafka, and New says so.
 func TestGroupCheckFallsBackForUnsupportedSecurity(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log := newTestLog(t)
 	c := testConfig(b, groupName(t), "a", log)
 	// librdkafka accepts the setting and ignores it without TLS; goneli's connection cannot follow
@@ -96,7 +96,7 @@ func TestGroupCheckFallsBackForUnsupportedSecurity(t *testing.T) {
 // shows it, opt-in). So no description of the group, neither New's, the group check's nor
 // Describe's, is asked of librdkafka where goneli's own connection can make it.
 func TestNoGroupDescriptionThroughLibrdkafka(t *testing.T) {
-	b := startBroker(t)
+	b := startKafka(t)
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	var admins countingAdmins
 	config := func(name, topic string) Config {
@@ -159,7 +159,7 @@ type wrappedProducer struct{ KafkaProducer }
 // While the coordinator is cut off and moved, descriptions over goneli's own connection fail or
 // succeed, and one succeeds once the member has joined the coordinator it was moved to.
 func TestDescribeSurvivesCoordinatorCuts(t *testing.T) {
-	b := startBroker(t, kfake.NumBrokers(3))
+	b := startKafka(t, kfake.NumBrokers(3))
 	log, r, group := newTestLog(t), newRecorder(), groupName(t)
 	c := testConfig(b, group, "a", log)
 	contender(t, c, r)

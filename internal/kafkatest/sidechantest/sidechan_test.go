@@ -24,6 +24,14 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// start runs a broker that answers as Apache Kafka does where kfake is more lenient, unless
+// KAFKATEST_AS_KAFKA says otherwise (kafkatest.AsKafkaByDefault): this package's subject is how
+// goneli's own connection copes with what a real cluster answers.
+func start(t *testing.T, opts ...kfake.Opt) *kafkatest.Broker {
+	t.Helper()
+	return kafkatest.StartT(t, append(opts, kafkatest.AsKafkaByDefault())...)
+}
+
 // newClient makes a client of the broker with conf's settings besides the bootstrap server.
 func newClient(t *testing.T, b *kafkatest.Broker, conf kafka.ConfigMap, limit time.Duration) *sidechan.Client {
 	t.Helper()
@@ -74,7 +82,7 @@ func wantProduced(t *testing.T, res []sidechan.Produced) {
 // were sent at once; one after the other, the first would wait for ever.
 func TestProduceToEveryLeaderAtOnce(t *testing.T) {
 	const topic = "beats"
-	b := kafkatest.StartT(t, kfake.NumBrokers(3), kfake.SeedTopics(3, topic))
+	b := start(t, kfake.NumBrokers(3), kfake.SeedTopics(3, topic))
 	for p := range int32(3) {
 		if err := b.MoveTopicPartition(topic, p, p); err != nil {
 			t.Fatal(err)
@@ -110,7 +118,7 @@ func TestProduceToEveryLeaderAtOnce(t *testing.T) {
 // round that cannot wait that long fails without sending, and its heartbeats go to librdkafka.
 func TestProduceHonoursThrottling(t *testing.T) {
 	const topic = "beats"
-	b := kafkatest.StartT(t, kfake.SeedTopics(1, topic))
+	b := start(t, kfake.SeedTopics(1, topic))
 	var requests atomic.Int32
 	b.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		b.KeepControl()
@@ -149,7 +157,7 @@ func TestProduceHonoursThrottling(t *testing.T) {
 // not the one whose answer is still owed.
 func TestProduceAfterATimedOutRound(t *testing.T) {
 	const topic = "beats"
-	b := kafkatest.StartT(t, kfake.SeedTopics(1, topic))
+	b := start(t, kfake.SeedTopics(1, topic))
 	release := make(chan struct{})
 	var held atomic.Bool
 	b.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -201,7 +209,7 @@ func TestReauthenticatesBeforeTheSessionEnds(t *testing.T) {
 // and a load balancer may drop one silently sooner. The client closes its own idle connections
 // after the configured time, so that it does not send on one that is gone.
 func TestClosesIdleConnections(t *testing.T) {
-	b := kafkatest.StartT(t)
+	b := start(t)
 	c := newClient(t, b, kafka.ConfigMap{"connections.max.idle.ms": 200}, 10*time.Second)
 	if _, err := c.Request(context.Background(), kmsg.NewPtrApiVersionsRequest()); err != nil {
 		t.Fatal(err)
@@ -212,7 +220,7 @@ func TestClosesIdleConnections(t *testing.T) {
 // Kafka answers a DescribeConfigs with the resources it authorizes first
 // (ConfigHelper.handleDescribeConfigsRequest): results are matched by resource, not position.
 func TestDescribeConfigsMatchedByResource(t *testing.T) {
-	b := kafkatest.StartT(t)
+	b := start(t)
 	b.ControlKey(int16(kmsg.DescribeConfigs), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		q := req.(*kmsg.DescribeConfigsRequest)
 		resp := q.ResponseKind().(*kmsg.DescribeConfigsResponse)
@@ -243,7 +251,7 @@ func TestDescribeConfigsMatchedByResource(t *testing.T) {
 // (ScramMechanism): only a server that is not the broker would, to make an offline guess of the
 // password cheaper. The client refuses it and sends no proof.
 func TestSCRAMRefusesFewIterations(t *testing.T) {
-	b := kafkatest.StartT(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "svc", "pw"))
+	b := start(t, kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-256", "svc", "pw"))
 	var proofs atomic.Int32
 	b.ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		b.KeepControl()
@@ -276,7 +284,7 @@ func TestSCRAMRefusesFewIterations(t *testing.T) {
 // How many connections group descriptions open: one client keeps its connections for the next
 // description (the connection that the old transport opened anew, with TLS and SASL, for each).
 func TestDescriptionsReuseConnections(t *testing.T) {
-	b := kafkatest.StartT(t, kfake.NumBrokers(3))
+	b := start(t, kfake.NumBrokers(3))
 	c := newClient(t, b, nil, 10*time.Second)
 	const n = 20
 	for range n {
