@@ -85,7 +85,12 @@
 //     renews the session of a member with every commit it accepts, Apache Kafka's
 //     OffsetMetadataManager says): a heartbeat interval before the removal, the slack for what the
 //     clocks drift apart over expel. The same holds keep a lease from outliving, under KIP-848, a
-//     session that only the group heartbeats keep there. Explicit commits also stop after one of
+//     session that only the group heartbeats keep there. librdkafka also ignores a rebalance's
+//     news while it waits for the application to take an assignment, and counts as steady once it
+//     has: so after an assignment that reached the application more than the answer bound after it
+//     last found its queue empty, or that followed as long without a commit, the leases hold their
+//     renewals back the same way until the answer bound has passed (driver.heldAssignment).
+//     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
 //     outside such a hold. At the default timing the window is 2.875 s (475 ms at a 1 s lease), which
 //     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up; at
