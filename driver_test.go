@@ -790,6 +790,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		r.close()
 	})
 }
+
 // A log that restarts below librdkafka's committed offset while explicit commits are held (a commit
 // waited through the broker's restart) still gets the explicit commit that resets that offset:
 // librdkafka auto-commits only offsets above it, so no automatic commit could end the hold

@@ -174,9 +174,9 @@ type leaseOut struct {
 	store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
 	// tag goes with store or commit as the offset's commit metadata (confirmed.tag).
-	tag string
-	restarted bool       // commit is asked for because the log restarted below the last commit
-	check     bool       // start a group check for the current tenure
+	tag       string
+	restarted bool // commit is asked for because the log restarted below the last commit
+	check     bool // start a group check for the current tenure
 	// release is set when the tenure ended while its LeaderRevoked was still to be delivered: the
 	// driver writes it (kind releasing) before it lets the partition go, and again, as kind
 	// released, once the barrier has returned from the last of events.

@@ -91,9 +91,9 @@ func (r *rig) back(h heartbeat, off int64) { r.take(r.l.readBack(h, off)) }
 
 // tagOf is the commit metadata of the heartbeat stored at off, as librdkafka hands it back.
 func (r *rig) tagOf(off int64) string { return r.l.t.pending[off].tag }
-func (r *rig) commit(off int64)            { r.take(r.l.committed(off, r.tagOf(off), false)) }
-func (r *rig) verify()                     { r.check(groupCheck{verdict: groupVerdict{sawSelf: true}}) }
-func (r *rig) check(c groupCheck)          { r.take(r.l.checked(r.l.t.id, c)) }
+func (r *rig) commit(off int64)       { r.take(r.l.committed(off, r.tagOf(off), false)) }
+func (r *rig) verify()                { r.check(groupCheck{verdict: groupVerdict{sawSelf: true}}) }
+func (r *rig) check(c groupCheck)     { r.take(r.l.checked(r.l.t.id, c)) }
 
 // renewal sends a heartbeat, reads it back after rtt, and has its offset commit accepted after a
 // further lag.

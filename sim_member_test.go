@@ -78,20 +78,20 @@ type simMember struct {
 	queue        []simAppEvent
 
 	// The driver's state.
-	groupP0                   bool // d.group.parts[0]
-	stored                    bool // part.stored
-	owedCommit                bool
-	member                    membership
-	partMember                int // the member id under which the tenure began
-	wantCheck                 bool
-	commitAsk                 int64
-	commitTag                 string
-	commitBusy                bool
+	groupP0    bool // d.group.parts[0]
+	stored     bool // part.stored
+	owedCommit bool
+	member     membership
+	partMember int // the member id under which the tenure began
+	wantCheck  bool
+	commitAsk  int64
+	commitTag  string
+	commitBusy bool
 	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
 	commitSent  time.Duration
 	commitsHeld bool
 	// polledAt is driver.polledAt: when the last Poll returned, on the driver's clock.
-	polledAt time.Duration
+	polledAt                  time.Duration
 	commitAns                 *simAnswer
 	checkBusy                 bool
 	checkTenure               uint64

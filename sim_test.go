@@ -28,8 +28,7 @@ var (
 // (c120943), with the part of issue 38 that closes each. TestSimSearch (make sim) fails on an
 // overlap only outside them; TestSimReplay expects the pinned schedules of simRegressions in them
 // to overlap. Once the fix lands, delete the entries: both then hold those profiles to no overlap.
-var simKnownHoles = map[string]string{
-}
+var simKnownHoles = map[string]string{}
 
 // simShortSchedules is how many schedules TestSimShort searches per profile: about a second in
 // all, and a few seconds under the race detector, which gets fewer.
