@@ -86,8 +86,9 @@
 //     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.7 s up; at
 //     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
 //     One qualification: while the coordinator is unreachable
-//     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
-//     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
+//     librdkafka queues its auto-commits (as many as goneli stored: one at a time, and another
+//     only once the first is presumed never sent), and on reconnecting sends them right after its
+//     first group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
 //     a late commit from renewing a lease the group has moved on from is librdkafka's own session
 //     timeout, which revokes the assignment no later than the coordinator could expel the member,
 //     provided max.poll.interval.ms is at least session.timeout.ms (goneli derives it as twice
@@ -261,7 +262,15 @@
 // it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s and at most a third of
 // the lease, so a leader's fetch rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
 // three sends the broker about two produce, fetch and commit requests a second each, plus two group
-// heartbeats a second per member. With roles, an instance still runs one consumer and one producer whatever
+// heartbeats a second per member.
+//
+// A consumer has one offset commit in flight at a time, librdkafka's or goneli's own, however
+// slowly the coordinator answers: a heartbeat's offset is stored only while no commit is under way,
+// and withdrawn before librdkafka's auto-commit timer could send it a second time (commitgate.go
+// gives the argument). A slow coordinator therefore gets fewer commits, not more, and the leader
+// renews once per commit round trip: it keeps its lease while two commit round trips and the time a
+// heartbeat takes to come back stay within HeartbeatTimeout (about 2.4 s of commit latency at the
+// default lease, 0.45 s at 1 s). With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
 // the same commits.
 package goneli

@@ -52,6 +52,10 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
+	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
+	// offsets the leases asked to store, by partition, until the gate lets them be stored.
+	gate      *commitGate
+	storeAsks map[int32]int64
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
 	commitsHeld bool
@@ -146,9 +150,6 @@ type part struct {
 	name   string // the role's name; empty for the single leader of New
 	lease  *lease
 	events *dispatcher
-	// stored is set once an offset has been stored since the partition was assigned: librdkafka
-	// then commits it again when the partition is revoked (see neli.owedCommit).
-	stored bool
 	// wantCheck says that the lease asked for a group check that has not been started yet.
 	wantCheck bool
 	// member is the member id under which the current tenure was assigned, if known.
@@ -274,7 +275,7 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
-		d.store(p, out.store)
+		d.storeAsks[p.id] = out.store
 	}
 	if out.commit != 0 {
 		if out.restarted {
@@ -302,6 +303,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.gate.answer(e)
 		d.autoCommitted(e)
 		d.onCommit(e, false)
 	case kafka.Error:
@@ -359,30 +361,21 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 	return d.parts[tp.Partition]
 }
 
-// store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
-// coordinator; the answer arrives as an OffsetsCommitted event.
-func (d *driver) store(p *part, offset int64) {
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset)}}); err != nil {
-		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", d.config.Name, err)
-		return
-	}
-	p.stored = true
+// newGate makes the commit gate of consumer c (commitgate.go), for librdkafka's auto-commit
+// interval as the consumer's configuration has it, in whole milliseconds.
+func (d *driver) newGate(c KafkaConsumer) *commitGate {
+	tick := time.Duration(d.timing.commit.Milliseconds()) * time.Millisecond
+	return newCommitGate(c, &d.topic, tick, d.timing.heartbeat(), d.now)
 }
 
-// withdraw replaces the offset stored last for p with none, so that librdkafka's auto-commit stops
-// sending it and the partition's revocation commits nothing (lease.quiesce): it commits only a
-// stored offset above the one it committed last, and on revocation only a stored offset that is
-// not a logical one (librdkafka 2.11.1, rd_kafka_assignment_serve_removals).
+// withdraw takes back the offset stored for p, if any, so that librdkafka's auto-commit does not
+// send it and the partition's revocation commits nothing (lease.quiesce, a revocation), and drops
+// one waiting to be stored: librdkafka commits only a stored offset above the one it committed
+// last, and on revocation only a stored offset that is not a logical one (librdkafka 2.11.1,
+// rd_kafka_assignment_serve_removals).
 func (d *driver) withdraw(p *part) {
-	if !p.stored {
-		return
-	}
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.OffsetInvalid}}); err != nil {
-		d.throttle.log(d.log.W(), "store", "goneli %s: cannot withdraw the stored heartbeat offset: %v", d.config.Name, err)
-		return
-	}
-	p.stored = false
-	d.log.D()("goneli %s: partition %d cannot renew and its heartbeats come back late: offsets withdrawn until they come back promptly", d.config.Name, p.id)
+	delete(d.storeAsks, p.id)
+	d.gate.withdraw(p.id)
 }
 
 func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
@@ -406,27 +399,59 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	}
 }
 
-// startCommits sends the explicit commits that the leases asked for in this cycle as one request,
-// unless one is still under way or explicit commits are held (holdCommits); a lease whose offset
-// stays uncommitted asks again (lease.stalled).
+// startCommits starts what the leases asked for in this cycle, as long as the consumer has no
+// commit in flight (commitgate.go): the explicit commits as one request, unless explicit commits
+// are held (holdCommits), or else the offsets to store for librdkafka's auto-commit. Explicit
+// commits go first: a lease asks for one only when an offset it stored has waited for its
+// automatic commit for the stall (lease.stalled). An explicit commit that cannot start now is
+// dropped, and its lease asks again after the stall; an offset to store waits for the gate.
 func (d *driver) startCommits() {
-	if len(d.commitAsks) == 0 {
-		return
+	now := d.now()
+	busy, presumed := d.gate.busy(now)
+	for _, s := range presumed {
+		// Presumed never committed (its tick fell after the withdrawal, or librdkafka was
+		// rejoining): the newest offset each of its partitions waits for is stored again.
+		for _, tp := range s.stored {
+			if p := d.partOf(tp); p != nil && d.storeAsks[p.id] == 0 {
+				if off, ok := p.lease.newestPending(); ok {
+					d.storeAsks[p.id] = off
+				}
+			}
+		}
 	}
-	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
-		d.holdCommits(wait)
-	}
-	if d.commitsHeld {
+	busy = busy || d.commits.busy
+	if len(d.commitAsks) > 0 {
+		if wait := d.commits.waiting(now); wait > d.timing.heartbeat() {
+			d.holdCommits(wait)
+		}
+		if !busy && !d.commitsHeld {
+			offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
+			for id, off := range d.commitAsks {
+				offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+			}
+			if d.commits.start(offsets, now) {
+				busy = true
+				d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
+			}
+		}
 		clear(d.commitAsks)
+	}
+	if busy || len(d.storeAsks) == 0 {
 		return
 	}
-	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
-	for id, off := range d.commitAsks {
+	offsets := make([]kafka.TopicPartition, 0, len(d.storeAsks))
+	var hint time.Duration
+	for id, off := range d.storeAsks {
+		p := d.parts[id]
+		if !p.lease.storedAt(off, now) {
+			continue
+		}
 		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+		hint = max(hint, p.lease.load().rtt)
 	}
-	clear(d.commitAsks)
-	if d.commits.start(offsets, d.now()) {
-		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
+	clear(d.storeAsks)
+	if err := d.gate.store(offsets, hint); err != nil {
+		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offsets: %v", d.config.Name, err)
 	}
 }
 
@@ -436,6 +461,7 @@ func (d *driver) collectCommits() {
 	if !ok {
 		return
 	}
+	d.gate.explicitAnswered(took)
 	if took > d.timing.heartbeat() {
 		d.holdCommits(took)
 	}
@@ -674,8 +700,11 @@ func (d *driver) trackGroupAssignment(ev kafka.Event, cooperative, lost bool) {
 	case kafka.RevokedPartitions:
 		for _, p := range d.parts {
 			if d.group.parts[p.id] && (!cooperative || slices.ContainsFunc(e.Partitions, func(tp kafka.TopicPartition) bool { return tp.Partition == p.id })) {
-				d.group.owedCommit = d.group.owedCommit || (p.stored && !lost)
-				p.stored = false
+				// What is stored is withdrawn, so that the revocation commits nothing: the commit
+				// would renew no tenure, and the unassign (and a LeaveGroup after it) would wait
+				// for its answer.
+				d.withdraw(p)
+				d.group.owedCommit = d.group.owedCommit || (d.gate.holds(p.id) && !lost)
 			}
 		}
 		if !cooperative {
@@ -758,6 +787,10 @@ func (d *driver) renewConsumer(reason string) {
 	d.endTenures(d.parts, false, true)
 	d.group.member.left()
 	old, oldCommits := d.consumer, d.commits
+	// Nothing the old consumer holds is to be committed any more, and nothing is stored on it
+	// from now on.
+	d.gate.withdrawAll()
+	d.gate.close()
 	if err := old.Unsubscribe(); err == nil {
 		d.awaitLeft(d.now() + *d.config.HeartbeatTimeout)
 	}
@@ -765,9 +798,11 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
+	d.gate = d.newGate(fresh)
 	d.commitsHeld = false
 	clear(d.group.parts)
 	clear(d.commitAsks)
+	clear(d.storeAsks)
 	d.group.owedCommit = false
 	d.closers.Add(1)
 	go func() {

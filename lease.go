@@ -350,12 +350,48 @@ func (l *lease) stalled(now time.Duration) (int64, bool) {
 	var newest int64
 	oldest := now
 	for off, hb := range l.t.pending {
-		newest, oldest = max(newest, off), min(oldest, hb.stored)
+		newest = max(newest, off)
+		if hb.stored != 0 {
+			// Only an offset handed to librdkafka has waited for its auto-commit.
+			oldest = min(oldest, hb.stored)
+		}
 	}
 	if newest == 0 || now-oldest < l.stall || !l.inWindow(l.t.pending[newest].sent) {
 		return 0, false
 	}
 	return newest, true
+}
+
+// storedAt records that the offset asked for (readBack) was stored for librdkafka's auto-commit at
+// at, and reports whether the current tenure still waits for it; false tells the driver not to
+// store it. An offset stored again keeps its first store time, which is no later than any
+// automatic commit of it was sent: the anchor (committed) must not be later than that.
+func (l *lease) storedAt(offset int64, at time.Duration) bool {
+	if !l.t.active || l.t.quiet {
+		return false
+	}
+	hb, ok := l.t.pending[offset]
+	if !ok {
+		return false
+	}
+	if hb.stored == 0 {
+		hb.stored = at
+		l.t.pending[offset] = hb
+	}
+	return true
+}
+
+// newestPending is the newest offset of the current tenure that waits for its commit, to store
+// again after a store of it was presumed never committed (commitgate.go).
+func (l *lease) newestPending() (int64, bool) {
+	var newest int64
+	if !l.t.active || l.t.quiet {
+		return 0, false
+	}
+	for off := range l.t.pending {
+		newest = max(newest, off)
+	}
+	return newest, newest != 0
 }
 
 // inWindow reports whether a heartbeat sent at sent may be renewed by an explicit commit: it was
@@ -399,7 +435,9 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		l.t.quiet = false
 	}
 	next := offset + 1
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now()}
+	// Stored once the driver's commit gate lets it (storedAt); until then it waits in pending,
+	// where an explicit commit may still take it.
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset}
 	out.store = next
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
@@ -464,13 +502,12 @@ func (l *lease) readsBack() bool {
 // quiesce tells the tenure whether it is stuck on its way to a hand-over (handover.quiet), and
 // reports whether it just began to be: the driver then withdraws the offset stored last
 // (driver.withdraw). While it is, a heartbeat that comes back late is not stored for commit and no
-// explicit commit is asked for. librdkafka's auto-commit sends the stored offset again at every
-// round (a quarter poll) until one of its commits is answered, so on a slow path it keeps dozens of
-// commits of the same offset in flight, and commits the stored offset once more when the partition
-// is revoked; the unassign of a hand-over waits for every one of those commits to be answered
-// before its LeaveGroup goes out, a round trip on the very path that made the tenure hand over.
-// With the stored offset withdrawn and none stored after it, the commits in flight are answered
-// within a round trip of the quiet's start, and the unassign has none to send.
+// explicit commit is asked for. librdkafka commits a stored offset once more when the partition is
+// revoked, and the unassign of a hand-over waits for that commit, and any other in flight, to be
+// answered before its LeaveGroup goes out: a round trip on the very path that made the tenure hand
+// over. The commit gate (commitgate.go) already keeps one commit in flight at a time; with the
+// stored offset withdrawn at once and none stored after it, that one is answered within a round
+// trip of the quiet's start, and the unassign has none to send.
 //
 // Storing less cannot make the tenure lead where it would not have: a renewal needs the
 // coordinator to accept a commit of an offset stored here (committed). Commits of offsets stored
@@ -546,7 +583,9 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	switch {
 	case !ok:
 	case !explicit:
-		if !l.hasAuto || hb.stored > l.autoAt {
+		// An automatic commit carries only an offset the driver stored (storedAt), so stored is
+		// set; were it not, the commit renews but anchors nothing.
+		if hb.stored != 0 && (!l.hasAuto || hb.stored > l.autoAt) {
 			l.autoAt, l.hasAuto = hb.stored, true
 		}
 		l.renew(&out, hb)

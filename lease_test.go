@@ -49,6 +49,8 @@ func (r *rig) take(out leaseOut) {
 	}
 	if out.store != 0 {
 		r.stored = append(r.stored, out.store)
+		// The driver stores it at once, as it does while no commit is in flight (commitgate.go).
+		r.l.storedAt(out.store, r.l.now())
 	}
 	if out.commit != 0 {
 		r.commits = append(r.commits, out.commit)

@@ -203,6 +203,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		clock:      clk,
 		base:       base,
 		commitAsks: map[int32]int64{},
+		storeAsks:  map[int32]int64{},
 		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
 	}
 	d.group.parts = map[int32]bool{}

@@ -1,0 +1,402 @@
+package goneli
+
+import (
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// # One offset commit in flight
+//
+// librdkafka's auto-commit timer (auto.commit.interval.ms, a quarter poll here) commits, at every
+// tick and only while the consumer is steady in its group, each stored offset that is above the
+// offset it committed last, and it learns what it committed only from the commit's answer
+// (librdkafka 2.11.1, rdkafka_cgrp.c rd_kafka_cgrp_offset_commit_tmr_cb and rdkafka_partition.c
+// rd_kafka_topic_partition_list_set_offsets, which has no check for a commit in flight). So a
+// stored offset goes out again at every tick until an answer comes back: a broker that answers in
+// 400 ms got sixteen commits of every offset, queued behind one another on the coordinator
+// connection with the group heartbeats, and the slower it answered the more it got.
+//
+// The gate keeps one commit in flight per consumer, automatic or explicit, whatever the broker's
+// latency, and keeps automatic commits as what they are for the window of explicit ones (the
+// anchor, lease.committed): proof that librdkafka was steady in the group when it sent them.
+//
+//   - An offset is stored only while no commit is under way or may be: none stored and not yet
+//     withdrawn, no automatic commit that may still be answered, no explicit commit unanswered.
+//   - A stored offset is withdrawn (stored as OffsetInvalid, which the timer skips) hold after
+//     it was stored, a millisecond less than a tick. The timer reads the stored offsets at moments
+//     at least a tick apart (it schedules its next run a tick after the callback returns,
+//     rdkafka_timer.c rd_kafka_timer_schedule), so the timer reads the offset at most once: one
+//     commit of it, or none if the tick fell after the withdrawal or librdkafka was rejoining.
+//     The window is measured from before the store call to after the withdrawal returned; a
+//     window that came out a tick or longer (this process starved of CPU) may have carried two
+//     commits, and the gate then waits for two answers.
+//   - An automatic commit that may have been sent counts as in flight until its answer (any
+//     OffsetsCommitted event: each one answers exactly one commit librdkafka made of a stored
+//     offset, since it reports none of the ticks that found nothing to commit) or until it is
+//     presumed unsent: the longest store-to-answer time seen lately has passed since the withdrawal,
+//     plus a quarter of it and a tick. A presumed commit that is answered later after all raises
+//     that time, so it is presumed so only once per rise in the broker's latency.
+//   - An explicit commit (commit.go) starts only while the gate is idle, and nothing is stored
+//     while one is under way.
+//
+// Why this cannot renew a lease that would not have been renewed without it: a renewal needs a
+// commit of an offset stored by the lease, answered by the coordinator (lease.committed). The gate
+// only ever stores fewer offsets, for less time, and sends fewer explicit commits; every commit
+// that still goes out is one librdkafka or the committer would have sent anyway, with the same
+// generation and member id, so each proves what it proved before. The anchor of the window for
+// explicit commits stays the store time of an offset that an automatic commit got accepted; an
+// offset stored again after a presumed loss keeps its first store time, which is no later than any
+// of its commits' sending.
+//
+// What it costs: a renewal now waits for the previous commit's answer, so on a slow broker the
+// leader renews once per commit round trip rather than once per RenewInterval (which it could not
+// use anyway: the commits queued behind one another). About one store in twenty-five at the
+// default tick misses its tick; its renewal then waits for the presumption and the next tick, a
+// couple of poll intervals on a healthy broker. Failover is unchanged: it waits for the session
+// or the LeaveGroup, not for commits; a close or a revocation withdraws what is stored first, so
+// the unassign that precedes the LeaveGroup has nothing to commit.
+type commitGate struct {
+	consumer KafkaConsumer
+	topic    *string
+	// tick is auto.commit.interval.ms; hold how long an offset stays stored (less than tick).
+	tick, hold time.Duration
+	// late is how long an answer may take before any has been seen: the group heartbeat interval,
+	// beyond which an answer counts as late (driver.holdCommits).
+	late time.Duration
+	now  func() time.Duration
+
+	// mu guards what the withdrawal timer shares with the driver.
+	mu     sync.Mutex
+	closed bool
+	armed  *gateStore // stored and not withdrawn yet
+	timer  *time.Timer
+	// stores are the recent stores, oldest first, that answers are matched with; an unsettled
+	// one keeps the gate busy.
+	stores []*gateStore
+	// latencies are the times the latest commits took to be answered, automatic (from the store)
+	// and explicit. doubt counts the stores presumed unsent since the last answer: each doubles the
+	// patience of the next, so that a broker slower than the gate thought gets at most one more
+	// commit per doubling before its first answer comes.
+	latencies []time.Duration
+	doubt     int
+	// counts, for tests and logs.
+	counts gateCounts
+}
+
+// gateCounts counts what the gate did.
+type gateCounts struct {
+	stores, withdrawals, answers uint64
+	presumed                     uint64 // stores presumed never sent
+	strays                       uint64 // answers that came after their store was presumed never sent
+	doubled                      uint64 // stores whose window came out a tick or longer
+}
+
+// gateStore is one store of offsets and what became of it.
+type gateStore struct {
+	// stored is what was stored, live what of it is still stored.
+	stored, live []kafka.TopicPartition
+	at           time.Duration // before the store call
+	// withdrawn is when the withdrawal returned; zero while stored. sends bounds the automatic
+	// commits that may carry the offsets, answers counts those answered.
+	withdrawn      time.Duration
+	sends, answers int
+	presumeBy      time.Duration
+	hint           time.Duration // a latency known when it was stored (a heartbeat's round trip)
+	presumed       bool
+}
+
+// gateHistory is how many stores and answer times the gate keeps.
+const gateHistory = 8
+
+func newCommitGate(c KafkaConsumer, topic *string, tick, late time.Duration, now func() time.Duration) *commitGate {
+	return &commitGate{consumer: c, topic: topic, tick: tick, hold: max(tick-time.Millisecond, tick/2), late: late, now: now}
+}
+
+// busy reports whether a store may not be made now, presuming unsent the commits whose time has
+// passed, and returns the stores just presumed unsent, whose offsets may be stored again. Called
+// with the driver's lock held.
+func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var presumed []*gateStore
+	busy := g.armed != nil
+	for _, s := range g.stores {
+		if s.withdrawn == 0 || s.answers >= s.sends {
+			continue
+		}
+		if now >= s.presumeBy {
+			s.presumed = true
+			s.sends = s.answers
+			g.doubt++
+			g.counts.presumed++
+			presumed = append(presumed, s)
+			continue
+		}
+		busy = true
+	}
+	return busy, presumed
+}
+
+// store stores offsets for commit and arms their withdrawal, unless the gate has been closed.
+// hint is a latency the caller knows of. The caller has made sure the gate is not busy. Called
+// with the driver's lock held.
+func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || len(offsets) == 0 {
+		return nil
+	}
+	s := &gateStore{at: g.now(), hint: hint}
+	stored, err := g.consumer.StoreOffsets(offsets)
+	for _, tp := range stored {
+		if tp.Error == nil && tp.Offset >= 0 {
+			s.stored = append(s.stored, tp)
+		}
+	}
+	if err != nil && len(stored) == 0 {
+		// Nothing is known to be stored; an offset that was is withdrawn with the rest.
+		s.stored = offsets
+	}
+	if len(s.stored) == 0 {
+		return err
+	}
+	s.live = append([]kafka.TopicPartition(nil), s.stored...)
+	g.counts.stores++
+	g.armed = s
+	g.remember(s)
+	g.timer = time.AfterFunc(g.hold, func() { g.expire(s) })
+	return err
+}
+
+// remember adds s to the stores that answers are matched with, forgetting the oldest settled one
+// beyond gateHistory. Called with mu held.
+func (g *commitGate) remember(s *gateStore) {
+	g.stores = append(g.stores, s)
+	for len(g.stores) > gateHistory {
+		old := g.stores[0]
+		if old == g.armed || (old.withdrawn != 0 && old.answers < old.sends) {
+			break
+		}
+		g.stores = g.stores[1:]
+	}
+}
+
+// expire withdraws s when its hold is over, on the timer's goroutine.
+func (g *commitGate) expire(s *gateStore) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed != s {
+		return
+	}
+	g.withdrawLocked(s.live)
+}
+
+// withdrawLocked withdraws offsets of the armed store, and ends the store when nothing of it is
+// stored any longer. Called with mu held.
+func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
+	s := g.armed
+	if s == nil || len(offsets) == 0 {
+		return
+	}
+	gone := make([]kafka.TopicPartition, 0, len(offsets))
+	for _, tp := range offsets {
+		gone = append(gone, kafka.TopicPartition{Topic: g.topic, Partition: tp.Partition, Offset: kafka.OffsetInvalid})
+	}
+	// An error leaves the offset stored: it is withdrawn again when the store ends, and a
+	// partition that is no longer assigned has nothing to commit anyway.
+	_, _ = g.consumer.StoreOffsets(gone)
+	g.counts.withdrawals++
+	var kept []kafka.TopicPartition
+	for _, tp := range s.live {
+		withdrawn := false
+		for _, w := range offsets {
+			withdrawn = withdrawn || w.Partition == tp.Partition
+		}
+		if !withdrawn {
+			kept = append(kept, tp)
+		}
+	}
+	s.live = kept
+	if len(kept) > 0 {
+		return
+	}
+	g.end(s)
+}
+
+// end finishes the armed store s: its window is over. Called with mu held.
+func (g *commitGate) end(s *gateStore) {
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.armed = nil
+	now := g.now()
+	s.withdrawn = max(now, s.at+1)
+	// The timer reads stored offsets at moments at least a tick apart, so a window shorter than a
+	// tick holds at most one of them.
+	s.sends = int((s.withdrawn-s.at)/g.tick) + 1
+	if s.sends > 1 {
+		g.counts.doubled++
+	}
+	s.presumeBy = s.withdrawn + g.patience(s.hint)
+}
+
+// patience is how long after a withdrawal an unanswered commit is presumed never sent: the longest
+// time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
+// quarter more, and a tick. Before any commit has been answered it is at least a group heartbeat
+// interval, the time beyond which goneli counts an answer as late anyway (driver.holdCommits), so
+// that a broker slower than that is what it takes to have two commits in flight, once, before the
+// first answer tells the gate how slow it is. Called with mu held.
+func (g *commitGate) patience(hint time.Duration) time.Duration {
+	l := max(hint, g.tick)
+	if len(g.latencies) == 0 {
+		l = max(l, g.late)
+	}
+	for _, d := range g.latencies {
+		l = max(l, d)
+	}
+	return (l + l/4 + g.tick) << min(g.doubt, 4)
+}
+
+// explicitAnswered records how long an explicit commit took to be answered: it went to the same
+// coordinator, on the same connection, as the automatic ones.
+func (g *commitGate) explicitAnswered(took time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sample(took)
+	g.doubt = 0
+}
+
+// sample records a commit's answer time. Called with mu held.
+func (g *commitGate) sample(d time.Duration) {
+	g.latencies = append(g.latencies, d)
+	if len(g.latencies) > gateHistory {
+		g.latencies = g.latencies[1:]
+	}
+}
+
+// answer takes the answer to one of librdkafka's commits of stored offsets. Called with the
+// driver's lock held.
+func (g *commitGate) answer(e kafka.OffsetsCommitted) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.counts.answers++
+	s := g.match(e)
+	if s == nil {
+		return
+	}
+	now := g.now()
+	s.answers++
+	if s.presumed {
+		// Sent after all, and answered late: the broker is slower than the gate thought, which
+		// the latency it now records says for the stores to come.
+		g.counts.strays++
+		s.sends = s.answers
+	} else {
+		g.doubt = 0
+	}
+	g.sample(now - s.at)
+	if s == g.armed {
+		// Answered before its withdrawal: withdrawn now, as a failed commit leaves the offset
+		// above the committed one, where the next tick would send it again.
+		g.withdrawLocked(s.live)
+	}
+}
+
+// match finds the store that e answers: of the stores that may still be answered, the oldest
+// whose offset for a partition e names is e's; else the oldest presumed unsent with such an offset
+// (answered late); else the oldest that may still be answered. An offset stored again after its
+// first store was presumed unsent is ambiguous: the answer goes to the later store, which at worst
+// lets one more commit start while the earlier is still under way, as the wrong presumption
+// itself did. Called with mu held.
+func (g *commitGate) match(e kafka.OffsetsCommitted) *gateStore {
+	pending := func(s *gateStore) bool { return s.withdrawn == 0 || s.answers < s.sends }
+	names := func(s *gateStore) bool {
+		for _, tp := range s.stored {
+			for _, a := range e.Offsets {
+				if a.Partition == tp.Partition && a.Offset == tp.Offset {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, pick := range []func(*gateStore) bool{
+		func(s *gateStore) bool { return pending(s) && names(s) },
+		func(s *gateStore) bool { return s.presumed && names(s) },
+		pending,
+	} {
+		for _, s := range g.stores {
+			if pick(s) {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// withdraw withdraws whatever of partitions is stored, at once: the partitions are being revoked,
+// or their tenure stores nothing (lease.quiesce), or the instance is closing. Called with the
+// driver's lock held.
+func (g *commitGate) withdraw(partitions ...int32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed == nil {
+		return
+	}
+	var offsets []kafka.TopicPartition
+	for _, tp := range g.armed.live {
+		for _, id := range partitions {
+			if tp.Partition == id {
+				offsets = append(offsets, tp)
+			}
+		}
+	}
+	g.withdrawLocked(offsets)
+}
+
+// withdrawAll withdraws every stored offset.
+func (g *commitGate) withdrawAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed == nil {
+		return
+	}
+	g.withdrawLocked(g.armed.live)
+}
+
+// holds reports whether an offset of partition is stored.
+func (g *commitGate) holds(partition int32) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.armed == nil {
+		return false
+	}
+	for _, tp := range g.armed.live {
+		if tp.Partition == partition {
+			return true
+		}
+	}
+	return false
+}
+
+// close stops the gate before its consumer closes: no store or withdrawal reaches the consumer
+// after it returns.
+func (g *commitGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+}
+
+// snapshot returns the gate's counts.
+func (g *commitGate) snapshot() gateCounts {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.counts
+}
