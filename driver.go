@@ -52,6 +52,11 @@ type driver struct {
 	// leases asked for during a cycle, by partition, for one request at its end.
 	commits    *committer
 	commitAsks map[int32]int64
+	// resets are the partitions whose explicit commit asked for in this cycle is to reset
+	// librdkafka's committed offset below a log that restarted (leaseOut.restarted); resetting
+	// says that the commit under way is only such a reset, sent while explicit commits are held.
+	resets    map[int32]bool
+	resetting bool
 	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
 	// offsets the leases asked to store, by partition, until the gate lets them be stored.
 	gate      *commitGate
@@ -283,6 +288,9 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 				d.config.Name, p.id, out.commit)
 		}
 		d.commitAsks[p.id] = out.commit
+		if out.restarted {
+			d.resets[p.id] = true
+		}
 	}
 	if out.check {
 		p.wantCheck = true
@@ -424,17 +432,24 @@ func (d *driver) startCommits() {
 		if wait := d.commits.waiting(now); wait > d.timing.heartbeat() {
 			d.holdCommits(wait)
 		}
-		if !busy && !d.commitsHeld {
+		if !busy {
+			// While explicit commits are held, only those that reset librdkafka's committed offset
+			// below a restarted log go out, and their answers renew nothing (collectCommits):
+			// librdkafka auto-commits only offsets above the one it committed last, so without
+			// them no automatic commit could ever be accepted again to end the hold.
 			offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
 			for id, off := range d.commitAsks {
-				offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+				if !d.commitsHeld || d.resets[id] {
+					offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(off)})
+				}
 			}
 			if d.commits.start(offsets, now) {
-				busy = true
+				busy, d.resetting = true, d.commitsHeld
 				d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
 			}
 		}
 		clear(d.commitAsks)
+		clear(d.resets)
 	}
 	if busy || len(d.storeAsks) == 0 {
 		return
@@ -476,6 +491,15 @@ func (d *driver) collectCommits() {
 	}
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
+	}
+	if d.resetting {
+		d.resetting = false
+		for _, tp := range e.Offsets {
+			if p := d.partOf(tp); p != nil && tp.Error == nil && e.Error == nil {
+				p.lease.resetCommitted(int64(tp.Offset))
+			}
+		}
+		return
 	}
 	d.onCommit(e, true)
 }
@@ -802,6 +826,7 @@ func (d *driver) renewConsumer(reason string) {
 	d.commitsHeld = false
 	clear(d.group.parts)
 	clear(d.commitAsks)
+	clear(d.resets)
 	clear(d.storeAsks)
 	d.group.owedCommit = false
 	d.closers.Add(1)

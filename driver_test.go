@@ -981,3 +981,50 @@ func TestDriverOneCommitInFlight(t *testing.T) {
 		})
 	}
 }
+
+// A log that restarts below librdkafka's committed offset while explicit commits are held (a commit
+// waited through the broker's restart) still gets the explicit commit that resets that offset:
+// librdkafka auto-commits only offsets above it, so no automatic commit could end the hold
+// otherwise, and the instance would never lead again. The reset renews nothing by itself; the
+// automatic commits after it do.
+func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: KafkaConfigMap{"session.timeout.ms": 2000}})
+		hb := r.n.d.timing.heartbeat()
+		// Far more records than the test's leases write, so that the restarted log does not grow
+		// past the committed offset while it runs.
+		r.consumer.log.mu.Lock()
+		r.consumer.log.next[0] = 100000
+		r.consumer.log.mu.Unlock()
+		r.assign()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership within a lease; events %s", r.seen())
+		}
+		r.consumer.mu.Lock()
+		r.consumer.noAuto, r.consumer.commitDelay = true, 3*hb
+		r.consumer.mu.Unlock()
+		for end := time.Now().Add(scriptLease); !r.n.d.commitsHeld && time.Now().Before(end); {
+			r.pulse(hb, false)
+		}
+		if !r.n.d.commitsHeld {
+			t.Fatal("explicit commits not held after a slow one")
+		}
+		// The broker comes back with an empty log, and the heartbeats written to it come back;
+		// then librdkafka is steady in the group again.
+		r.consumer.log.mu.Lock()
+		r.consumer.log.next[0] = 0
+		r.consumer.log.mu.Unlock()
+		r.pulse(scriptLease/2, false)
+		r.consumer.mu.Lock()
+		r.consumer.noAuto, r.consumer.commitDelay = false, 0
+		r.consumer.mu.Unlock()
+		for end := time.Now().Add(2 * scriptLease); (r.n.d.commitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
+			r.pulse(hb, false)
+		}
+		if r.n.d.commitsHeld || !r.n.IsLeader() {
+			t.Fatalf("held %v, leader %v two leases after the log restarted; want a leader renewing on automatic commits; events %s",
+				r.n.d.commitsHeld, r.n.IsLeader(), r.seen())
+		}
+		r.close()
+	})
+}

@@ -598,6 +598,15 @@ func (l *lease) committed(offset int64, explicit bool) leaseOut {
 	return out
 }
 
+// resetCommitted takes a commit of offset that reset librdkafka's committed offset below a log that
+// restarted while explicit commits were held (driver.startCommits): it renews nothing, and
+// librdkafka auto-commits the offsets above it from now on.
+func (l *lease) resetCommitted(offset int64) {
+	if offset >= 0 {
+		l.lastCommitted = offset
+	}
+}
+
 // # 5. The group check
 
 // checked takes the result of the group check started for tenure.

@@ -204,6 +204,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		base:       base,
 		commitAsks: map[int32]int64{},
 		storeAsks:  map[int32]int64{},
+		resets:     map[int32]bool{},
 		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
 	}
 	d.group.parts = map[int32]bool{}
