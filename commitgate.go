@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -9,7 +10,7 @@ import (
 
 // # One offset commit in flight
 //
-// librdkafka's auto-commit timer (auto.commit.interval.ms, a quarter poll here) commits, at every
+// librdkafka's auto-commit timer (auto.commit.interval.ms, half a poll here) commits, at every
 // tick and only while the consumer is steady in its group, each stored offset that is above the
 // offset it committed last, and it learns what it committed only from the commit's answer
 // (librdkafka 2.11.1, rdkafka_cgrp.c rd_kafka_cgrp_offset_commit_tmr_cb and rdkafka_partition.c
@@ -24,8 +25,8 @@ import (
 //
 //   - An offset is stored only while no commit is under way or may be: none stored and not yet
 //     withdrawn, no automatic commit that may still be answered, no explicit commit unanswered.
-//   - A stored offset is withdrawn (stored as OffsetInvalid, which the timer skips) hold after
-//     it was stored, a millisecond less than a tick. The timer reads the stored offsets at moments
+//   - A stored offset is withdrawn (stored as OffsetInvalid, which the timer skips) a little less
+//     than a tick after it was stored: less by a twenty-fifth of a tick, at least a millisecond. The timer reads the stored offsets at moments
 //     at least a tick apart (it schedules its next run a tick after the callback returns,
 //     rdkafka_timer.c rd_kafka_timer_schedule), so the timer reads the offset at most once: one
 //     commit of it, or none if the tick fell after the withdrawal or librdkafka was rejoining.
@@ -52,15 +53,17 @@ import (
 //
 // What it costs: a renewal now waits for the previous commit's answer, so on a slow broker the
 // leader renews once per commit round trip rather than once per RenewInterval (which it could not
-// use anyway: the commits queued behind one another). About one store in twenty-five at the
-// default tick misses its tick; its renewal then waits for the presumption and the next tick, a
-// couple of poll intervals on a healthy broker. Failover is unchanged: it waits for the session
+// use anyway: the commits queued behind one another). A store misses its tick when the tick falls
+// in the last twenty-fifth of it or comes late, one in twenty or so on a quiet machine (more where
+// the machine is so busy that librdkafka's thread wakes late); its renewal then waits for the
+// presumption and the next tick, a couple of poll intervals on a healthy broker, or an explicit
+// commit takes over (lease.stalled). Failover is unchanged: it waits for the session
 // or the LeaveGroup, not for commits; a close or a revocation withdraws what is stored first, so
 // the unassign that precedes the LeaveGroup has nothing to commit.
 type commitGate struct {
 	consumer KafkaConsumer
 	topic    *string
-	// tick is auto.commit.interval.ms; hold how long an offset stays stored (less than tick).
+	// tick is auto.commit.interval.ms; hold how long an offset stays stored, a little less.
 	tick, hold time.Duration
 	// late is how long an answer may take before any has been seen: the group heartbeat interval,
 	// beyond which an answer counts as late (driver.holdCommits).
@@ -76,21 +79,26 @@ type commitGate struct {
 	// one keeps the gate busy.
 	stores []*gateStore
 	// latencies are the times the latest commits took to be answered, automatic (from the store)
-	// and explicit. doubt counts the stores presumed unsent since the last answer: each doubles the
-	// patience of the next, so that a broker slower than the gate thought gets at most one more
-	// commit per doubling before its first answer comes.
+	// and explicit. doubt counts the stores presumed unsent before any commit was answered: each
+	// doubles the patience of the next, so that a broker slower than the gate guessed gets at
+	// most one more commit per doubling before its first answer tells the gate how slow it is.
 	latencies []time.Duration
 	doubt     int
-	// counts, for tests and logs.
-	counts gateCounts
+	// counts are the driver's, kept across its consumers' gates (Stats).
+	counts *gateCounts
 }
 
-// gateCounts counts what the gate did.
+// gateCounts counts what the gates of an instance did.
 type gateCounts struct {
-	stores, withdrawals, answers uint64
-	presumed                     uint64 // stores presumed never sent
-	strays                       uint64 // answers that came after their store was presumed never sent
-	doubled                      uint64 // stores whose window came out a tick or longer
+	stores, withdrawals, answers atomic.Uint64
+	presumed                     atomic.Uint64 // stores presumed never sent
+	strays                       atomic.Uint64 // answers that came after their store was presumed never sent
+	doubled                      atomic.Uint64 // stores whose window came out a tick or longer
+}
+
+// gateTally is a snapshot of gateCounts.
+type gateTally struct {
+	stores, withdrawals, answers, presumed, strays, doubled uint64
 }
 
 // gateStore is one store of offsets and what became of it.
@@ -110,8 +118,8 @@ type gateStore struct {
 // gateHistory is how many stores and answer times the gate keeps.
 const gateHistory = 8
 
-func newCommitGate(c KafkaConsumer, topic *string, tick, late time.Duration, now func() time.Duration) *commitGate {
-	return &commitGate{consumer: c, topic: topic, tick: tick, hold: max(tick-time.Millisecond, tick/2), late: late, now: now}
+func newCommitGate(c KafkaConsumer, topic *string, tick, late time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
+	return &commitGate{consumer: c, topic: topic, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, now: now, counts: counts}
 }
 
 // busy reports whether a store may not be made now, presuming unsent the commits whose time has
@@ -130,7 +138,7 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 			s.presumed = true
 			s.sends = s.answers
 			g.doubt++
-			g.counts.presumed++
+			g.counts.presumed.Add(1)
 			presumed = append(presumed, s)
 			continue
 		}
@@ -163,10 +171,10 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) e
 		return err
 	}
 	s.live = append([]kafka.TopicPartition(nil), s.stored...)
-	g.counts.stores++
+	g.counts.stores.Add(1)
 	g.armed = s
 	g.remember(s)
-	g.timer = time.AfterFunc(g.hold, func() { g.expire(s) })
+	g.timer = time.AfterFunc(s.at+g.hold-g.now(), func() { g.expire(s) })
 	return err
 }
 
@@ -193,6 +201,11 @@ func (g *commitGate) expire(s *gateStore) {
 	g.withdrawLocked(s.live)
 }
 
+// A withdrawal that its timer makes late by a tick or more (a process starved of CPU: a margin of
+// half a tick would not have stopped the spikes of tens of milliseconds seen on a machine loaded
+// five times over, and it made every second store miss its tick) may let librdkafka send the offset
+// twice; end counts it (Stats.LateWithdrawals), and the gate then waits for both answers.
+
 // withdrawLocked withdraws offsets of the armed store, and ends the store when nothing of it is
 // stored any longer. Called with mu held.
 func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
@@ -207,7 +220,7 @@ func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
 	// An error leaves the offset stored: it is withdrawn again when the store ends, and a
 	// partition that is no longer assigned has nothing to commit anyway.
 	_, _ = g.consumer.StoreOffsets(gone)
-	g.counts.withdrawals++
+	g.counts.withdrawals.Add(1)
 	var kept []kafka.TopicPartition
 	for _, tp := range s.live {
 		withdrawn := false
@@ -238,26 +251,28 @@ func (g *commitGate) end(s *gateStore) {
 	// tick holds at most one of them.
 	s.sends = int((s.withdrawn-s.at)/g.tick) + 1
 	if s.sends > 1 {
-		g.counts.doubled++
+		g.counts.doubled.Add(1)
 	}
 	s.presumeBy = s.withdrawn + g.patience(s.hint)
 }
 
 // patience is how long after a withdrawal an unanswered commit is presumed never sent: the longest
 // time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
-// quarter more, and a tick. Before any commit has been answered it is at least a group heartbeat
-// interval, the time beyond which goneli counts an answer as late anyway (driver.holdCommits), so
-// that a broker slower than that is what it takes to have two commits in flight, once, before the
-// first answer tells the gate how slow it is. Called with mu held.
+// quarter more, and a tick. Before any commit has been answered the gate guesses at least a group
+// heartbeat interval, the time beyond which goneli counts an answer as late anyway
+// (driver.holdCommits), and doubles its guess with every store it presumes unsent, so that a
+// broker slower than that has at most a few commits in flight, once, before its first answer.
+// Called with mu held.
 func (g *commitGate) patience(hint time.Duration) time.Duration {
 	l := max(hint, g.tick)
 	if len(g.latencies) == 0 {
 		l = max(l, g.late)
+		return (l + l/4 + g.tick) << min(g.doubt, 4)
 	}
 	for _, d := range g.latencies {
 		l = max(l, d)
 	}
-	return (l + l/4 + g.tick) << min(g.doubt, 4)
+	return l + l/4 + g.tick
 }
 
 // explicitAnswered records how long an explicit commit took to be answered: it went to the same
@@ -266,7 +281,6 @@ func (g *commitGate) explicitAnswered(took time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sample(took)
-	g.doubt = 0
 }
 
 // sample records a commit's answer time. Called with mu held.
@@ -282,7 +296,7 @@ func (g *commitGate) sample(d time.Duration) {
 func (g *commitGate) answer(e kafka.OffsetsCommitted) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.counts.answers++
+	g.counts.answers.Add(1)
 	s := g.match(e)
 	if s == nil {
 		return
@@ -292,16 +306,20 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted) {
 	if s.presumed {
 		// Sent after all, and answered late: the broker is slower than the gate thought, which
 		// the latency it now records says for the stores to come.
-		g.counts.strays++
+		g.counts.strays.Add(1)
 		s.sends = s.answers
-	} else {
-		g.doubt = 0
 	}
 	g.sample(now - s.at)
 	if s == g.armed {
 		// Answered before its withdrawal: withdrawn now, as a failed commit leaves the offset
 		// above the committed one, where the next tick would send it again.
 		g.withdrawLocked(s.live)
+	}
+	if s.answers < s.sends {
+		// A window that came out a tick or longer may have let a second commit go; if it did,
+		// its answer follows the first within about a tick, as the coordinator answers a
+		// connection's requests in order. (Answers are seen a poll late, which only adds.)
+		s.presumeBy = min(s.presumeBy, now+2*g.tick)
 	}
 }
 
@@ -394,9 +412,9 @@ func (g *commitGate) close() {
 	}
 }
 
-// snapshot returns the gate's counts.
-func (g *commitGate) snapshot() gateCounts {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.counts
+// snapshot returns the counts of the gates of the gate's instance.
+func (g *commitGate) snapshot() gateTally {
+	c := g.counts
+	return gateTally{stores: c.stores.Load(), withdrawals: c.withdrawals.Load(), answers: c.answers.Load(),
+		presumed: c.presumed.Load(), strays: c.strays.Load(), doubled: c.doubled.Load()}
 }

@@ -59,8 +59,9 @@ type driver struct {
 	resetting bool
 	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
 	// offsets the leases asked to store, by partition, until the gate lets them be stored.
-	gate      *commitGate
-	storeAsks map[int32]int64
+	gate       *commitGate
+	gateCounts gateCounts
+	storeAsks  map[int32]int64
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
 	commitsHeld bool
@@ -373,7 +374,7 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 // interval as the consumer's configuration has it, in whole milliseconds.
 func (d *driver) newGate(c KafkaConsumer) *commitGate {
 	tick := time.Duration(d.timing.commit.Milliseconds()) * time.Millisecond
-	return newCommitGate(c, &d.topic, tick, d.timing.heartbeat(), d.now)
+	return newCommitGate(c, &d.topic, tick, d.timing.heartbeat(), d.now, &d.gateCounts)
 }
 
 // withdraw takes back the offset stored for p, if any, so that librdkafka's auto-commit does not

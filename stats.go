@@ -154,6 +154,14 @@ type Stats struct {
 	// asked the coordinator for, New's included: about two per membership of the group while
 	// nothing is wrong (see GroupConflictError).
 	GroupChecks uint64
+	// CommitStoresMissed counts the heartbeat offsets that the instance (all its roles together)
+	// stored for librdkafka's auto-commit and then presumed never committed: the auto-commit timer
+	// ticked only after the offset was withdrawn again, or librdkafka was rejoining the group. Each
+	// costs a renewal some latency. LateWithdrawals counts the stored offsets withdrawn a whole
+	// auto-commit interval or more after they were stored, because the instance was short of CPU:
+	// librdkafka may have sent such an offset twice. The package doc (Cost) says why offsets are
+	// withdrawn at all.
+	CommitStoresMissed, LateWithdrawals uint64
 }
 
 func (n *neli) Stats() Stats {
@@ -183,6 +191,8 @@ func (n *neli) statsOf(p *part) Stats {
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
 		GroupChecks:         n.d.check.count.Load(),
+		CommitStoresMissed:  n.d.gateCounts.presumed.Load(),
+		LateWithdrawals:     n.d.gateCounts.doubled.Load(),
 		HandOvers:           n.d.handOvers.Load(),
 	}
 	if since, reason, down := n.d.reach.state(); down {

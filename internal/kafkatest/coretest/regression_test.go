@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -380,13 +382,15 @@ func TestLeaderTopicRecreated(t *testing.T) {
 // commit that the session leaves (lease.stalled, commitWindow): 0.8 leases for the session of twice
 // the lease set here, as a user whose leader must ride out rebalances at a short lease would.
 //
-// The two tests below make the gap in two ways. This one widens librdkafka's automatic commits to
-// every 1.25 leases, without rebalances: a must renew across the gaps on explicit commits, each gap
+// The two tests below make the gap in two ways. This one lets stores of offsets reach librdkafka
+// only during 400 ms of every 1.25 leases (sparseStores), without rebalances, so that librdkafka
+// commits automatically about that often: a must renew across the gaps on explicit commits, each gap
 // ending inside the lease that the window's last explicit commit gave, about 0.4 leases early. (At
 // 1.5 leases, the test's earlier gap, that margin was a tenth of a lease, and a 1 s lease fenced 7
 // ms before the automatic commit beside two busy loops; rebalances on top of sparse commits add
 // librdkafka's wait of up to a second, more than a window of 0.8 leases bridges by design. Both
-// fences were the window doing its job, not a fault.)
+// fences were the window doing its job, not a fault.) The gaps were made by a longer
+// auto.commit.interval.ms before goneli withdrew each stored offset within a tick (commitgate.go).
 func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
 	b := startBroker(t)
 	group, log, r := groupName(t), newTestLog(t), newRecorder()
@@ -394,12 +398,11 @@ func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
 	ca := testConfig(b, group, "a", log)
 	ca.KafkaConfig["session.timeout.ms"] = int((2 * lease).Milliseconds())
 	ca.KafkaConsumerProvider = func(conf *KafkaConfigMap) (KafkaConsumer, error) {
-		sparse := KafkaConfigMap{}
-		for k, v := range *conf {
-			sparse[k] = v
+		c, err := StandardKafkaConsumerProvider()(conf)
+		if err != nil {
+			return nil, err
 		}
-		sparse["auto.commit.interval.ms"] = int((lease * 5 / 4).Milliseconds())
-		return StandardKafkaConsumerProvider()(&sparse)
+		return &sparseStores{Consumer: c.(*kafka.Consumer), every: lease * 5 / 4, open: 400 * time.Millisecond}, nil
 	}
 	a := contender(t, ca, r).(Curator)
 	r.await(t, "a to lead", has[LeaderAcquired]("a"))
@@ -412,6 +415,25 @@ func TestLeaderRenewsBetweenSparseAutoCommits(t *testing.T) {
 		t.Errorf("a was fenced: %v; events: %s", e.what, describe(events))
 	}
 	checkGrammar(t, events)
+}
+
+// sparseStores passes stores of offsets on to librdkafka only during the first open of every
+// interval, and pretends to have stored the others; withdrawals always go through. A slice rather
+// than one store per interval, since a store can miss librdkafka's tick (commitgate.go), and the
+// gate then stores again.
+type sparseStores struct {
+	*kafka.Consumer
+	every, open time.Duration
+	once        sync.Once
+	epoch       time.Time
+}
+
+func (s *sparseStores) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+	s.once.Do(func() { s.epoch = time.Now() })
+	if slices.ContainsFunc(tps, func(tp kafka.TopicPartition) bool { return tp.Offset >= 0 }) && time.Since(s.epoch)%s.every >= s.open {
+		return tps, nil
+	}
+	return s.Consumer.StoreOffsets(tps)
 }
 
 // TestLeaderRidesOutRebalances makes librdkafka's wait itself: a contender joins and leaves, twice,
