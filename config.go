@@ -736,6 +736,8 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	setDefault(producer, "linger.ms", 0)
 	// A heartbeat is worthless once its lease would have lapsed; retrying it later only adds noise.
 	producer["message.timeout.ms"] = int(c.HeartbeatTimeout.Milliseconds())
+	// Every heartbeat's delivery report is awaited before the next is produced (mayProduce).
+	producer["go.delivery.reports"] = true
 	setDefault(producer, "enable.idempotence", false)
 	// confluent-kafka-go sizes both channels for a million entries by default, some 24 MB of
 	// buffers for a producer that sends ten small records a second.
@@ -755,7 +757,7 @@ var consumerOnlyKeys = []string{"session.timeout.ms", "heartbeat.interval.ms", "
 	"fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages", "queued.max.messages.kbytes",
 	"check.crcs", "allow.auto.create.topics", "group.protocol.type", "coordinator.query.interval.ms"}
 
-var producerOnlyKeys = []string{"go.events.channel.size", "go.produce.channel.size", "acks", "linger.ms", "message.timeout.ms", "enable.idempotence",
+var producerOnlyKeys = []string{"go.events.channel.size", "go.produce.channel.size", "go.delivery.reports", "acks", "linger.ms", "message.timeout.ms", "enable.idempotence",
 	"batch.size", "batch.num.messages", "compression.type", "compression.codec", "retries", "queue.buffering.max.ms",
 	"queue.buffering.max.messages", "queue.buffering.max.kbytes", "request.required.acks", "delivery.timeout.ms"}
 

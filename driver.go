@@ -262,8 +262,9 @@ func (d *driver) cycle(poll time.Duration) error {
 	d.collectGroupCheck()
 	d.finishReleases()
 	if d.live() {
+		beats := d.mayProduce()
 		for _, p := range d.parts {
-			d.apply(p, p.lease.due())
+			d.apply(p, p.lease.due(beats))
 		}
 		d.sendHeartbeats()
 		d.checkHandOver()

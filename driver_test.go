@@ -338,13 +338,18 @@ func (c *scriptConsumer) push(items ...any) {
 	c.queue = append(c.queue, items...)
 }
 
-// scriptProducer is a KafkaProducer that appends to the script's log.
+// scriptProducer is a KafkaProducer that appends to the script's log. Its delivery reports come
+// reportDelay after the record was produced; it counts the records produced and not reported yet.
 type scriptProducer struct {
 	log    *scriptLog
 	events chan kafka.Event
 	mu     sync.Mutex
 	sent   []heartbeat
 	closed bool
+	// reportDelay delays the reports that go to events; flying counts those on their way, and
+	// maxFlying the most at once.
+	reportDelay       time.Duration
+	flying, maxFlying int
 }
 
 func (p *scriptProducer) Events() chan kafka.Event { return p.events }
@@ -364,10 +369,26 @@ func (p *scriptProducer) Produce(m *kafka.Message, reports chan kafka.Event) err
 	l.mu.Unlock()
 	delivered := *m
 	delivered.TopicPartition.Offset = kafka.Offset(off)
-	if reports == nil {
-		reports = p.events
+	p.mu.Lock()
+	delay := p.reportDelay
+	p.mu.Unlock()
+	switch {
+	case reports != nil:
+		reports <- &delivered
+	case delay > 0:
+		p.mu.Lock()
+		p.flying++
+		p.maxFlying = max(p.maxFlying, p.flying)
+		p.mu.Unlock()
+		time.AfterFunc(delay, func() {
+			p.mu.Lock()
+			p.flying--
+			p.mu.Unlock()
+			p.events <- &delivered
+		})
+	default:
+		p.events <- &delivered
 	}
-	reports <- &delivered
 	c := l.consumer
 	c.mu.Lock()
 	switch {
@@ -1024,6 +1045,38 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		if r.n.d.commitsHeld || !r.n.IsLeader() {
 			t.Fatalf("held %v, leader %v two leases after the log restarted; want a leader renewing on automatic commits; events %s",
 				r.n.d.commitsHeld, r.n.IsLeader(), r.seen())
+		}
+		r.close()
+	})
+}
+
+// However slowly the broker acknowledges heartbeats, the instance has one round of them in flight:
+// a heartbeat that falls due while the one before has not been reported delivered waits for it
+// (driver.mayProduce). The leader keeps leading on the heartbeats that do go out.
+func TestDriverOneHeartbeatRoundInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		r.assign()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership within a lease; events %s", r.seen())
+		}
+		interval := *r.n.config.RenewInterval
+		r.producer.mu.Lock()
+		r.producer.reportDelay = 3 * interval
+		before := len(r.producer.sent)
+		r.producer.mu.Unlock()
+		r.pulse(3*scriptLease, false)
+		r.producer.mu.Lock()
+		sent, most := len(r.producer.sent)-before, r.producer.maxFlying
+		r.producer.mu.Unlock()
+		if most != 1 {
+			t.Errorf("%d heartbeats awaited their delivery reports at once, want 1", most)
+		}
+		if want := int(3 * scriptLease / (3*interval + *r.n.config.MinPollInterval)); sent < want {
+			t.Errorf("%d heartbeats in three leases, want at least %d: one per report", sent, want)
+		}
+		if s := r.n.Stats(); !s.Leader || s.Fenced != 0 {
+			t.Errorf("leader %v, fenced %d times; want a leader never fenced", s.Leader, s.Fenced)
 		}
 		r.close()
 	})

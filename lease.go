@@ -231,10 +231,12 @@ func (l *lease) assign(vouched bool) leaseOut {
 // # 2. Heartbeats
 
 // due produces what the passage of time calls for: a fence if the lease ran out, a heartbeat if
-// one is due (every RenewInterval, or every MinPollInterval before the tenure first acquires: the
-// tenure, a sequence number and the send time), and a group check
-// if the tenure needs one. Called from every cycle.
-func (l *lease) due() leaseOut {
+// one is due and beats allows it (every RenewInterval, or every MinPollInterval before the tenure
+// first acquires: the tenure, a sequence number and the send time), and a group check if the
+// tenure needs one. Called from every cycle. beats is false while the instance's previous
+// heartbeats are still on their way to the broker (driver.mayProduce): a heartbeat that is due
+// then waits, and goes out at the first cycle after they have arrived.
+func (l *lease) due(beats bool) leaseOut {
 	out := l.expire()
 	if !l.t.active {
 		return out
@@ -248,7 +250,7 @@ func (l *lease) due() leaseOut {
 	// read the partition up to its own records, and no more until the wait is over: every record
 	// it writes meanwhile would push the predecessor's marker further from the end of the
 	// partition, out of the reach of a successor of its own (releaseLookback).
-	if now >= l.t.next && !(l.waiting() && l.t.seq > 0) {
+	if beats && now >= l.t.next && !(l.waiting() && l.t.seq > 0) {
 		l.t.seq++
 		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now, role: l.role}
 		if l.t.acquired {

@@ -71,7 +71,7 @@ func (r *rig) deliver() {
 
 func (r *rig) assign()              { r.take(r.l.assign(false)) }
 func (r *rig) revoke(lost bool)     { r.take(r.l.revoke(lost)) }
-func (r *rig) due()                 { r.take(r.l.due()) }
+func (r *rig) due()                 { r.take(r.l.due(true)) }
 func (r *rig) expire()              { r.take(r.l.expire()) }
 func (r *rig) wait(d time.Duration) { r.clock.advance(d) }
 
