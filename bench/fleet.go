@@ -45,6 +45,8 @@ type memberFleet struct {
 	roles []string
 	// ownGroups puts every member in a group of its own, <group>-<member>, instead of all in one.
 	ownGroups bool
+	// extra are more arguments for every member.
+	extra []string
 }
 
 func newFleet(e *env, scenario string, lease, task time.Duration) *memberFleet {
@@ -77,6 +79,7 @@ func (f *memberFleet) spawn() (*fleet.Proc, error) {
 	if len(f.roles) > 0 {
 		args = append(args, "--roles", strconv.Itoa(len(f.roles)))
 	}
+	args = append(args, f.extra...)
 	s := fleet.Spec{
 		Name:      name,
 		Path:      f.env.exe,

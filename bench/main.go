@@ -70,6 +70,14 @@ type options struct {
 	rolesTrials    int      // trials per roles handoff series
 	rolesSetups    []string // setups of the roles cost scenario (setup* in roles.go)
 	crashTrials    int      // trials per crash failover series
+
+	load          bool            // run the load scenario (load.go)
+	loadInstances []int           // instances of one role each
+	loadRoles     int             // roles of the one instance with many (0: none)
+	loadDelays    []time.Duration // the broker's answer delays, in the order applied
+	loadLease     time.Duration
+	loadWindow    time.Duration
+	loadSettle    time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -104,6 +112,14 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var setups string
 	fs.StringVar(&setups, "roles-setups", strings.Join(rolesSetups, ","), "setups of the roles cost scenario (\"\" for none)")
 	fs.IntVar(&o.rolesTrials, "roles-trials", -1, "trials per roles handoff series (default: --trials)")
+	fs.BoolVar(&o.load, "load", false, "run the load scenario (alone, unless other scenarios' flags are given): instances on a broker that answers later and later")
+	var loadInstances, loadDelays string
+	fs.StringVar(&loadInstances, "load-instances", "1,4,16,64", "load scenario: numbers of instances, each leading one role in a group of its own")
+	fs.IntVar(&o.loadRoles, "load-roles", 1000, "load scenario: roles of one more instance (0: none)")
+	fs.StringVar(&loadDelays, "load-delays", "0,100ms,400ms,1s", "load scenario: how late the broker answers, applied in this order")
+	fs.DurationVar(&o.loadLease, "load-lease", goneli.DefaultHeartbeatTimeout, "load scenario: HeartbeatTimeout")
+	fs.DurationVar(&o.loadWindow, "load-window", 20*time.Second, "load scenario: measurement window at each delay")
+	fs.DurationVar(&o.loadSettle, "load-settle", 10*time.Second, "load scenario: how long the members run at a new delay before its window")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -112,6 +128,19 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.load {
+		// The load scenario alone, unless another scenario was asked for explicitly.
+		alone := map[string]func(){
+			"trials":       func() { o.trials = 0 },
+			"fence-trials": func() { o.fenceTrials = 0 },
+			"contenders":   func() { contenders = "" },
+		}
+		for name, apply := range alone {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
 	if o.short {
 		// Only what was not given explicitly shrinks.
 		short := map[string]func(){
@@ -168,6 +197,26 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := validateRoles(o); err != nil {
 		return o, err
+	}
+	for _, s := range strings.Split(loadInstances, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("--load-instances: bad number of instances %q", s)
+		}
+		o.loadInstances = append(o.loadInstances, n)
+	}
+	var err error
+	if o.loadDelays, err = parseDelays(loadDelays); err != nil {
+		return o, err
+	}
+	if o.loadRoles < 0 {
+		return o, fmt.Errorf("--load-roles: %d is not a number of roles", o.loadRoles)
+	}
+	if o.loadLease < goneli.MinHeartbeatTimeout {
+		return o, fmt.Errorf("--load-lease: at least %v", goneli.MinHeartbeatTimeout)
 	}
 	return o, nil
 }
@@ -267,6 +316,9 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 	}
 	if o.rolesScenarios {
 		errs = append(errs, r.runRoles()...)
+	}
+	if o.load {
+		errs = append(errs, r.runLoad()...)
 	}
 	rep.Finished = time.Now().UTC()
 	for i := range rep.Phases {
@@ -387,6 +439,7 @@ func printTable(w io.Writer, rep *Report) {
 	}
 	printPhases(p, rep.Phases)
 	printRolesTables(w, rep.Roles)
+	printLoadTables(p, rep.Load)
 	p("")
 	if len(rep.UncutFences) > 0 {
 		by := map[string]int{}

@@ -38,6 +38,8 @@ type Report struct {
 	Phases []PhaseTrace `json:"phases,omitempty"`
 	// Roles is what the roles scenarios measured (--roles-scenarios).
 	Roles *RolesReport `json:"roles,omitempty"`
+	// Load is what the load scenario measured (--load).
+	Load *LoadReport `json:"load,omitempty"`
 }
 
 // FirstLeader is how long N freshly started contenders took to elect a leader.
