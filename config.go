@@ -111,17 +111,17 @@ type Config struct {
 	Address string
 
 	// PollDuration is how long one Pulse of an instance that holds a partition waits in the
-	// consumer's poll for an event. An instance that holds none waits up to MinPollInterval
-	// (within Pulse's timeout), so that it takes a new assignment the moment it arrives. It may not
-	// exceed MinPollInterval. Default: DefaultPollDuration (1 ms).
+	// consumer's poll for an event. An instance that holds none waits up to a group heartbeat
+	// interval, or MinPollInterval if that is longer (within Pulse's timeout), so that it takes a
+	// new assignment the moment it arrives; its Close may wait that long. It may not exceed
+	// MinPollInterval. Default: DefaultPollDuration (1 ms).
 	PollDuration *time.Duration
 
 	// MinPollInterval is the shortest time between two polls of the consumer, except while a new
 	// tenure proves its first lease: an instance assigned a partition it does not lead yet polls
 	// every couple of milliseconds until it leads (for at most one HeartbeatTimeout), so that its
-	// first heartbeat's round trip and commit are seen as they happen. It also bounds how soon an
-	// idle member sees a rebalance. Default: DefaultMinPollInterval (100 ms), or
-	// HeartbeatTimeout/20 if that is shorter.
+	// first heartbeat's round trip and commit are seen as they happen. Default:
+	// DefaultMinPollInterval (100 ms), or HeartbeatTimeout/20 if that is shorter.
 	MinPollInterval *time.Duration
 
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
