@@ -10,7 +10,7 @@ import (
 
 // # One offset commit in flight
 //
-// librdkafka's auto-commit timer (auto.commit.interval.ms, half a poll here) commits, at every
+// librdkafka's auto-commit timer (auto.commit.interval.ms, a quarter poll here) commits, at every
 // tick and only while the consumer is steady in its group, each stored offset that is above the
 // offset it committed last, and it learns what it committed only from the commit's answer
 // (librdkafka 2.11.1, rdkafka_cgrp.c rd_kafka_cgrp_offset_commit_tmr_cb and rdkafka_partition.c
@@ -26,7 +26,9 @@ import (
 //   - An offset is stored only while no commit is under way or may be: none stored and not yet
 //     withdrawn, no automatic commit that may still be answered, no explicit commit unanswered.
 //   - A stored offset is withdrawn (stored as OffsetInvalid, which the timer skips) a little less
-//     than a tick after it was stored: less by a twenty-fifth of a tick, at least a millisecond. The timer reads the stored offsets at moments
+//     than a tick after it was stored: less by a twenty-fifth of a tick, at least a millisecond.
+//     Until a consumer's first commit has been answered it stays as much longer than a tick
+//     instead (store): a new tenure's first proof must not wait for a presumption. The timer reads the stored offsets at moments
 //     at least a tick apart (it schedules its next run a tick after the callback returns,
 //     rdkafka_timer.c rd_kafka_timer_schedule), so the timer reads the offset at most once: one
 //     commit of it, or none if the tick fell after the withdrawal or librdkafka was rejoining.
@@ -112,6 +114,7 @@ type gateStore struct {
 	sends, answers int
 	presumeBy      time.Duration
 	hint           time.Duration // a latency known when it was stored (a heartbeat's round trip)
+	long           bool          // stored for longer than a tick on purpose (store)
 	presumed       bool
 }
 
@@ -174,7 +177,16 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) e
 	g.counts.stores.Add(1)
 	g.armed = s
 	g.remember(s)
-	g.timer = time.AfterFunc(s.at+g.hold-g.now(), func() { g.expire(s) })
+	hold := g.hold
+	if len(g.latencies) == 0 {
+		// No commit answered yet (a new tenure's first proof, typically): the offset stays stored
+		// a little longer than a tick, so that the proof does not wait out a presumption for a
+		// tick that fell just after the withdrawal. A second commit of it goes out only if the
+		// first is unanswered at the next tick, which a broker answering within a tick never
+		// lets happen, and is accounted for (sends) like a late withdrawal.
+		hold, s.long = g.tick+(g.tick-g.hold), true
+	}
+	g.timer = time.AfterFunc(s.at+hold-g.now(), func() { g.expire(s) })
 	return err
 }
 
@@ -250,7 +262,7 @@ func (g *commitGate) end(s *gateStore) {
 	// The timer reads stored offsets at moments at least a tick apart, so a window shorter than a
 	// tick holds at most one of them.
 	s.sends = int((s.withdrawn-s.at)/g.tick) + 1
-	if s.sends > 1 {
+	if s.sends > 1 && !s.long {
 		g.counts.doubled.Add(1)
 	}
 	s.presumeBy = s.withdrawn + g.patience(s.hint)
@@ -275,9 +287,10 @@ func (g *commitGate) patience(hint time.Duration) time.Duration {
 	return l + l/4 + g.tick
 }
 
-// explicitAnswered records how long an explicit commit took to be answered: it went to the same
-// coordinator, on the same connection, as the automatic ones.
-func (g *commitGate) explicitAnswered(took time.Duration) {
+// answered records how long an explicit commit took to be answered: it went to the same
+// coordinator, on the same connection, as the automatic ones. (A group check's round trip would
+// not do: a coordinator whose log appends are slow answers commits far later than descriptions.)
+func (g *commitGate) answered(took time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sample(took)

@@ -497,7 +497,7 @@ func (d *driver) collectCommits() {
 	if !ok {
 		return
 	}
-	d.gate.explicitAnswered(took)
+	d.gate.answered(took)
 	if took > d.timing.heartbeat() {
 		d.holdCommits(took)
 	}

@@ -294,8 +294,8 @@ func renewalTick(now, interval time.Duration) time.Duration {
 }
 
 // commitStall is the lease's stall for a MinPollInterval of poll: librdkafka's auto-commit runs
-// every half poll (config.go, groupTiming), so an offset stored two polls ago has had four of its
-// rounds, and one whose commit is answered normally has its answer by then.
+// every quarter poll (config.go, groupTiming), so an offset stored two polls ago has had eight of
+// its rounds, and one whose commit is answered normally has its answer by then.
 func commitStall(poll time.Duration) time.Duration {
 	return 2 * poll
 }

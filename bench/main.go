@@ -62,6 +62,7 @@ type options struct {
 	memberLog   string
 	memberLogs  string
 	settle      time.Duration
+	randomPhase bool
 
 	rolesScenarios bool
 	roles          int      // roles of the cost and group scenarios
@@ -102,6 +103,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&leases, "heartbeat-timeouts", "5s,1s", "HeartbeatTimeout settings to measure failover with")
 	fs.DurationVar(&o.task, "task", time.Millisecond, "simulated leader work per run in the failover trials (their time resolution)")
 	fs.DurationVar(&o.settle, "settle", 2*time.Second, "how long a group must have been steady before a trial's fault")
+	fs.BoolVar(&o.randomPhase, "random-phase", true, "add a random part of a group heartbeat interval to each trial's settle, so that faults fall at every phase of the members' group heartbeats")
 	fs.StringVar(&o.memberLogs, "member-logs", "", "also write each member's stderr to <dir>/<member>.log")
 	fs.StringVar(&o.memberLog, "member-log-level", "warn", "members' log level on stderr (shown when a scenario fails)")
 	fs.DurationVar(&o.costTask, "cost-task", 10*time.Millisecond, "simulated leader work per run while measuring cost")
