@@ -284,7 +284,8 @@ func TestRenderMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, _ := os.ReadFile(md)
-	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | ~1090 ms | 309 ms |",
+	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | 2749 ms (a) | 309 ms |",
+		"| crash failover (SIGKILL -> successor acts), 5 s lease | 16.0-17.3 s (a) | 10.2 s |", "- (b) the run beside goneli when the handoff work of issue 11 began",
 		"| Failover and fencing (3 contenders)", "session timeout + rebalance"} {
 		if !bytes.Contains(page, []byte(want)) {
 			t.Errorf("page lacks %q", want)
@@ -298,7 +299,7 @@ func TestRenderMarkdown(t *testing.T) {
 	if !strings.HasPrefix(s, before[:len(before)-len("stale\n")]) || !strings.HasSuffix(s, after) || strings.Contains(s, "stale") {
 		t.Errorf("README outside the markers changed, or the old summary stayed:\n%s", s)
 	}
-	if !strings.Contains(s, "[docs/results.md](docs/results.md)") || !strings.Contains(s, "| graceful handoff, 1 s lease | ~1120 ms | 68 ms |") {
+	if !strings.Contains(s, "[docs/results.md](docs/results.md)") || !strings.Contains(s, "| graceful handoff, 1 s lease | ~1120 ms (b) | 68 ms |") {
 		t.Errorf("README summary:\n%s", s)
 	}
 }
