@@ -79,6 +79,7 @@ type options struct {
 	loadLease     time.Duration
 	loadWindow    time.Duration
 	loadSettle    time.Duration
+	loadTask      time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -122,6 +123,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.loadLease, "load-lease", goneli.DefaultHeartbeatTimeout, "load scenario: HeartbeatTimeout")
 	fs.DurationVar(&o.loadWindow, "load-window", 20*time.Second, "load scenario: measurement window at each delay")
 	fs.DurationVar(&o.loadSettle, "load-settle", 10*time.Second, "load scenario: how long the members run at a new delay before its window")
+	fs.DurationVar(&o.loadTask, "load-task", 100*time.Millisecond, "load scenario: simulated leader work per run; the harness's own task loop costs each leader about 0.6 CPU s/min at --cost-task's 10 ms")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
