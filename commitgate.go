@@ -81,11 +81,15 @@ type commitGate struct {
 	// one keeps the gate busy.
 	stores []*gateStore
 	// latencies are the times the latest commits took to be answered, automatic (from the store)
-	// and explicit. doubt counts the stores presumed unsent before any commit was answered: each
-	// doubles the patience of the next, so that a broker slower than the gate guessed gets at
-	// most one more commit per doubling before its first answer tells the gate how slow it is.
+	// and explicit. doubt counts the stores presumed unsent since the last answer: each doubles
+	// the patience of the next, up to most (a quarter lease). So a broker slower than the gate
+	// guessed gets at most one more commit per doubling before an answer tells the gate how slow
+	// it is, and a coordinator that cannot be reached for a while gets one deferred commit per
+	// doubling, sent when it is back (librdkafka defers an automatic commit while it has no
+	// coordinator: rd_kafka_cgrp_defer_offset_commit), rather than one per poll.
 	latencies []time.Duration
 	doubt     int
+	most      time.Duration
 	// counts are the driver's, kept across its consumers' gates (Stats).
 	counts *gateCounts
 }
@@ -121,8 +125,8 @@ type gateStore struct {
 // gateHistory is how many stores and answer times the gate keeps.
 const gateHistory = 8
 
-func newCommitGate(c KafkaConsumer, topic *string, tick, late time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
-	return &commitGate{consumer: c, topic: topic, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, now: now, counts: counts}
+func newCommitGate(c KafkaConsumer, topic *string, tick, late, most time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
+	return &commitGate{consumer: c, topic: topic, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, most: most, now: now, counts: counts}
 }
 
 // busy reports whether a store may not be made now, presuming unsent the commits whose time has
@@ -270,21 +274,20 @@ func (g *commitGate) end(s *gateStore) {
 
 // patience is how long after a withdrawal an unanswered commit is presumed never sent: the longest
 // time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
-// quarter more, and a tick. Before any commit has been answered the gate guesses at least a group
+// quarter more, and a tick; before any commit has been answered the gate guesses at least a group
 // heartbeat interval, the time beyond which goneli counts an answer as late anyway
-// (driver.holdCommits), and doubles its guess with every store it presumes unsent, so that a
-// broker slower than that has at most a few commits in flight, once, before its first answer.
+// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most.
 // Called with mu held.
 func (g *commitGate) patience(hint time.Duration) time.Duration {
 	l := max(hint, g.tick)
 	if len(g.latencies) == 0 {
 		l = max(l, g.late)
-		return (l + l/4 + g.tick) << min(g.doubt, 4)
 	}
 	for _, d := range g.latencies {
 		l = max(l, d)
 	}
-	return l + l/4 + g.tick
+	base := l + l/4 + g.tick
+	return max(base, min(base<<min(g.doubt, 5), g.most))
 }
 
 // answered records how long an explicit commit took to be answered: it went to the same
@@ -294,6 +297,7 @@ func (g *commitGate) answered(took time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.sample(took)
+	g.doubt = 0
 }
 
 // sample records a commit's answer time. Called with mu held.
@@ -321,6 +325,8 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted) {
 		// the latency it now records says for the stores to come.
 		g.counts.strays.Add(1)
 		s.sends = s.answers
+	} else {
+		g.doubt = 0
 	}
 	g.sample(now - s.at)
 	if s == g.armed {

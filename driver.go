@@ -394,7 +394,7 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 // interval as the consumer's configuration has it, in whole milliseconds.
 func (d *driver) newGate(c KafkaConsumer) *commitGate {
 	tick := time.Duration(d.timing.commit.Milliseconds()) * time.Millisecond
-	return newCommitGate(c, &d.topic, tick, d.timing.heartbeat(), d.now, &d.gateCounts)
+	return newCommitGate(c, &d.topic, tick, d.timing.heartbeat(), *d.config.HeartbeatTimeout/4, d.now, &d.gateCounts)
 }
 
 // withdraw takes back the offset stored for p, if any, so that librdkafka's auto-commit does not

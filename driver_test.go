@@ -1081,3 +1081,38 @@ func TestDriverOneHeartbeatRoundInFlight(t *testing.T) {
 		r.close()
 	})
 }
+
+// While nothing answers any commit (a coordinator out of reach, whose automatic commits librdkafka
+// defers to send all at once when it is back), the gate stores ever less often: each store
+// presumed never sent doubles the wait before the next, up to a quarter lease. (Explicit commits
+// stop here once the window after the last automatic commit has passed.)
+func TestDriverStoresBackOffWithoutAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		r.assign()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership within a lease; events %s", r.seen())
+		}
+		r.consumer.mu.Lock()
+		r.consumer.noAuto = true
+		r.consumer.mu.Unlock()
+		r.pulse(2*scriptLease, false) // past the window, and the waits doubled up to the cap
+		r.consumer.mu.Lock()
+		before, explicit := r.consumer.stores, len(r.consumer.commits)
+		r.consumer.mu.Unlock()
+		r.pulse(4*scriptLease, false)
+		r.consumer.mu.Lock()
+		stores, explicit := r.consumer.stores-before, len(r.consumer.commits)-explicit
+		r.consumer.mu.Unlock()
+		if explicit != 0 {
+			t.Fatalf("%d explicit commits long after the window, want none", explicit)
+		}
+		if most := 4*4 + 1; stores > most {
+			t.Errorf("%d stores in four leases without an answer, want at most %d: one per quarter lease", stores, most)
+		}
+		if stores < 8 {
+			t.Errorf("%d stores in four leases, want the gate to keep trying", stores)
+		}
+		r.close()
+	})
+}
