@@ -15,9 +15,10 @@ import (
 // offset it committed last, and it learns what it committed only from the commit's answer
 // (librdkafka 2.11.1, rdkafka_cgrp.c rd_kafka_cgrp_offset_commit_tmr_cb and rdkafka_partition.c
 // rd_kafka_topic_partition_list_set_offsets, which has no check for a commit in flight). So a
-// stored offset goes out again at every tick until an answer comes back: a broker that answers in
-// 400 ms got sixteen commits of every offset, queued behind one another on the coordinator
-// connection with the group heartbeats, and the slower it answered the more it got.
+// stored offset goes out again at every tick until an answer comes back: with answers 400 ms late
+// one leader had 56 commits queued on the coordinator connection, ahead of its group heartbeats,
+// and the slower the broker answered the more it got (TestOneCommitInFlightOnASlowCoordinator,
+// without the gate).
 //
 // The gate keeps one commit in flight per consumer, automatic or explicit, whatever the broker's
 // latency, and keeps automatic commits as what they are for the window of explicit ones (the
@@ -27,20 +28,22 @@ import (
 //     withdrawn, no automatic commit that may still be answered, no explicit commit unanswered.
 //   - A stored offset is withdrawn (stored as OffsetInvalid, which the timer skips) a little less
 //     than a tick after it was stored: less by a twenty-fifth of a tick, at least a millisecond.
-//     Until a consumer's first commit has been answered it stays as much longer than a tick
-//     instead (store): a new tenure's first proof must not wait for a presumption. The timer reads the stored offsets at moments
-//     at least a tick apart (it schedules its next run a tick after the callback returns,
-//     rdkafka_timer.c rd_kafka_timer_schedule), so the timer reads the offset at most once: one
-//     commit of it, or none if the tick fell after the withdrawal or librdkafka was rejoining.
-//     The window is measured from before the store call to after the withdrawal returned; a
-//     window that came out a tick or longer (this process starved of CPU) may have carried two
-//     commits, and the gate then waits for two answers.
+//     The timer reads the stored offsets at moments at least a tick apart (it schedules its next
+//     run a tick after the callback returns, rdkafka_timer.c rd_kafka_timer_schedule), so it
+//     reads the offset at most once: one commit of it, or none if the tick fell after the
+//     withdrawal or librdkafka was rejoining. The window is measured from before the store call
+//     to after the withdrawal returned; one that came out a tick or longer (this process starved
+//     of CPU: Stats.LateWithdrawals) may have carried more commits, one per tick, and the gate
+//     then waits for as many answers. Until a consumer's first commit has been answered an
+//     offset stays stored a little longer than a tick instead, so that a new tenure's first proof
+//     does not wait for a presumption; a second commit of it goes out only if the first is not
+//     answered within a tick.
 //   - An automatic commit that may have been sent counts as in flight until its answer (any
-//     OffsetsCommitted event: each one answers exactly one commit librdkafka made of a stored
-//     offset, since it reports none of the ticks that found nothing to commit) or until it is
-//     presumed unsent: the longest store-to-answer time seen lately has passed since the withdrawal,
-//     plus a quarter of it and a tick. A presumed commit that is answered later after all raises
-//     that time, so it is presumed so only once per rise in the broker's latency.
+//     OffsetsCommitted event: each answers one commit librdkafka made of a stored offset, as it
+//     reports none of the ticks that found nothing to commit) or until it is presumed unsent: the
+//     longest answer time seen lately has passed since the withdrawal, a quarter more and a tick
+//     (patience). A presumed commit that is answered after all raises that time, and every
+//     presumption since the last answer doubles it, up to a quarter lease.
 //   - An explicit commit (commit.go) starts only while the gate is idle, and nothing is stored
 //     while one is under way.
 //
@@ -55,13 +58,14 @@ import (
 //
 // What it costs: a renewal now waits for the previous commit's answer, so on a slow broker the
 // leader renews once per commit round trip rather than once per RenewInterval (which it could not
-// use anyway: the commits queued behind one another). A store misses its tick when the tick falls
-// in the last twenty-fifth of it or comes late, one in twenty or so on a quiet machine (more where
-// the machine is so busy that librdkafka's thread wakes late); its renewal then waits for the
-// presumption and the next tick, a couple of poll intervals on a healthy broker, or an explicit
-// commit takes over (lease.stalled). Failover is unchanged: it waits for the session
-// or the LeaveGroup, not for commits; a close or a revocation withdraws what is stored first, so
-// the unassign that precedes the LeaveGroup has nothing to commit.
+// use anyway: the commits queued behind one another), and a lease outlasts only commit round trips
+// well under half of it. A store misses its tick when the tick falls in the last twenty-fifth of it
+// or comes late, one in twenty or so on a quiet machine (more on a busy one, where librdkafka's
+// thread wakes late); its renewal then waits for the presumption and the next tick, a couple of
+// poll intervals on a healthy broker, or an explicit commit takes over (lease.stalled). Failover is
+// unchanged: it waits for the session or the LeaveGroup, not for commits; a close or a revocation
+// withdraws what is stored first, so the unassign that precedes the LeaveGroup has nothing to
+// commit.
 type commitGate struct {
 	consumer KafkaConsumer
 	topic    *string

@@ -267,10 +267,13 @@
 // A consumer has one offset commit in flight at a time, librdkafka's or goneli's own, however
 // slowly the coordinator answers: a heartbeat's offset is stored only while no commit is under way,
 // and withdrawn before librdkafka's auto-commit timer could send it a second time (commitgate.go
-// gives the argument). A slow coordinator therefore gets fewer commits, not more, and the leader
-// renews once per commit round trip: it keeps its lease while two commit round trips and the time a
-// heartbeat takes to come back stay within HeartbeatTimeout (about 2.4 s of commit latency at the
-// default lease, 0.45 s at 1 s). With roles, an instance still runs one consumer and one producer whatever
+// gives the argument), and one round of heartbeats is produced at a time. A slow broker therefore
+// gets fewer requests, not more, and the leader renews once per commit round trip: it keeps its
+// lease while the time a heartbeat takes to come back plus two commit round trips stays well
+// within HeartbeatTimeout. On the embedded broker answering every request 400 ms late (a
+// connection's requests one at a time, as Kafka serves them) leaders at the default lease kept at
+// least 1.1 s of it; at 1 s per request, with a commit queued behind a group heartbeat on the
+// coordinator's connection, they did not. With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
 // the same commits.
 package goneli

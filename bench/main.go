@@ -11,6 +11,10 @@
 //	go run ./bench --roles-scenarios     # adds the roles scenarios (goneli.NewRoles)
 //	go run ./bench --short --roles-scenarios --contenders "" --trials 0 --fence-trials 0 --roles-trials 2
 //	                                     # only the roles scenarios, small: about a minute
+//	go run ./bench --load                # only the load scenario (load.go): about 13 minutes
+//	go run ./bench --contenders "" --crash-trials 0 --fence-trials 0 --heartbeat-timeouts 5s --trials 20
+//	                                     # only graceful handoffs at the default lease, with the phase
+//	                                     # trace; --random-phase=false closes the leader at one phase
 //
 // The roles scenarios compare one instance leading --roles roles (64) with one leading a single
 // role and with --roles single-leader instances, each in a group of its own (CPU, memory, broker
