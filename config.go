@@ -142,7 +142,7 @@ type Config struct {
 
 	// HandOverAfter is how long this instance may own a role's partition without leading it
 	// (Stats.NotLeadingSince: since its assignment, or since it was fenced; a tenure that has yet
-	// to lead is given twice this) while its own heartbeats do not come back within half a lease,
+	// to lead is given twice this) while its own heartbeats do not come back within a quarter lease,
 	// before it hands every role over: it leaves the group as Yield does, so that a member that can
 	// renew is elected, and contends again after a back-off (see Stats.HandOvers). An instance that
 	// keeps its group session but cannot renew (a slow path to the broker that leads the leader

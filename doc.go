@@ -178,7 +178,7 @@
 // watches only the session and would leave it the partition for as long as that lasts. So an
 // instance that has owned a role's partition without leading it for Config.HandOverAfter (one lease
 // by default, twice that for a tenure that has yet to lead; Stats.NotLeadingSince) hands over,
-// provided its own heartbeats do not come back within half a lease of their sending (one whose
+// provided its own heartbeats do not come back within a quarter lease of their sending (one whose
 // heartbeats come back but whose commits wait is held up by a rebalance, which ends by itself and
 // would hold a successor up as much): it leaves the group as Yield does, and a member that can
 // renew is elected at the rebalance that its LeaveGroup starts (for the lease before that, it

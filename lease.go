@@ -493,12 +493,15 @@ func (l *lease) excused() bool {
 }
 
 // readsBack reports whether the tenure's own heartbeats come back promptly: the newest was read
-// back within half a lease of its sending, and no more than half a lease ago. A tenure that reads
-// back so but does not lead waits for its commits, which a rebalance holds back until it
+// back within a quarter lease of its sending, and no more than half a lease ago. A tenure that
+// reads back so but does not lead waits for its commits, which a rebalance holds back until it
 // completes (the coordinator ends one within the rebalance timeout), rather than being unable to
-// get its heartbeats through.
+// get its heartbeats through. A quarter, not half: a renewal takes a heartbeat's round trip and a
+// commit's, and with one commit and one round of heartbeats in flight (commitgate.go,
+// driver.mayProduce) the next renewal comes a commit's round trip later, so a path over which
+// both take a third of a lease renews nothing while its heartbeats still come back within half.
 func (l *lease) readsBack() bool {
-	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/2 && l.unread() <= l.timeout/2
+	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/4 && l.unread() <= l.timeout/2
 }
 
 // quiesce tells the tenure whether it is stuck on its way to a hand-over (handover.quiet), and

@@ -145,7 +145,7 @@ type Stats struct {
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
 	// HandOvers counts the times this instance (all its roles together) left the group because a
 	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince) while its
-	// heartbeats did not come back within half a lease, so that a member that can renew would
+	// heartbeats did not come back within a quarter lease, so that a member that can renew would
 	// lead it. Each time it stays out of the group for a back-off
 	// (YieldRemaining) that starts at twice HeartbeatTimeout and doubles with every hand-over that
 	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
