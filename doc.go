@@ -256,8 +256,9 @@
 //
 // # Cost
 //
-// A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
-// producer and fetches nothing, because it owns no partition. The leader adds one producer (opened
+// A follower runs one librdkafka consumer and waits in its poll for up to a group heartbeat
+// interval at a time (the poll returns as soon as an assignment arrives); it opens no producer
+// and fetches nothing, because it owns no partition. The leader adds one producer (opened
 // on its first assignment and kept), one heartbeat per RenewInterval, one fetch that returns with
 // it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s and at most a third of
 // the lease, so a leader's fetch rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
