@@ -144,7 +144,8 @@ func (d *driver) leave(deadline time.Duration) error {
 	} else {
 		d.awaitLeft(deadline)
 	}
-	closing := []namedConsumer{{"Kafka consumer", d.consumer, d.commits.close}}
+	gate, commits := d.gate, d.commits
+	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { gate.close(); commits.close() }}}
 	if d.observer != nil {
 		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
 	}
@@ -160,6 +161,10 @@ func (d *driver) leave(deadline time.Duration) error {
 // released markers follow from a goroutine that keeps the producer open until then (or until
 // deadline). Called with mu held.
 func (d *driver) endAll(deadline time.Duration) {
+	// Nothing stored is committed from here on: the tenures end, and the unassign that comes
+	// before the LeaveGroup would wait for the commit's answer.
+	clear(d.storeAsks)
+	d.gate.withdrawAll()
 	for _, p := range d.parts {
 		out := p.lease.revoke(false)
 		if dl := d.apply(p, out); dl != nil && out.release != nil {

@@ -111,17 +111,17 @@ type Config struct {
 	Address string
 
 	// PollDuration is how long one Pulse of an instance that holds a partition waits in the
-	// consumer's poll for an event. An instance that holds none waits up to MinPollInterval
-	// (within Pulse's timeout), so that it takes a new assignment the moment it arrives. It may not
-	// exceed MinPollInterval. Default: DefaultPollDuration (1 ms).
+	// consumer's poll for an event. An instance that holds none waits up to a group heartbeat
+	// interval, or MinPollInterval if that is longer (within Pulse's timeout), so that it takes a
+	// new assignment the moment it arrives; its Close may wait that long. It may not exceed
+	// MinPollInterval. Default: DefaultPollDuration (1 ms).
 	PollDuration *time.Duration
 
 	// MinPollInterval is the shortest time between two polls of the consumer, except while a new
 	// tenure proves its first lease: an instance assigned a partition it does not lead yet polls
 	// every couple of milliseconds until it leads (for at most one HeartbeatTimeout), so that its
-	// first heartbeat's round trip and commit are seen as they happen. It also bounds how soon an
-	// idle member sees a rebalance. Default: DefaultMinPollInterval (100 ms), or
-	// HeartbeatTimeout/20 if that is shorter.
+	// first heartbeat's round trip and commit are seen as they happen. Default:
+	// DefaultMinPollInterval (100 ms), or HeartbeatTimeout/20 if that is shorter.
 	MinPollInterval *time.Duration
 
 	// HeartbeatTimeout is the lease: leadership lasts until HeartbeatTimeout after the send time
@@ -142,7 +142,7 @@ type Config struct {
 
 	// HandOverAfter is how long this instance may own a role's partition without leading it
 	// (Stats.NotLeadingSince: since its assignment, or since it was fenced; a tenure that has yet
-	// to lead is given twice this) while its own heartbeats do not come back within half a lease,
+	// to lead is given twice this) while its own heartbeats do not come back within a quarter lease,
 	// before it hands every role over: it leaves the group as Yield does, so that a member that can
 	// renew is elected, and contends again after a back-off (see Stats.HandOvers). An instance that
 	// keeps its group session but cannot renew (a slow path to the broker that leads the leader
@@ -483,6 +483,9 @@ func (c Config) groupTiming() (groupTiming, error) {
 	}
 	t.interval = groupHeartbeatInterval(ht)
 	t.session = SessionTimeout(ht)
+	// A quarter poll: a new tenure's first proof waits for a tick (12.5 ms on average at the
+	// defaults), and a stored offset is withdrawn a millisecond before the next tick could send it
+	// again (commitgate.go), which misses a tick in about one store in twenty.
 	t.commit = clampDuration(*c.MinPollInterval/4, 10*time.Millisecond, time.Second)
 
 	if t.classic {
@@ -756,6 +759,8 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	setDefault(producer, "linger.ms", 0)
 	// A heartbeat is worthless once its lease would have lapsed; retrying it later only adds noise.
 	producer["message.timeout.ms"] = int(c.HeartbeatTimeout.Milliseconds())
+	// Every heartbeat's delivery report is awaited before the next is produced (mayProduce).
+	producer["go.delivery.reports"] = true
 	setDefault(producer, "enable.idempotence", false)
 	// confluent-kafka-go sizes both channels for a million entries by default, some 24 MB of
 	// buffers for a producer that sends ten small records a second.
@@ -775,7 +780,7 @@ var consumerOnlyKeys = []string{"session.timeout.ms", "heartbeat.interval.ms", "
 	"fetch.max.bytes", "max.partition.fetch.bytes", "queued.min.messages", "queued.max.messages.kbytes",
 	"check.crcs", "allow.auto.create.topics", "group.protocol.type", "coordinator.query.interval.ms"}
 
-var producerOnlyKeys = []string{"go.events.channel.size", "go.produce.channel.size", "acks", "linger.ms", "message.timeout.ms", "enable.idempotence",
+var producerOnlyKeys = []string{"go.events.channel.size", "go.produce.channel.size", "go.delivery.reports", "acks", "linger.ms", "message.timeout.ms", "enable.idempotence",
 	"batch.size", "batch.num.messages", "compression.type", "compression.codec", "retries", "queue.buffering.max.ms",
 	"queue.buffering.max.messages", "queue.buffering.max.kbytes", "request.required.acks", "delivery.timeout.ms"}
 

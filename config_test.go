@@ -252,13 +252,13 @@ func TestDerivedGroupTiming(t *testing.T) {
 	// The session is the lease, two group heartbeat intervals and a twentieth of the lease (at
 	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease, and at
 	// least the session; explicit commits may renew for what the rebalance timeout leaves beyond
-	// the lease, two intervals, the bound on a commit's answer and a renewal interval (expelBound,
-	// commitWindow).
+	// the lease, two intervals, the bound on a commit's answer and the longer of that bound and a
+	// renewal interval (expelBound, commitWindow).
 	for _, tc := range []struct {
 		lease, session, interval, window time.Duration
 	}{
-		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 2875 * time.Millisecond},
-		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 475 * time.Millisecond},
+		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 2750 * time.Millisecond},
+		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 350 * time.Millisecond},
 		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 0},
 		{60 * time.Second, 69 * time.Second, 3 * time.Second, 44875 * time.Millisecond},
 	} {

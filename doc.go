@@ -67,7 +67,9 @@
 //     stalled offsets' commits itself. Such an explicit commit renews only a heartbeat sent within a
 //     window after the anchor, the moment the newest offset that an automatic commit got accepted
 //     was stored (commitWindow: the rebalance timeout, max.poll.interval.ms, less HeartbeatTimeout,
-//     two group heartbeat intervals, the answer bound below and a RenewInterval; nothing if the
+//     two group heartbeat intervals, the answer bound below and the longer of that bound and a
+//     RenewInterval, since the commit gate stores the next offset only once the commit under way
+//     is answered; nothing if the
 //     settings leave no room; under KIP-848 the shorter of the session and rebalance timeouts stands
 //     for the rebalance timeout, since there commits renew no session). The offset was stored
 //     before the commit went out, so the anchor is never later than the commit's acceptance,
@@ -79,8 +81,9 @@
 //     the heartbeats' among them, were held back, and until a heartbeat interval after the late
 //     answers end no commit renews a heartbeat sent after that offset was stored (lease.heldAnswers).
 //     So for a rebalance that begins at R and that the member does not rejoin, the anchor is at
-//     most R + hb + answer + renew, and an explicit renewal's lease ends by R + expel - hb, where hb
-//     is the group heartbeat interval, answer the answer bound, renew the RenewInterval and expel the
+//     most R + hb + answer + max(renew, answer), and an explicit renewal's lease ends by
+//     R + expel - hb, where hb is the group heartbeat interval, answer the answer bound, renew the
+//     RenewInterval and expel the
 //     rebalance timeout after which the coordinator removes the member (a classic coordinator
 //     renews the session of a member with every commit it accepts, Apache Kafka's
 //     OffsetMetadataManager says): a heartbeat interval before the removal, the slack for what the
@@ -92,12 +95,14 @@
 //     renewals back the same way until the answer bound has passed (driver.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
-//     outside such a hold. At the default timing the window is 2.875 s (475 ms at a 1 s lease), which
-//     rides out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up; at
+//     outside such a hold. At the default timing the window is 2.75 s (350 ms at a 1 s lease), which
+//     rode out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up before
+//     the commit gate narrowed it (not measured since); at
 //     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
 //     One qualification: while the coordinator is unreachable
-//     librdkafka queues its auto-commits, and on reconnecting sends them right after its first
-//     group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
+//     librdkafka queues its auto-commits (as many as goneli stored: one at a time, and another
+//     only once the first is presumed never sent), and on reconnecting sends them right after its
+//     first group heartbeat, before that heartbeat's answer can tell it of a rebalance. What then keeps
 //     a late commit from renewing a lease the group has moved on from is librdkafka's own session
 //     timeout, which revokes the assignment no later than the coordinator could expel the member,
 //     provided max.poll.interval.ms is at least session.timeout.ms (goneli derives it as twice
@@ -193,7 +198,7 @@
 // watches only the session and would leave it the partition for as long as that lasts. So an
 // instance that has owned a role's partition without leading it for Config.HandOverAfter (one lease
 // by default, twice that for a tenure that has yet to lead; Stats.NotLeadingSince) hands over,
-// provided its own heartbeats do not come back within half a lease of their sending (one whose
+// provided its own heartbeats do not come back within a quarter lease of their sending (one whose
 // heartbeats come back but whose commits wait is held up by a rebalance, which ends by itself and
 // would hold a successor up as much): it leaves the group as Yield does, and a member that can
 // renew is elected at the rebalance that its LeaveGroup starts (for the lease before that, it
@@ -228,8 +233,8 @@
 // a moment later) therefore lasts until a second after the previous one for every member, and
 // librdkafka auto-commits nothing meanwhile. The leader renews through it on explicit commits, for
 // heartbeats sent within the window above after its last automatic commit's offset was stored
-// (2.875 s at the default lease, 475 ms at 1 s), which outlasts the wait at leases from about 0.8 s
-// up; below that the leader can be fenced, and renews again once the rebalance completes. (Before
+// (2.75 s at the default lease, 350 ms at 1 s), which outlasted the wait at leases from about 0.8 s
+// up before the commit gate narrowed it (not measured since); below that the leader can be fenced, and renews again once the rebalance completes. (Before
 // the window was anchored at the offset's store time and measured against the rebalance timeout it
 // was the session's margin, a twentieth of the lease, and the benchmark at HeartbeatTimeout=1s saw
 // such a fence in about one trial in five.)
@@ -382,13 +387,25 @@
 //
 // # Cost
 //
-// A follower runs one librdkafka consumer and is polled every MinPollInterval; it opens no
-// producer and fetches nothing, because it owns no partition. The leader adds one producer (opened
+// A follower runs one librdkafka consumer and waits in its poll for up to a group heartbeat
+// interval at a time (the poll returns as soon as an assignment arrives); it opens no producer
+// and fetches nothing, because it owns no partition. The leader adds one producer (opened
 // on its first assignment and kept), one heartbeat per RenewInterval, one fetch that returns with
 // it (fetch.wait.max.ms is twice the renewal interval, within 100 ms to 1 s and at most a third of
 // the lease, so a leader's fetch rarely comes back empty) and one offset commit per confirmed heartbeat. At the defaults a group of
 // three sends the broker about two produce, fetch and commit requests a second each, plus two group
-// heartbeats a second per member. With roles, an instance still runs one consumer and one producer whatever
+// heartbeats a second per member.
+//
+// A consumer has one offset commit in flight at a time, librdkafka's or goneli's own, however
+// slowly the coordinator answers: a heartbeat's offset is stored only while no commit is under way,
+// and withdrawn before librdkafka's auto-commit timer could send it a second time (commitgate.go
+// gives the argument), and one round of heartbeats is produced at a time. A slow broker therefore
+// gets fewer requests, not more, and the leader renews once per commit round trip: it keeps its
+// lease while the time a heartbeat takes to come back plus two commit round trips stays well
+// within HeartbeatTimeout. On the embedded broker answering every request 400 ms late (a
+// connection's requests one at a time, as Kafka serves them) leaders at the default lease kept at
+// least 1.1 s of it; at 1 s per request, with a commit queued behind a group heartbeat on the
+// coordinator's connection, they did not. With roles, an instance still runs one consumer and one producer whatever
 // the number of roles; each role it leads adds its heartbeats to that producer and its offsets to
 // the same commits. A leader describes the group once after each rebalance to follow the
 // members' priorities (under KIP-848, every half settle time), a member that left the group once

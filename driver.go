@@ -43,8 +43,8 @@ type driver struct {
 
 	// mu guards the leases and every field below that is not atomic. It is held while the
 	// consumer is polled, and so in the rebalance callback, but never while the application is
-	// called. An instance that holds no partition polls for up to MinPollInterval (pollFor), so
-	// Close may wait that long for it.
+	// called. An instance that holds no partition polls for up to a group heartbeat interval
+	// (pollFor), so Close may wait that long for it.
 	mu       sync.Mutex
 	consumer KafkaConsumer
 	heart    heartbeatProducer
@@ -58,6 +58,11 @@ type driver struct {
 	// says that the commit under way is only such a reset, sent while explicit commits are held.
 	resets    map[int32]bool
 	resetting bool
+	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
+	// offsets the leases asked to store, by partition, until the gate lets them be stored.
+	gate       *commitGate
+	gateCounts gateCounts
+	storeAsks  map[int32]commitAsk
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
 	commitsHeld bool
@@ -159,9 +164,6 @@ type part struct {
 	name   string // the role's name; empty for the single leader of New
 	lease  *lease
 	events *dispatcher
-	// stored is set once an offset has been stored since the partition was assigned: librdkafka
-	// then commits it again when the partition is revoked (see neli.owedCommit).
-	stored bool
 	// wantCheck says that the lease asked for a group check that has not been started yet.
 	wantCheck bool
 	// member is the member id under which the current tenure was assigned, if known.
@@ -206,7 +208,7 @@ func (d *driver) step(poll, limit time.Duration) error {
 }
 
 // pollFor is how long a cycle waits in the consumer's poll. An instance that holds no partition
-// has nothing to renew, fence or release, and waits for up to MinPollInterval (within limit, if not
+// has nothing to renew, fence or release, and waits for up to idlePoll (within limit, if not
 // negative): it then serves a new assignment the moment it arrives rather than at its next cycle,
 // which shortens every handoff by up to a poll interval. Called with mu held.
 func (d *driver) pollFor(limit time.Duration) time.Duration {
@@ -219,11 +221,30 @@ func (d *driver) pollFor(limit time.Duration) time.Duration {
 			return base
 		}
 	}
-	wait := *d.config.MinPollInterval
+	wait := d.idlePoll()
 	if limit >= 0 {
 		wait = min(wait, limit)
 	}
 	return max(wait, base)
+}
+
+// idlePoll is how long an instance that holds no partition waits in one poll: a group heartbeat
+// interval (a tenth of the lease, 500 ms by default), or MinPollInterval if that is longer. Such a
+// follower's poll returns the moment an assignment or any other event arrives, so waiting longer
+// delays nothing the protocol needs: only what a cycle does on its own clock, the end of a Yield's
+// back-off and Close, which waits for the poll under way. It costs far less: every poll that
+// blocks in librdkafka (a cgo call) for more than about 10 ms has the Go runtime's monitor take the
+// goroutine's P away and then spin down from 20 µs sleeps, some sixty wake-ups each time; a
+// follower polling ten times a second spent about a third of its CPU there (perf, 3 members on the
+// embedded broker: 0.58-0.81 CPU s/min per follower with 100 ms polls, 0.38-0.47 with 1 s polls,
+// side by side). A follower that watches the leader (ObserveLeader) or cannot reach Kafka (its
+// probes go out from the cycle) polls every MinPollInterval as before. Called with mu held.
+func (d *driver) idlePoll() time.Duration {
+	poll := *d.config.MinPollInterval
+	if _, _, down := d.reach.state(); down || d.observer != nil {
+		return poll
+	}
+	return max(poll, min(d.timing.heartbeat(), time.Second))
 }
 
 // proving reports whether a tenure of this instance is proving its first lease: assigned, not
@@ -272,8 +293,9 @@ func (d *driver) cycle(poll time.Duration) error {
 	d.collectGroupCheck()
 	d.finishReleases()
 	if d.live() {
+		beats := d.mayProduce()
 		for _, p := range d.parts {
-			d.apply(p, p.lease.due())
+			d.apply(p, p.lease.due(beats))
 		}
 		d.sendHeartbeats()
 		d.checkHandOver()
@@ -292,7 +314,7 @@ func (d *driver) apply(p *part, out leaseOut) *delivery {
 		d.beats = append(d.beats, wireBeat{p: p, h: out.heartbeat})
 	}
 	if out.store != 0 {
-		d.store(p, out.store, out.tag)
+		d.storeAsks[p.id] = commitAsk{out.store, out.tag}
 	}
 	if out.commit != 0 {
 		if out.restarted {
@@ -323,6 +345,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.gate.answer(e)
 		d.onCommit(e, false)
 		d.autoCommitted(e)
 	case kafka.Error:
@@ -380,36 +403,28 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 	return d.parts[tp.Partition]
 }
 
-// commitAsk is an explicit commit a lease asked for: the offset and its metadata (confirmed.tag).
+// commitAsk is an offset a lease asked to have committed, stored or explicitly: the offset and its
+// metadata (confirmed.tag).
 type commitAsk struct {
 	offset int64
 	tag    string
 }
 
-// store hands a confirmed heartbeat's offset to librdkafka, whose auto-commit sends it to the
-// coordinator; the answer arrives as an OffsetsCommitted event.
-func (d *driver) store(p *part, offset int64, tag string) {
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.Offset(offset), Metadata: &tag}}); err != nil {
-		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offset: %v", d.config.Name, err)
-		return
-	}
-	p.stored = true
+// newGate makes the commit gate of consumer c (commitgate.go), for librdkafka's auto-commit
+// interval as the consumer's configuration has it, in whole milliseconds.
+func (d *driver) newGate(c KafkaConsumer) *commitGate {
+	tick := time.Duration(d.timing.commit.Milliseconds()) * time.Millisecond
+	return newCommitGate(c, &d.topic, tick, d.timing.heartbeat(), *d.config.HeartbeatTimeout/4, d.now, &d.gateCounts)
 }
 
-// withdraw replaces the offset stored last for p with none, so that librdkafka's auto-commit stops
-// sending it and the partition's revocation commits nothing (lease.quiesce): it commits only a
-// stored offset above the one it committed last, and on revocation only a stored offset that is
-// not a logical one (librdkafka 2.11.1, rd_kafka_assignment_serve_removals).
+// withdraw takes back the offset stored for p, if any, so that librdkafka's auto-commit does not
+// send it and the partition's revocation commits nothing (lease.quiesce, a revocation), and drops
+// one waiting to be stored: librdkafka commits only a stored offset above the one it committed
+// last, and on revocation only a stored offset that is not a logical one (librdkafka 2.11.1,
+// rd_kafka_assignment_serve_removals).
 func (d *driver) withdraw(p *part) {
-	if !p.stored {
-		return
-	}
-	if _, err := d.consumer.StoreOffsets([]kafka.TopicPartition{{Topic: &d.topic, Partition: p.id, Offset: kafka.OffsetInvalid}}); err != nil {
-		d.throttle.log(d.log.W(), "store", "goneli %s: cannot withdraw the stored heartbeat offset: %v", d.config.Name, err)
-		return
-	}
-	p.stored = false
-	d.log.D()("goneli %s: partition %d cannot renew and its heartbeats come back late: offsets withdrawn until they come back promptly", d.config.Name, p.id)
+	delete(d.storeAsks, p.id)
+	d.gate.withdraw(p.id)
 }
 
 func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
@@ -437,31 +452,79 @@ func (d *driver) onCommit(e kafka.OffsetsCommitted, explicit bool) {
 	}
 }
 
-// startCommits sends the explicit commits that the leases asked for in this cycle as one request,
-// unless one is still under way or explicit commits are held (holdCommits); a lease whose offset
-// stays uncommitted asks again (lease.stalled).
+// startCommits starts what the leases asked for in this cycle, as long as the consumer has no
+// commit in flight (commitgate.go): the explicit commits as one request, unless explicit commits
+// are held (holdCommits), or else the offsets to store for librdkafka's auto-commit. Explicit
+// commits go first: a lease asks for one only when an offset it stored has waited for its
+// automatic commit for the stall (lease.stalled). An explicit commit that cannot start now is
+// dropped, and its lease asks again after the stall; an offset to store waits for the gate.
 func (d *driver) startCommits() {
-	if len(d.commitAsks) == 0 {
-		return
-	}
-	if wait := d.commits.waiting(d.now()); wait > d.timing.heartbeat() {
-		d.holdCommits(wait)
-	}
-	// While explicit commits are held, only those that reset librdkafka's committed offset below a
-	// restarted log go out, and their answers renew nothing (collectCommits): librdkafka
-	// auto-commits only offsets above the one it committed last, so without them no automatic
-	// commit could ever be accepted again to end the hold.
-	offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
-	for id, ask := range d.commitAsks {
-		if !d.commitsHeld || d.resets[id] {
-			offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(ask.offset), Metadata: &ask.tag})
+	now := d.now()
+	busy, presumed := d.gate.busy(now)
+	for _, s := range presumed {
+		// Presumed never committed (its tick fell after the withdrawal, or librdkafka was
+		// rejoining): the newest offset each of its partitions waits for is stored again.
+		for _, tp := range s.stored {
+			if p := d.partOf(tp); p != nil {
+				if _, asked := d.storeAsks[p.id]; !asked {
+					if ask, ok := p.lease.newestPending(); ok {
+						d.storeAsks[p.id] = ask
+					}
+				}
+			}
 		}
 	}
-	clear(d.commitAsks)
-	clear(d.resets)
-	if d.commits.start(offsets, d.now()) {
-		d.resetting = d.commitsHeld
-		d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
+	busy = busy || d.commits.busy
+	if len(d.commitAsks) > 0 {
+		if wait := d.commits.waiting(now); wait > d.timing.heartbeat() {
+			d.holdCommits(wait)
+		}
+		if !busy {
+			// While explicit commits are held, only those that reset librdkafka's committed offset
+			// below a restarted log go out, and their answers renew nothing (collectCommits):
+			// librdkafka auto-commits only offsets above the one it committed last, so without
+			// them no automatic commit could ever be accepted again to end the hold.
+			offsets := make([]kafka.TopicPartition, 0, len(d.commitAsks))
+			for id, ask := range d.commitAsks {
+				if !d.commitsHeld || d.resets[id] {
+					offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(ask.offset), Metadata: &ask.tag})
+				}
+			}
+			if d.commits.start(offsets, now) {
+				busy, d.resetting = true, d.commitsHeld
+				// An offset sent in an explicit commit has been handed to librdkafka: its answer's
+				// lateness counts from now (lease.storedAt, heldAnswers).
+				for _, tp := range offsets {
+					d.parts[tp.Partition].lease.storedAt(int64(tp.Offset), now)
+				}
+				d.throttle.log(d.log.D(), "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", d.config.Name, offsets)
+			}
+		}
+		clear(d.commitAsks)
+		clear(d.resets)
+	}
+	if busy || len(d.storeAsks) == 0 {
+		return
+	}
+	offsets := make([]kafka.TopicPartition, 0, len(d.storeAsks))
+	var hint time.Duration
+	for id, ask := range d.storeAsks {
+		p := d.parts[id]
+		if !p.lease.storable(ask.offset) {
+			continue
+		}
+		offsets = append(offsets, kafka.TopicPartition{Topic: &d.topic, Partition: id, Offset: kafka.Offset(ask.offset), Metadata: &ask.tag})
+		hint = max(hint, p.lease.load().rtt)
+	}
+	clear(d.storeAsks)
+	// The store time is read by the gate before its StoreOffsets call and recorded for what the call
+	// may have stored (lease.storedAt gives the argument).
+	at, stored, err := d.gate.store(offsets, hint)
+	for _, tp := range stored {
+		d.parts[tp.Partition].lease.storedAt(int64(tp.Offset), at)
+	}
+	if err != nil {
+		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offsets: %v", d.config.Name, err)
 	}
 }
 
@@ -471,6 +534,7 @@ func (d *driver) collectCommits() {
 	if !ok {
 		return
 	}
+	d.gate.answered(took)
 	if took > d.timing.heartbeat() {
 		d.holdCommits(took)
 	}
@@ -755,8 +819,11 @@ func (d *driver) trackGroupAssignment(ev kafka.Event, cooperative, lost bool) {
 	case kafka.RevokedPartitions:
 		for _, p := range d.parts {
 			if d.group.parts[p.id] && (!cooperative || slices.ContainsFunc(e.Partitions, func(tp kafka.TopicPartition) bool { return tp.Partition == p.id })) {
-				d.group.owedCommit = d.group.owedCommit || (p.stored && !lost)
-				p.stored = false
+				// What is stored is withdrawn, so that the revocation commits nothing: the commit
+				// would renew no tenure, and the unassign (and a LeaveGroup after it) would wait
+				// for its answer.
+				d.withdraw(p)
+				d.group.owedCommit = d.group.owedCommit || (d.gate.holds(p.id) && !lost)
 			}
 		}
 		if !cooperative {
@@ -839,6 +906,10 @@ func (d *driver) renewConsumer(reason string) {
 	d.endTenures(d.parts, false, true)
 	d.group.member.left()
 	old, oldCommits := d.consumer, d.commits
+	// Nothing the old consumer holds is to be committed any more, and nothing is stored on it
+	// from now on.
+	d.gate.withdrawAll()
+	d.gate.close()
 	if err := old.Unsubscribe(); err == nil {
 		d.awaitLeft(d.now() + *d.config.HeartbeatTimeout)
 	}
@@ -846,10 +917,13 @@ func (d *driver) renewConsumer(reason string) {
 		d.renewals.retired.Store(kc, true)
 	}
 	d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
+	d.gate = d.newGate(fresh)
 	d.commitsHeld, d.resetting = false, false
 	clear(d.resets)
 	clear(d.group.parts)
 	clear(d.commitAsks)
+	clear(d.resets)
+	clear(d.storeAsks)
 	d.group.owedCommit = false
 	d.closers.Add(1)
 	go func() {

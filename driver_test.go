@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -18,8 +19,8 @@ import (
 // bubble whose clock is the instance's one clock, so that a lease runs out in no real time. What
 // the scripted clients do is the least a broker does for the protocol: a produced heartbeat gets
 // the partition's next offset and is read back by the consumer that holds the partition, a stored
-// offset is committed at the next poll, and the group description names this member as the
-// partition's owner. The broker-backed tests (internal/kafkatest/coretest) check the same
+// offset is committed as librdkafka's auto-commit timer commits it (scriptAuto), and the group
+// description names this member as the partition's owner. The broker-backed tests (internal/kafkatest/coretest) check the same
 // sequences against librdkafka and a real Kafka protocol; these check the driver's part of them,
 // one transition at a time.
 
@@ -47,7 +48,8 @@ type scriptConsumer struct {
 	subscribed bool
 	queue      []any // kafka.Event, or a rebalance event to hand the callback
 	assigned   []int32
-	stored     []kafka.TopicPartition
+	// auto is librdkafka's auto-commit timer.
+	auto scriptAuto
 	// commitErr, if set, is the answer to every commit of a stored offset.
 	commitErr error
 	// echo says whether heartbeats of assigned partitions are read back, and echoDelay how long
@@ -61,16 +63,107 @@ type scriptConsumer struct {
 	unsubbed  int
 	// stores counts the offsets stored, withdrawals those withdrawn (stored as OffsetInvalid).
 	stores, withdrawals int
-	// noAuto stops the auto-commit: stored offsets wait. commitDelay is how long an explicit
-	// commit waits for its answer.
+	// noAuto stops the auto-commit: stored offsets wait, as while librdkafka rejoins the group.
+	// commitDelay is how long an explicit commit waits for its answer.
 	noAuto      bool
 	commitDelay time.Duration
+	// explicitFlying counts explicit commits under way; owed counts the offsets that revocations
+	// found stored, to commit.
+	explicitFlying, owed int
 	// wake ends the waits of commits under way, for a test that ends early: the close that waits
 	// for them takes a mutex, which does not let the bubble's clock move on.
 	wake chan struct{}
 }
 
 type rebalanceEvent struct{ ev kafka.Event }
+
+// scriptAuto models librdkafka 2.11.1's auto-commit timer (rdkafka_cgrp.c
+// rd_kafka_cgrp_offset_commit_tmr_cb, rdkafka_partition.c rd_kafka_topic_partition_list_set_offsets):
+// every tick it commits each stored offset that is above the committed one, whether or not a commit
+// of it is under way, and the committed offset moves only when a commit's answer arrives, delay
+// after the tick. It counts the commits in flight, automatic and explicit, and the commits of an
+// offset that an unanswered commit already carries.
+type scriptAuto struct {
+	tick, delay time.Duration
+	next        time.Time // the next tick; zero before the first
+	// random draws the phase of the first tick and each tick's lateness: librdkafka schedules the
+	// next tick a tick after its callback returned, and its thread wakes a little late.
+	random *rand.Rand
+	// stored is what is stored, by partition, with the metadata that comes back with the commit.
+	stored    map[int32]kafka.TopicPartition
+	committed map[int32]int64
+	flying    []scriptFlight
+	// sent counts the automatic commits, resent those of an offset an unanswered commit carried,
+	// maxFlying the most commits in flight at once.
+	sent, resent, maxFlying int
+}
+
+// scriptFlight is an automatic commit under way.
+type scriptFlight struct {
+	answerAt time.Time
+	offsets  []kafka.TopicPartition
+}
+
+// advance runs the auto-commit timer and delivers the answers up to now. Called with c.mu held.
+func (c *scriptConsumer) advance() {
+	a := &c.auto
+	if a.stored == nil {
+		a.stored, a.committed = map[int32]kafka.TopicPartition{}, map[int32]int64{}
+	}
+	now := time.Now()
+	if a.random == nil {
+		a.random = rand.New(rand.NewPCG(1, 2))
+	}
+	if a.next.IsZero() {
+		a.next = now.Add(time.Duration(a.random.Int64N(int64(a.tick))))
+	}
+	for {
+		i := -1
+		for j, f := range a.flying {
+			if i < 0 || f.answerAt.Before(a.flying[i].answerAt) {
+				i = j
+			}
+		}
+		switch {
+		case i >= 0 && !a.flying[i].answerAt.After(a.next) && !a.flying[i].answerAt.After(now):
+			f := a.flying[i]
+			a.flying = slices.Delete(a.flying, i, i+1)
+			if c.commitErr == nil {
+				for _, tp := range f.offsets {
+					a.committed[tp.Partition] = int64(tp.Offset)
+				}
+			}
+			c.queue = append(c.queue, kafka.OffsetsCommitted{Offsets: f.offsets, Error: c.commitErr})
+		case !a.next.After(now):
+			at := a.next
+			a.next = at.Add(a.tick + time.Duration(a.random.Int64N(int64(300*time.Microsecond))))
+			if c.noAuto || !c.subscribed {
+				continue
+			}
+			var offsets []kafka.TopicPartition
+			for _, id := range c.assigned {
+				if tp, ok := a.stored[id]; ok && int64(tp.Offset) > a.committed[id] {
+					offsets = append(offsets, tp)
+				}
+			}
+			if len(offsets) == 0 {
+				continue
+			}
+			for _, f := range a.flying {
+				for _, o := range f.offsets {
+					if slices.ContainsFunc(offsets, func(tp kafka.TopicPartition) bool { return tp.Partition == o.Partition && tp.Offset == o.Offset }) {
+						a.resent++
+					}
+				}
+			}
+			a.sent++
+			a.flying = append(a.flying, scriptFlight{answerAt: at.Add(a.delay), offsets: offsets})
+			a.maxFlying = max(a.maxFlying, len(a.flying)+c.explicitFlying)
+		default:
+			return
+		}
+	}
+}
 
 // lateEvent is an event to hand out no sooner than at.
 type lateEvent struct {
@@ -92,14 +185,22 @@ func (c *scriptConsumer) Unsubscribe() error {
 	defer c.mu.Unlock()
 	c.subscribed = false
 	c.unsubbed++
+	c.advance()
 	if len(c.assigned) > 0 {
 		c.queue = append(c.queue, rebalanceEvent{kafka.RevokedPartitions{Partitions: c.tps(c.assigned)}})
-		answer := kafka.OffsetsCommitted{Offsets: c.stored}
-		if len(c.stored) == 0 {
+		var owed []kafka.TopicPartition
+		for _, id := range c.assigned {
+			if tp, ok := c.auto.stored[id]; ok && int64(tp.Offset) > c.auto.committed[id] {
+				owed = append(owed, tp)
+			}
+		}
+		c.owed += len(owed)
+		answer := kafka.OffsetsCommitted{Offsets: owed}
+		if len(owed) == 0 {
 			answer.Error = kafka.NewError(kafka.ErrNoOffset, "no offset to commit", false)
 		}
 		c.queue = append(c.queue, answer)
-		c.stored = nil
+		clear(c.auto.stored)
 	}
 	return nil
 }
@@ -124,11 +225,7 @@ func (c *scriptConsumer) Poll(int) kafka.Event {
 		c.queue = append(c.queue, c.late[0].ev)
 		c.late = c.late[1:]
 	}
-	if len(c.stored) > 0 && !c.noAuto {
-		// auto.commit: the stored offsets go out and are answered.
-		c.queue = append(c.queue, kafka.OffsetsCommitted{Offsets: c.stored, Error: c.commitErr})
-		c.stored = nil
-	}
+	c.advance()
 	if len(c.queue) == 0 {
 		c.mu.Unlock()
 		return nil
@@ -149,23 +246,32 @@ func (c *scriptConsumer) Poll(int) kafka.Event {
 func (c *scriptConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.advance()
 	for _, tp := range tps {
 		if tp.Offset == kafka.OffsetInvalid {
 			// Nothing left to commit for the partition, as in librdkafka.
 			c.withdrawals++
-			c.stored = slices.DeleteFunc(c.stored, func(s kafka.TopicPartition) bool { return s.Partition == tp.Partition })
+			delete(c.auto.stored, tp.Partition)
 			continue
 		}
 		c.stores++
-		c.stored = append(c.stored, tp)
+		c.auto.stored[tp.Partition] = tp
 	}
 	return tps, nil
 }
 
 func (c *scriptConsumer) CommitOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
 	c.mu.Lock()
+	c.advance()
 	delay, wake := c.commitDelay, c.wake
+	c.explicitFlying++
+	c.auto.maxFlying = max(c.auto.maxFlying, len(c.auto.flying)+c.explicitFlying)
 	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.explicitFlying--
+		c.mu.Unlock()
+	}()
 	if delay > 0 {
 		select {
 		case <-time.After(delay):
@@ -177,6 +283,9 @@ func (c *scriptConsumer) CommitOffsets(tps []kafka.TopicPartition) ([]kafka.Topi
 	c.commits = append(c.commits, tps)
 	if c.commitErr != nil {
 		return nil, c.commitErr
+	}
+	for _, tp := range tps {
+		c.auto.committed[tp.Partition] = int64(tp.Offset)
 	}
 	return tps, nil
 }
@@ -205,7 +314,9 @@ func (c *scriptConsumer) Take(tps []kafka.TopicPartition) error {
 func (c *scriptConsumer) GiveBack([]kafka.TopicPartition) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.assigned, c.stored = nil, nil
+	c.advance()
+	c.assigned = nil
+	clear(c.auto.stored)
 	return nil
 }
 
@@ -225,13 +336,18 @@ func (c *scriptConsumer) push(items ...any) {
 	c.queue = append(c.queue, items...)
 }
 
-// scriptProducer is a KafkaProducer that appends to the script's log.
+// scriptProducer is a KafkaProducer that appends to the script's log. Its delivery reports come
+// reportDelay after the record was produced; it counts the records produced and not reported yet.
 type scriptProducer struct {
 	log    *scriptLog
 	events chan kafka.Event
 	mu     sync.Mutex
 	sent   []heartbeat
 	closed bool
+	// reportDelay delays the reports that go to events; flying counts those on their way, and
+	// maxFlying the most at once.
+	reportDelay       time.Duration
+	flying, maxFlying int
 }
 
 func (p *scriptProducer) Events() chan kafka.Event { return p.events }
@@ -251,10 +367,26 @@ func (p *scriptProducer) Produce(m *kafka.Message, reports chan kafka.Event) err
 	l.mu.Unlock()
 	delivered := *m
 	delivered.TopicPartition.Offset = kafka.Offset(off)
-	if reports == nil {
-		reports = p.events
+	p.mu.Lock()
+	delay := p.reportDelay
+	p.mu.Unlock()
+	switch {
+	case reports != nil:
+		reports <- &delivered
+	case delay > 0:
+		p.mu.Lock()
+		p.flying++
+		p.maxFlying = max(p.maxFlying, p.flying)
+		p.mu.Unlock()
+		time.AfterFunc(delay, func() {
+			p.mu.Lock()
+			p.flying--
+			p.mu.Unlock()
+			p.events <- &delivered
+		})
+	default:
+		p.events <- &delivered
 	}
-	reports <- &delivered
 	c := l.consumer
 	c.mu.Lock()
 	switch {
@@ -364,6 +496,7 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	l.consumer.auto.tick = time.Duration(timing.commit.Milliseconds()) * time.Millisecond
 	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, systemClock{})
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
@@ -594,10 +727,10 @@ func TestDriverSequences(t *testing.T) {
 			// Stuck since the fence: the offset stored last is withdrawn, and the late heartbeats
 			// are not stored, so that the hand-over's revocation has nothing to commit.
 			r.consumer.mu.Lock()
-			stores, withdrawals := r.consumer.stores, r.consumer.withdrawals
+			stores, left := r.consumer.stores, len(r.consumer.auto.stored)
 			r.consumer.mu.Unlock()
-			if withdrawals != 1 {
-				t.Fatalf("fenced: %d withdrawals of the stored offset, want 1", withdrawals)
+			if left != 0 {
+				t.Fatalf("fenced: %d offsets left stored, want none", left)
 			}
 			r.pulse(scriptLease, false)
 			s = r.n.Stats()
@@ -606,10 +739,10 @@ func TestDriverSequences(t *testing.T) {
 					s.HandOvers, r.subscribed(), s.Assigned, s.NotLeadingSince, s.YieldRemaining)
 			}
 			r.consumer.mu.Lock()
-			stores, withdrawals = r.consumer.stores-stores, r.consumer.withdrawals-withdrawals
+			stores = r.consumer.stores - stores
 			r.consumer.mu.Unlock()
-			if stores != 0 || withdrawals != 0 {
-				t.Fatalf("stuck until the hand-over: %d offsets stored, %d withdrawn; want none", stores, withdrawals)
+			if stores != 0 {
+				t.Fatalf("stuck until the hand-over: %d offsets stored, want none", stores)
 			}
 			r.pulse(s.YieldRemaining+scriptLease/10, false)
 			if !r.subscribed() {
@@ -649,18 +782,28 @@ func TestDriverSequences(t *testing.T) {
 				t.Errorf("events %s, want %s", got, want)
 			}
 		}},
-		{"close: LeaderRevoked, then leave with the owed commit answered, then close the clients", func(t *testing.T, r *scriptRig) {
+		{"close: LeaderRevoked, the stored offset withdrawn, then leave, then close the clients", func(t *testing.T, r *scriptRig) {
 			r.assign()
 			if !r.pulse(scriptLease, true) {
 				t.Fatal("no leadership")
 			}
-			// An offset stored and not committed yet: the revocation commits it, and the member
-			// leaves only once that commit is answered.
-			r.consumer.mu.Lock()
-			r.consumer.stored = append(r.consumer.stored, r.consumer.tps([]int32{0})...)
-			r.consumer.mu.Unlock()
-			r.n.d.parts[0].stored = true
+			// An offset stored and not committed yet is withdrawn: the revocation commits nothing,
+			// and the LeaveGroup waits for no commit's answer.
+			d := r.n.d
+			d.mu.Lock()
+			stored := r.consumer.tps([]int32{0})
+			stored[0].Offset = 1 << 40 // above any committed offset
+			if _, _, err := d.gate.store(stored, 0); err != nil {
+				t.Fatal(err)
+			}
+			d.mu.Unlock()
 			r.close()
+			r.consumer.mu.Lock()
+			owed := r.consumer.owed
+			r.consumer.mu.Unlock()
+			if owed != 0 {
+				t.Errorf("the revocation found %d offsets stored to commit, want none", owed)
+			}
 			if r.n.State() != Closed {
 				t.Errorf("state %v after Close", r.n.State())
 			}
@@ -775,20 +918,90 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		}
 
 		// An automatic commit accepted once the late answers are over ends the hold, and explicit
-		// commits go out again.
+		// commits go out again. The first offset stored may wait for the stores before it to be
+		// presumed unanswered (commitgate.go).
 		setAuto(true, 0)
-		r.pulse(4*hb, false)
-		if r.n.d.commitsHeld {
-			t.Fatal("explicit commits still held after an automatic commit was accepted")
+		for end := time.Now().Add(scriptLease); r.n.d.commitsHeld && time.Now().Before(end); {
+			r.pulse(hb, false)
 		}
+		if r.n.d.commitsHeld {
+			t.Fatal("explicit commits still held a lease after librdkafka's commits came back")
+		}
+		// Once the automatic commits stop again, an explicit one goes out as soon as the gate
+		// gives up on the last offset stored, which it times by the slow answers seen lately.
 		setAuto(false, 0)
 		before := explicit()
-		r.pulse(4*hb, false)
+		for end := time.Now().Add(scriptLease); explicit() == before && time.Now().Before(end); {
+			r.pulse(hb, false)
+		}
 		if explicit() == before {
-			t.Fatal("no explicit commit after the hold ended")
+			t.Fatal("no explicit commit within a lease after the hold ended")
 		}
 		r.close()
 	})
+}
+
+// However slowly the coordinator answers, the consumer has one commit in flight at a time and never
+// sends an offset again while a commit of it is unanswered, where librdkafka's auto-commit alone
+// would send it at every tick until the answer came (scriptAuto models that timer): the commit gate
+// (commitgate.go) stores an offset only while nothing is in flight and withdraws it before the
+// timer's next tick. The leader keeps leading meanwhile, renewing once per answer; while librdkafka
+// commits nothing (a rebalance), explicit commits take over where their answers come within a
+// group heartbeat interval (100 ms at this lease).
+//
+// A coordinator slower than a group heartbeat interval can have two commits in flight once, before
+// the first answer tells the gate how slow it is; and at a lease shorter than twice the commit
+// round trip the leader renews too slowly to keep its lease (one commit at a time is the price).
+func TestDriverOneCommitInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		delay     time.Duration
+		maxFlying int
+		keeps     bool
+	}{
+		{0, 1, true},
+		{30 * time.Millisecond, 1, true},
+		{90 * time.Millisecond, 1, true},
+		{300 * time.Millisecond, 2, false},
+	} {
+		t.Run(tc.delay.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newScriptRig(t)
+				r.consumer.mu.Lock()
+				r.consumer.auto.delay, r.consumer.commitDelay = tc.delay, tc.delay
+				r.consumer.mu.Unlock()
+				r.assign()
+				if !r.pulse(2*scriptLease, true) {
+					t.Fatalf("no leadership within two leases; events %s", r.seen())
+				}
+				r.pulse(3*scriptLease, false)
+				if s := r.n.Stats(); tc.keeps && (!s.Leader || s.Fenced != 0) {
+					t.Errorf("leader %v, fenced %d times; want a leader never fenced", s.Leader, s.Fenced)
+				}
+				// librdkafka stops committing for a while (a rebalance), twice, so that explicit
+				// commits take over and then give way again.
+				for _, noAuto := range []bool{true, false, true, false} {
+					r.consumer.mu.Lock()
+					r.consumer.noAuto = noAuto
+					r.consumer.mu.Unlock()
+					r.pulse(scriptLease/2, false)
+				}
+				r.consumer.mu.Lock()
+				a, explicit := r.consumer.auto, len(r.consumer.commits)
+				r.consumer.mu.Unlock()
+				counts := r.n.d.gate.snapshot()
+				t.Logf("%d automatic commits, %d explicit; at most %d in flight, %d sent again unanswered; gate %+v",
+					a.sent, explicit, a.maxFlying, a.resent, counts)
+				if a.maxFlying > tc.maxFlying || a.resent > 0 || counts.strays > uint64(tc.maxFlying-1) {
+					t.Errorf("%d commits in flight at once, %d offsets sent again while unanswered, %d answers after their store was given up; want at most %d, 0, %d",
+						a.maxFlying, a.resent, counts.strays, tc.maxFlying, tc.maxFlying-1)
+				}
+				if a.sent < 5 || (explicit == 0 && tc.delay < r.n.d.timing.heartbeat()) {
+					t.Errorf("%d automatic and %d explicit commits, want several and some", a.sent, explicit)
+				}
+				r.close()
+			})
+		})
+	}
 }
 
 // A log that restarts below librdkafka's committed offset while explicit commits are held (a commit
@@ -833,6 +1046,73 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		if r.n.d.commitsHeld || !r.n.IsLeader() {
 			t.Fatalf("held %v, leader %v two leases after the log restarted; want a leader renewing on automatic commits; events %s",
 				r.n.d.commitsHeld, r.n.IsLeader(), r.seen())
+		}
+		r.close()
+	})
+}
+
+// However slowly the broker acknowledges heartbeats, the instance has one round of them in flight:
+// a heartbeat that falls due while the one before has not been reported delivered waits for it
+// (driver.mayProduce). The leader keeps leading on the heartbeats that do go out.
+func TestDriverOneHeartbeatRoundInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		r.assign()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership within a lease; events %s", r.seen())
+		}
+		interval := *r.n.config.RenewInterval
+		r.producer.mu.Lock()
+		r.producer.reportDelay = 3 * interval
+		before := len(r.producer.sent)
+		r.producer.mu.Unlock()
+		r.pulse(3*scriptLease, false)
+		r.producer.mu.Lock()
+		sent, most := len(r.producer.sent)-before, r.producer.maxFlying
+		r.producer.mu.Unlock()
+		if most != 1 {
+			t.Errorf("%d heartbeats awaited their delivery reports at once, want 1", most)
+		}
+		if want := int(3 * scriptLease / (3*interval + *r.n.config.MinPollInterval)); sent < want {
+			t.Errorf("%d heartbeats in three leases, want at least %d: one per report", sent, want)
+		}
+		if s := r.n.Stats(); !s.Leader || s.Fenced != 0 {
+			t.Errorf("leader %v, fenced %d times; want a leader never fenced", s.Leader, s.Fenced)
+		}
+		r.close()
+	})
+}
+
+// While nothing answers any commit (a coordinator out of reach, whose automatic commits librdkafka
+// defers to send all at once when it is back), the gate stores ever less often: each store
+// presumed never sent doubles the wait before the next, up to a quarter lease. (Explicit commits
+// stop here once the window after the last automatic commit has passed.)
+func TestDriverStoresBackOffWithoutAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		r.assign()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership within a lease; events %s", r.seen())
+		}
+		r.consumer.mu.Lock()
+		r.consumer.noAuto = true
+		r.consumer.mu.Unlock()
+		r.pulse(2*scriptLease, false) // past the window, and the waits doubled up to the cap
+		r.consumer.mu.Lock()
+		before, explicit := r.consumer.stores, len(r.consumer.commits)
+		r.consumer.mu.Unlock()
+		r.pulse(4*scriptLease, false)
+		r.consumer.mu.Lock()
+		stores, explicit := r.consumer.stores-before, len(r.consumer.commits)-explicit
+		r.consumer.mu.Unlock()
+		if explicit != 0 {
+			t.Fatalf("%d explicit commits long after the window, want none", explicit)
+		}
+		if most := 4*4 + 1; stores > most {
+			t.Errorf("%d stores in four leases without an answer, want at most %d: one per quarter lease", stores, most)
+		}
+		if stores < 8 {
+			t.Errorf("%d stores in four leases, want the gate to keep trying", stores)
 		}
 		r.close()
 	})

@@ -252,7 +252,7 @@ func (r *rig) foreignMarker(kind recordKind) {
 	r.take(r.l.foreign(heartbeat{tenure: 0x1, seq: 9, kind: kind}))
 }
 
-// A tenure reads back promptly while its newest heartbeat came back within half a lease of its
+// A tenure reads back promptly while its newest heartbeat came back within a quarter lease of its
 // sending, no more than half a lease ago.
 func TestLeaseReadsBack(t *testing.T) {
 	r := newRig(t)
@@ -270,10 +270,10 @@ func TestLeaseReadsBack(t *testing.T) {
 		t.Fatal("reads back with nothing read back for over half a lease")
 	}
 	h, off := r.heartbeat()
-	r.wait(rigLease/2 + time.Millisecond)
+	r.wait(rigLease/4 + time.Millisecond)
 	r.back(h, off)
 	if r.l.readsBack() {
-		t.Fatal("reads back a heartbeat that took over half a lease")
+		t.Fatal("reads back a heartbeat that took over a quarter lease")
 	}
 	r.renewal(10*time.Millisecond, 0)
 	if !r.l.readsBack() {

@@ -122,7 +122,8 @@ type tenure struct {
 }
 
 // confirmed is an own heartbeat that came back, by its send time and offset, and when its
-// offset was stored for commit.
+// offset was first handed to librdkafka (storedAt, handedAt): zero while the commit gate holds it
+// back.
 type confirmed struct {
 	sent   time.Duration
 	offset int64
@@ -256,10 +257,12 @@ func (l *lease) assign(vouched bool) leaseOut {
 // # 2. Heartbeats
 
 // due produces what the passage of time calls for: a fence if the lease ran out, a heartbeat if
-// one is due (every RenewInterval, or every MinPollInterval before the tenure first acquires: the
-// tenure, a sequence number and the send time), and a group check
-// if the tenure needs one. Called from every cycle.
-func (l *lease) due() leaseOut {
+// one is due and beats allows it (every RenewInterval, or every MinPollInterval before the tenure
+// first acquires: the tenure, a sequence number and the send time), and a group check if the
+// tenure needs one. Called from every cycle. beats is false while the instance's previous
+// heartbeats are still on their way to the broker (driver.mayProduce): a heartbeat that is due
+// then waits, and goes out at the first cycle after they have arrived.
+func (l *lease) due(beats bool) leaseOut {
 	out := l.expire()
 	if !l.t.active {
 		return out
@@ -273,7 +276,7 @@ func (l *lease) due() leaseOut {
 	// read the partition up to its own records, and no more until the wait is over: every record
 	// it writes meanwhile would push the predecessor's marker further from the end of the
 	// partition, out of the reach of a successor of its own (releaseLookback).
-	if now >= l.t.next && !(l.waiting() && l.t.seq > 0) {
+	if beats && now >= l.t.next && !(l.waiting() && l.t.seq > 0) {
 		l.t.seq++
 		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now, role: l.role}
 		if l.t.acquired {
@@ -317,8 +320,8 @@ func renewalTick(now, interval time.Duration) time.Duration {
 }
 
 // commitStall is the lease's stall for a MinPollInterval of poll: librdkafka's auto-commit runs
-// every quarter poll (config.go, groupTiming), so an offset that has waited two polls has missed
-// eight of its rounds, and a commit answered normally is not sent twice.
+// every quarter poll (config.go, groupTiming), so an offset stored two polls ago has had eight of
+// its rounds, and one whose commit is answered normally has its answer by then.
 func commitStall(poll time.Duration) time.Duration {
 	return 2 * poll
 }
@@ -338,21 +341,26 @@ func commitStall(poll time.Duration) time.Duration {
 // carries was stored, and before librdkafka learns of the rebalance; if sent after h1, its answer
 // comes after that heartbeat's, on the same connection. So the anchor A is at most h1, or else an
 // offset stored after h1 whose answer came after the heartbeat's: the first offset stored after h1
-// (within renew of it, since the leader stores one every renewal) has its answer held as long as
-// the heartbeat's, and if that answer comes more than answer late, heldAnswers keeps every later
-// offset from renewing or anchoring; otherwise librdkafka learnt of the rebalance within answer +
-// renew of h1, and stopped auto-committing. Either way A <= R + hb + answer + renew. An explicit
+// has its answer held as long as the heartbeat's, and if that answer comes more than answer late,
+// heldAnswers keeps every later offset from renewing or anchoring; otherwise librdkafka learnt of
+// the rebalance within answer of that store, and stopped auto-committing. That first store comes
+// within S = max(renew, answer) of h1: the leader asks for one every renewal, and the commit gate
+// (commitgate.go) stores it once the commit under way at h1, sent before h1 and so answered before
+// the heartbeat, has been answered, which is within answer of that commit's own store (before h1),
+// or heldAnswers holds from there on (an explicit commit's offset counts as stored when it is sent,
+// storedAt). Either way A <= R + hb + answer + S. An explicit
 // commit renews only a heartbeat sent before A + window (inWindow), so the lease it gives ends
 // before A + window + HeartbeatTimeout <= R + expel - hb: a group heartbeat interval before the
 // member can be removed, the slack for clock rates over expel. The anchor is the offset's store
 // time rather than when the commit's result was seen, because a poll loop that was paused sees a
 // result late, and a window measured from that moment reached past R + expel (issue 38: two
 // leaders for up to 693 ms). goneli's default rebalance timeout, twice the lease, leaves a window of
-// 0.8 x HeartbeatTimeout less an answer bound and a renewal interval: 2.875 s at the default lease
-// and 475 ms at 1 s, which still rides out librdkafka's wait of up to a second to rejoin there
-// (from leases of about 0.8 s up).
+// 0.8 x HeartbeatTimeout less an answer bound and the longer of an answer bound and a renewal
+// interval: 2.75 s at the default lease and 350 ms at 1 s (2.875 s and 475 ms before the commit
+// gate), which still rides out librdkafka's wait of up to a second to rejoin at 1 s (from leases of
+// about 0.8 s up with the window before the gate; the bound has not been measured again since).
 func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Duration {
-	return max(0, rebalance-lease-2*hb-answer-renew)
+	return max(0, rebalance-lease-2*hb-answer-max(renew, answer))
 }
 
 // useCommitWindow replaces the window, before the first tenure, once New has read the broker's
@@ -388,12 +396,76 @@ func (l *lease) stalled(now time.Duration) (int64, bool) {
 	var newest int64
 	oldest := now
 	for off, hb := range l.t.pending {
-		newest, oldest = max(newest, off), min(oldest, hb.stored)
+		newest = max(newest, off)
+		if hb.stored != 0 {
+			// Only an offset handed to librdkafka has waited for its auto-commit.
+			oldest = min(oldest, hb.stored)
+		}
 	}
 	if newest == 0 || now-oldest < l.stall || !l.inWindow(l.t.pending[newest].sent) {
 		return 0, false
 	}
 	return newest, true
+}
+
+// storable reports whether the current tenure still waits for the commit of offset, asked for by
+// readBack, so that the driver may store it for librdkafka's auto-commit; false tells the driver to
+// drop it.
+func (l *lease) storable(offset int64) bool {
+	if !l.t.active || l.t.quiet {
+		return false
+	}
+	_, ok := l.t.pending[offset]
+	return ok
+}
+
+// storedAt records that offset was handed to librdkafka at at: stored for its auto-commit by the
+// commit gate (driver.startCommits), or sent in an explicit commit. at is read before the call that
+// hands it over, and recorded only once the call succeeded; an offset handed over again keeps the
+// first time.
+//
+// The store time is what the anchor of the window (autoAt) and the lateness of an answer
+// (heldAnswers) are measured from, and the commit gate (commitgate.go) decides when a store
+// happens: it holds an offset back while an earlier commit is under way, withdraws it before
+// librdkafka's next auto-commit tick, and stores the newest offset again if its commit is presumed
+// never sent. The time recorded is when librdkafka really had the offset, not when readBack asked
+// for it, so that an offset held back by the gate for a commit round trip does not count that
+// round trip as lateness, and so that neither use can go wrong:
+//   - The anchor is never later than the coordinator's acceptance: at is read before the store
+//     call, librdkafka can send a commit of the offset only after the call has begun, and the
+//     coordinator accepts it after that. An offset stored again after a presumption keeps its
+//     first time: a commit of the first store that went out after all (the presumption wrong) was
+//     sent after that time, whereas the second store may come after its acceptance. A store that
+//     is withdrawn before any tick read it is sent by nobody, so nothing accepted carries it and it
+//     anchors nothing; a store that the call failed to make records nothing.
+//   - An answer never looks more timely than it is: its lateness is measured from the earliest
+//     time librdkafka had the offset, for the same reason. What the gate does change is how soon
+//     after a rebalance's first group heartbeat an offset is stored: not within a renewal interval
+//     of it, as when every renewal stored one, but once the commit under way then is answered, an
+//     answer bound after that commit's offset was stored at most, or heldAnswers holds. commitWindow
+//     subtracts the longer of the two; heldAnswers holds from the send time of the heartbeats the
+//     gate held back, not from their later store.
+func (l *lease) storedAt(offset int64, at time.Duration) {
+	if !l.t.active {
+		return
+	}
+	if hb, ok := l.t.pending[offset]; ok && hb.stored == 0 {
+		hb.stored = at
+		l.t.pending[offset] = hb
+	}
+}
+
+// newestPending is the newest offset of the current tenure that waits for its commit, to store
+// again after a store of it was presumed never committed (commitgate.go).
+func (l *lease) newestPending() (commitAsk, bool) {
+	var newest int64
+	if !l.t.active || l.t.quiet {
+		return commitAsk{}, false
+	}
+	for off := range l.t.pending {
+		newest = max(newest, off)
+	}
+	return commitAsk{newest, l.t.pending[newest].tag}, newest != 0
 }
 
 // inWindow reports whether a heartbeat sent at sent may be renewed by an explicit commit: it was
@@ -438,7 +510,9 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 	}
 	next := offset + 1
 	tag := l.t.name() + "." + strconv.FormatUint(h.seq, 10)
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, stored: l.now(), tag: tag}
+	// Stored once the driver's commit gate lets it (storedAt); until then it waits in pending,
+	// where an explicit commit may still take it.
+	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, tag: tag}
 	out.store, out.tag = next, tag
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
@@ -492,24 +566,26 @@ func (l *lease) excused() bool {
 }
 
 // readsBack reports whether the tenure's own heartbeats come back promptly: the newest was read
-// back within half a lease of its sending, and no more than half a lease ago. A tenure that reads
-// back so but does not lead waits for its commits, which a rebalance holds back until it
+// back within a quarter lease of its sending, and no more than half a lease ago. A tenure that
+// reads back so but does not lead waits for its commits, which a rebalance holds back until it
 // completes (the coordinator ends one within the rebalance timeout), rather than being unable to
-// get its heartbeats through.
+// get its heartbeats through. A quarter, not half: a renewal takes a heartbeat's round trip and a
+// commit's, and with one commit and one round of heartbeats in flight (commitgate.go,
+// driver.mayProduce) the next renewal comes a commit's round trip later, so a path over which
+// both take a third of a lease renews nothing while its heartbeats still come back within half.
 func (l *lease) readsBack() bool {
-	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/2 && l.unread() <= l.timeout/2
+	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/4 && l.unread() <= l.timeout/2
 }
 
 // quiesce tells the tenure whether it is stuck on its way to a hand-over (handover.quiet), and
 // reports whether it just began to be: the driver then withdraws the offset stored last
 // (driver.withdraw). While it is, a heartbeat that comes back late is not stored for commit and no
-// explicit commit is asked for. librdkafka's auto-commit sends the stored offset again at every
-// round (a quarter poll) until one of its commits is answered, so on a slow path it keeps dozens of
-// commits of the same offset in flight, and commits the stored offset once more when the partition
-// is revoked; the unassign of a hand-over waits for every one of those commits to be answered
-// before its LeaveGroup goes out, a round trip on the very path that made the tenure hand over.
-// With the stored offset withdrawn and none stored after it, the commits in flight are answered
-// within a round trip of the quiet's start, and the unassign has none to send.
+// explicit commit is asked for. librdkafka commits a stored offset once more when the partition is
+// revoked, and the unassign of a hand-over waits for that commit, and any other in flight, to be
+// answered before its LeaveGroup goes out: a round trip on the very path that made the tenure hand
+// over. The commit gate (commitgate.go) already keeps one commit in flight at a time; with the
+// stored offset withdrawn at once and none stored after it, that one is answered within a round
+// trip of the quiet's start, and the unassign has none to send.
 //
 // Storing less cannot make the tenure lead where it would not have: a renewal needs the
 // coordinator to accept a commit of an offset stored here (committed). Commits of offsets stored
@@ -595,7 +671,9 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	case l.heldAnswers(hb):
 		l.c.held++
 	case !explicit:
-		if !l.hasAuto || hb.stored > l.autoAt {
+		// An automatic commit carries only an offset the driver stored (storedAt), so stored is
+		// set; were it not, the commit renews but anchors nothing.
+		if hb.stored != 0 && (!l.hasAuto || hb.stored > l.autoAt) {
 			l.autoAt, l.hasAuto = hb.stored, true
 		}
 		l.renew(&out, hb)
@@ -608,11 +686,17 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	return out
 }
 
-// oldestPending is when the oldest offset of the tenure that waits for its commit was stored.
+// oldestPending is when the oldest offset of the tenure that waits for its commit was stored. An
+// offset that the commit gate has not let librdkafka have yet does not count: librdkafka has not
+// been asked to commit it, and the gate holds it back only while an earlier one is under way, which
+// does count.
 func (l *lease) oldestPending() (time.Duration, bool) {
 	var oldest time.Duration
 	found := false
 	for _, hb := range l.t.pending {
+		if hb.stored == 0 {
+			continue
+		}
 		if !found || hb.stored < oldest {
 			oldest, found = hb.stored, true
 		}
@@ -682,8 +766,15 @@ func (l *lease) heldAnswers(hb confirmed) bool {
 	}
 	if late {
 		// The first answer seen late: its own heartbeat was sent before its offset was stored, so
-		// no later than the hold began, and renews.
-		l.heldFrom, l.heldUntil = hb.stored, now+l.hbInterval
+		// no later than the hold began, and renews. The hold also covers the heartbeats that came
+		// back before that store and still wait for their commit (the commit gate stores only the
+		// newest, once the commit under way is answered): each may have been sent before the
+		// store, and later in the hold than its own store will be.
+		from := hb.stored
+		for _, p := range l.t.pending {
+			from = min(from, p.sent-1)
+		}
+		l.heldFrom, l.heldUntil = max(from, hb.sent), now+l.hbInterval
 	}
 	return false
 }

@@ -49,6 +49,8 @@ func (r *rig) take(out leaseOut) {
 	}
 	if out.store != 0 {
 		r.stored = append(r.stored, out.store)
+		// The driver stores it at once, as it does while no commit is in flight (commitgate.go).
+		r.l.storedAt(out.store, r.l.now())
 	}
 	if out.commit != 0 {
 		r.commits = append(r.commits, out.commit)
@@ -69,7 +71,7 @@ func (r *rig) deliver() {
 
 func (r *rig) assign()              { r.take(r.l.assign(false)) }
 func (r *rig) revoke(lost bool)     { r.take(r.l.revoke(lost)) }
-func (r *rig) due()                 { r.take(r.l.due()) }
+func (r *rig) due()                 { r.take(r.l.due(true)) }
 func (r *rig) expire()              { r.take(r.l.expire()) }
 func (r *rig) wait(d time.Duration) { r.clock.advance(d) }
 

@@ -207,6 +207,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		clock:      clk,
 		base:       base,
 		commitAsks: map[int32]commitAsk{},
+		storeAsks:  map[int32]commitAsk{},
 		resets:     map[int32]bool{},
 		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
 	}

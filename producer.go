@@ -24,6 +24,36 @@ type heartbeatProducer struct {
 	// for delivering nothing.
 	ok, delivered time.Duration
 	recycled      int
+	// unreported counts the records handed to p whose delivery reports have not come back yet
+	// (drainProducer), the latest handed over at produced: while there are any, no heartbeat is
+	// produced (mayProduce).
+	unreported int
+	produced   time.Duration
+}
+
+// mayProduce reports whether the leases may produce heartbeats in this cycle: none produced before
+// is still on its way to the broker, through librdkafka or over goneli's own connection. So an
+// instance has one round of heartbeats in flight at most, whatever the broker's latency, where
+// librdkafka would send a ProduceRequest per heartbeat whether or not the one before was answered,
+// and a broker that answers a connection's requests one at a time, as Kafka does, would fall
+// further behind with every one: at 1 s per answer and a heartbeat every 500 ms, each heartbeat
+// would come back later than the one before, until none renewed anything. A heartbeat that waits
+// goes out at the first cycle after the round before it has been answered; it renews no later
+// than it would have from the back of that queue. librdkafka reports every record within
+// message.timeout.ms, which is HeartbeatTimeout (clientConfigs), and a replaced producer
+// (recycleProducer) starts again from none. Called with mu held.
+func (d *driver) mayProduce() bool {
+	if d.heart.unreported > 0 && d.now()-d.heart.produced > *d.config.HeartbeatTimeout+*d.config.MinPollInterval {
+		// A producer of the application's that reports nothing, say: not worth a lease without
+		// heartbeats.
+		d.throttle.log(d.log.W(), "unreported", "goneli %s: %d heartbeats without a delivery report for longer than HeartbeatTimeout; producing again",
+			d.config.Name, d.heart.unreported)
+		d.heart.unreported = 0
+	}
+	if d.heart.unreported > 0 {
+		return false
+	}
+	return d.wire == nil || !d.wire.Busy()
 }
 
 // ensureProducer opens the heartbeat producer on the first heartbeat or group check; it is kept from
@@ -72,6 +102,7 @@ func (d *driver) recycleProducer(reason string) {
 		return
 	}
 	d.heart.p = nil
+	d.heart.unreported = 0
 	d.heart.recycled++
 	d.log.W()("goneli %s: replacing the heartbeat producer: %s", d.config.Name, reason)
 	d.closers.Add(1)
@@ -183,11 +214,16 @@ func (d *driver) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event
 	}
 	rec := *h
 	rec.address = d.config.Address
-	return d.heart.p.Produce(&kafka.Message{
+	err := d.heart.p.Produce(&kafka.Message{
 		TopicPartition: kafka.TopicPartition{Topic: &d.topic, Partition: p.id},
 		Key:            d.key,
 		Value:          rec.appendTo(make([]byte, 0, rec.size())),
 	}, reports)
+	if err == nil && reports == nil {
+		d.heart.unreported++
+		d.heart.produced = d.now()
+	}
+	return err
 }
 
 // drainProducer takes the producer's delivery reports and errors, and returns the first
@@ -201,6 +237,7 @@ func (d *driver) drainProducer() (denied error) {
 		case ev := <-d.heart.p.Events():
 			switch e := ev.(type) {
 			case *kafka.Message:
+				d.heart.unreported = max(d.heart.unreported-1, 0)
 				if e.TopicPartition.Error != nil {
 					if denied == nil {
 						denied = authorizationError(d.config, "producer", e.TopicPartition.Error)

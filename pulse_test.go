@@ -5,17 +5,21 @@ import (
 	"time"
 )
 
-// An instance that holds no partition waits in the consumer's poll for up to MinPollInterval, so
-// that it takes an assignment as it arrives; one that holds a partition, owes a released marker or
-// yields polls for PollDuration only, since it has work due between polls.
+// An instance that holds no partition waits in the consumer's poll for up to a group heartbeat
+// interval, so that it takes an assignment as it arrives and costs little meanwhile (driver.idlePoll),
+// or for MinPollInterval while it watches the leader or cannot reach Kafka; one that holds a
+// partition, owes a released marker or yields polls for PollDuration only, since it has work due
+// between polls.
 func TestPollFor(t *testing.T) {
 	const (
 		pollDuration = time.Millisecond
 		minPoll      = 100 * time.Millisecond
+		heartbeat    = 500 * time.Millisecond
 	)
 	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	newDriver := func() *driver {
-		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now}
+		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now,
+			timing: groupTiming{classic: true, interval: heartbeat}}
 		d.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
 		return d
 	}
@@ -25,7 +29,9 @@ func TestPollFor(t *testing.T) {
 		limit time.Duration
 		want  time.Duration
 	}{
-		{"idle, no limit", func(*driver) {}, -1, minPoll},
+		{"idle, no limit", func(*driver) {}, -1, heartbeat},
+		{"idle, watching the leader", func(d *driver) { d.observer = &observer{} }, -1, minPoll},
+		{"idle, Kafka unreachable", func(d *driver) { d.reach.fail(0, "consumer", "all brokers down") }, -1, minPoll},
 		{"idle, within Pulse's timeout", func(*driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
 		{"idle, timeout spent", func(*driver) {}, 0, pollDuration},
 		{"holds a partition", func(d *driver) { d.parts[0].lease.assign(false) }, -1, pollDuration},

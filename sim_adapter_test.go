@@ -36,7 +36,7 @@ func (a simLease) apply(out leaseOut) *simDelivery {
 		a.l.sent() // driver.produce, once the producer took the record
 	}
 	if out.store != 0 {
-		m.store(out.store, out.tag)
+		m.storeAsk, m.storeAsked = commitAsk{out.store, out.tag}, true // driver.apply: storeAsks
 	}
 	if out.commit != 0 {
 		m.commitAsk, m.commitTag = out.commit, out.tag
@@ -58,8 +58,13 @@ func (a simLease) apply(out leaseOut) *simDelivery {
 // assign is driver.beginTenure.
 func (a simLease) assign(vouched bool) { a.apply(a.l.assign(vouched)) }
 
-// due is the cycle's apply(p, p.lease.due()).
-func (a simLease) due() { a.apply(a.l.due()) }
+// due is the cycle's apply(p, p.lease.due(beats)), beats being driver.mayProduce.
+func (a simLease) due(beats bool) { a.apply(a.l.due(beats)) }
+
+// storable, storedAt and newestPending are the lease's part of driver.startCommits.
+func (a simLease) storable(off int64) bool              { return a.l.storable(off) }
+func (a simLease) storedAt(off int64, at time.Duration) { a.l.storedAt(off, at) }
+func (a simLease) newestPending() (commitAsk, bool)     { return a.l.newestPending() }
 
 // onMessage is driver.onMessage for a record of partition 0: own heartbeats are read back, anything
 // else is foreign.

@@ -40,6 +40,7 @@ func (m *simMember) handle(e simAppEvent) {
 		m.lease.onMessage(e.rec)
 	case appCommitted:
 		m.owedCommit = false
+		m.gateAnswer()
 		if e.err == errNone && e.offset >= 0 {
 			m.autoAccepted, m.autoQueued, m.autoProcessed = e.accepted, e.queued, m.w.now
 			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
@@ -67,8 +68,9 @@ func (m *simMember) handle(e simAppEvent) {
 		}
 	case appRevoked:
 		if m.groupP0 {
-			m.owedCommit = m.owedCommit || (m.stored && !e.lost)
-			m.stored = false
+			// driver.trackGroupAssignment: what is stored is withdrawn, so the revocation commits
+			// nothing (the gate's withdrawal cannot fail here).
+			m.withdraw()
 			m.groupP0 = false
 		}
 		m.member.revoked(e.lost, true, false)
@@ -169,7 +171,15 @@ func (m *simMember) finishReleases() {
 
 // produce sends a heartbeat to partition 0 (driver.produce).
 func (m *simMember) produce(h heartbeat) {
-	m.produceRecord(h)
+	m.lastBeat, m.lastBeatAt = m.produceRecord(h), m.dnow()
+}
+
+// mayProduce is driver.mayProduce: one round of heartbeats in flight. The delivery report is
+// librdkafka's, within message.timeout.ms (HeartbeatTimeout) whether or not the broker answered;
+// the driver's own fallback after HeartbeatTimeout and a poll interval is mirrored for a request
+// that the simulated network lost.
+func (m *simMember) mayProduce() bool {
+	return m.lastBeat == nil || m.lastBeat.answered || m.dnow()-m.lastBeatAt > m.prof.ht
 }
 
 func (m *simMember) produceRecord(h heartbeat) *simReq {
@@ -189,40 +199,105 @@ func (m *simMember) fetched(f *simFetch, r simRecord) {
 	})
 }
 
-// store is driver.store.
-func (m *simMember) store(off int64, tag string) {
-	m.rdk.store(off, tag)
-	m.stored = true
+// The commit gate (commitgate.go), simplified: one store at a time, withdrawn a little less than
+// an auto-commit tick after it was made (or at once when a commit's answer comes first), then
+// counted as in flight until an answer comes or until it is presumed never sent; a presumed store's
+// newest pending offset is stored again. Not mirrored: the longer first hold of a consumer whose
+// commits have not been answered yet, the patience learnt from answer times and its doubling (a
+// fixed patience of the gate's first guess stands for it: a group heartbeat interval, a quarter
+// more, and a tick), late withdrawals (the timer here is never late), and matching answers to
+// stores (any answer settles the store under way, as the gate's fallback does).
+
+// store is driver.startCommits' gate.store and lease.storedAt: the time is read before the store.
+func (m *simMember) store(ask commitAsk) {
+	at := m.dnow()
+	m.rdk.store(ask.offset, ask.tag)
+	m.lease.storedAt(ask.offset, at)
 	m.storedCount++
-	m.note("stores offset %d", off)
+	m.gateArmed, m.gatePending, m.gateAt = true, false, at
+	m.gateTok++
+	tok, tick := m.gateTok, m.prof.commitInterval
+	hold := tick - max(time.Millisecond, tick/25)
+	m.atLocal(m.leaseBase+at+hold, func() {
+		m.do(func() {
+			if m.gateArmed && m.gateTok == tok {
+				m.gateWithdraw()
+			}
+		})
+	})
+	m.note("stores offset %d", ask.offset)
 	m.w.adv.offsetStored(m)
 }
 
-// withdraw is driver.withdraw.
-func (m *simMember) withdraw() {
-	if !m.stored {
-		return
-	}
+// gateWithdraw is commitGate.end: the stored offset is withdrawn, and the store counts as in
+// flight until an answer or the presumption.
+func (m *simMember) gateWithdraw() {
 	m.rdk.withdraw()
-	m.stored = false
+	m.gateArmed, m.gatePending = false, true
+	l := max(m.prof.commitInterval, m.gateLatency)
+	if m.gateLatency == 0 {
+		l = max(l, m.prof.hbInterval)
+	}
+	m.gatePresumeBy = m.dnow() + l + l/4 + m.prof.commitInterval
 }
 
-// startCommits is driver.startCommits with the committer's start.
+// gateAnswer is commitGate.answer: any OffsetsCommitted settles the store under way.
+func (m *simMember) gateAnswer() {
+	if m.gateArmed {
+		m.rdk.withdraw()
+	}
+	if m.gateArmed || m.gatePending {
+		m.gateLatency = m.dnow() - m.gateAt
+	}
+	m.gateArmed, m.gatePending = false, false
+}
+
+// gateBusy is commitGate.busy, with the presumed store's newest pending offset asked again.
+func (m *simMember) gateBusy() bool {
+	if m.gatePending && m.dnow() >= m.gatePresumeBy {
+		m.gatePending = false
+		m.note("store presumed never committed")
+		if ask, ok := m.lease.newestPending(); ok && !m.storeAsked {
+			m.storeAsk, m.storeAsked = ask, true
+		}
+	}
+	return m.gateArmed || m.gatePending
+}
+
+// withdraw is driver.withdraw: the store waiting for the gate is dropped, and what is stored
+// withdrawn at once.
+func (m *simMember) withdraw() {
+	m.storeAsked = false
+	if m.gateArmed {
+		m.gateWithdraw()
+	}
+}
+
+// startCommits is driver.startCommits with the committer's start: an explicit commit, or else the
+// offset to store, only while the gate and the committer are idle.
 func (m *simMember) startCommits() {
-	off := m.commitAsk
-	m.commitAsk = 0
-	if off == 0 {
+	busy := m.gateBusy() || m.commitBusy
+	if off := m.commitAsk; off != 0 {
+		m.commitAsk = 0
+		if m.commitBusy && m.dnow()-m.commitSent > m.prof.hbInterval {
+			m.holdCommits() // driver.holdCommits: the commit under way waits too long
+		}
+		if !busy && !m.commitsHeld {
+			m.commitBusy, m.commitSent = true, m.dnow()
+			m.lease.storedAt(off, m.commitSent)
+			m.note("commits offset %d explicitly", off)
+			m.rdk.commit(off, m.commitTag)
+			busy = true
+		}
+	}
+	if busy || !m.storeAsked {
 		return
 	}
-	if m.commitBusy && m.dnow()-m.commitSent > m.prof.hbInterval {
-		m.holdCommits() // driver.holdCommits: the commit under way waits too long
+	ask := m.storeAsk
+	m.storeAsked = false
+	if m.lease.storable(ask.offset) {
+		m.store(ask)
 	}
-	if m.commitsHeld || m.commitBusy {
-		return
-	}
-	m.commitBusy, m.commitSent = true, m.dnow()
-	m.note("commits offset %d explicitly", off)
-	m.rdk.commit(off, m.commitTag)
 }
 
 // explicitAnswered is the committer goroutine's answer, for the next cycle.

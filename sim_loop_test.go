@@ -137,7 +137,7 @@ func (m *simMember) finish() {
 	m.collectGroupCheck()
 	m.finishReleases()
 	if !m.closing {
-		m.lease.due()
+		m.lease.due(m.mayProduce())
 		m.checkHandOver()
 		m.startGroupCheck()
 		m.startCommits()

@@ -78,15 +78,27 @@ type simMember struct {
 	queue        []simAppEvent
 
 	// The driver's state.
-	groupP0    bool // d.group.parts[0]
-	stored     bool // part.stored
-	owedCommit bool
-	member     membership
-	partMember int // the member id under which the tenure began
-	wantCheck  bool
-	commitAsk  int64
-	commitTag  string
-	commitBusy bool
+	groupP0 bool // d.group.parts[0]
+	// The commit gate (commitgate.go), for the one partition: storeAsk waits for it (storeAsked);
+	// gateArmed says an offset is stored and its withdrawal due (gateTok names that store);
+	// gatePending that a withdrawn store may have been sent and is unanswered until gatePresumeBy.
+	// gateAt is when the store was made, gateLatency the last answer's time from its store (0
+	// before one). lastBeat is the newest heartbeat produced, for driver.mayProduce.
+	storeAsk               commitAsk
+	storeAsked             bool
+	gateArmed, gatePending bool
+	gateTok                int
+	gateAt, gatePresumeBy  time.Duration
+	gateLatency            time.Duration
+	lastBeat               *simReq
+	lastBeatAt             time.Duration
+	owedCommit             bool
+	member                 membership
+	partMember             int // the member id under which the tenure began
+	wantCheck              bool
+	commitAsk              int64
+	commitTag              string
+	commitBusy             bool
 	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
 	commitSent  time.Duration
 	commitsHeld bool

@@ -157,7 +157,7 @@ type Stats struct {
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
 	// HandOvers counts the times this instance (all its roles together) left the group because a
 	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince) while its
-	// heartbeats did not come back within half a lease, so that a member that can renew would
+	// heartbeats did not come back within a quarter lease, so that a member that can renew would
 	// lead it. Each time it stays out of the group for a back-off
 	// (YieldRemaining) that starts at twice HeartbeatTimeout and doubles with every hand-over that
 	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
@@ -179,6 +179,14 @@ type Stats struct {
 	// Standby is set while this instance stays out of the group because it handed over to a
 	// member of higher priority that is still in it; it rejoins once no such member is.
 	Standby bool
+	// CommitStoresMissed counts the heartbeat offsets that the instance (all its roles together)
+	// stored for librdkafka's auto-commit and then presumed never committed: the auto-commit timer
+	// ticked only after the offset was withdrawn again, or librdkafka was rejoining the group. Each
+	// costs a renewal some latency. LateWithdrawals counts the stored offsets withdrawn a whole
+	// auto-commit interval or more after they were stored, because the instance was short of CPU:
+	// librdkafka may have sent such an offset twice. The package doc (Cost) says why offsets are
+	// withdrawn at all.
+	CommitStoresMissed, LateWithdrawals uint64
 }
 
 func (n *neli) Stats() Stats {
@@ -208,6 +216,8 @@ func (n *neli) statsOf(p *part) Stats {
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
 		GroupChecks:         n.d.check.count.Load(),
+		CommitStoresMissed:  n.d.gateCounts.presumed.Load(),
+		LateWithdrawals:     n.d.gateCounts.doubled.Load(),
 		HandOvers:           n.d.handOvers.Load(),
 		GroupDescriptions:   n.d.prio.descriptions.Load(),
 		Transfers:           n.d.prio.transfers.Load(),

@@ -48,6 +48,7 @@ func (d *driver) join() error {
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
+	d.gate = d.newGate(consumer)
 	return nil
 }
 

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/goneli/goneli/internal/fleet"
 	"github.com/goneli/goneli/internal/member"
@@ -290,7 +292,8 @@ func TestRenderMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, _ := os.ReadFile(md)
-	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | ~1090 ms | 309 ms |",
+	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | 2749 ms (a) | 309 ms |",
+		"| crash failover (SIGKILL -> successor acts), 5 s lease | 16.0-17.3 s (a) | 10.2 s |", "- (b) the run beside goneli when the handoff work of issue 11 began",
 		"| Failover and fencing (3 contenders)", "session timeout + rebalance"} {
 		if !bytes.Contains(page, []byte(want)) {
 			t.Errorf("page lacks %q", want)
@@ -304,7 +307,50 @@ func TestRenderMarkdown(t *testing.T) {
 	if !strings.HasPrefix(s, before[:len(before)-len("stale\n")]) || !strings.HasSuffix(s, after) || strings.Contains(s, "stale") {
 		t.Errorf("README outside the markers changed, or the old summary stayed:\n%s", s)
 	}
-	if !strings.Contains(s, "[docs/results.md](docs/results.md)") || !strings.Contains(s, "| graceful handoff, 1 s lease | ~1120 ms | 68 ms |") {
+	if !strings.Contains(s, "[docs/results.md](docs/results.md)") || !strings.Contains(s, "| graceful handoff, 1 s lease | ~1120 ms (b) | 68 ms |") {
 		t.Errorf("README summary:\n%s", s)
+	}
+}
+
+// --load runs the load scenario alone unless another scenario is asked for, and its lists parse.
+func TestParseOptionsLoad(t *testing.T) {
+	o, err := parseOptions([]string{"--load"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.load || o.trials != 0 || o.fenceTrials != 0 || o.crashTrials != 0 || len(o.contenders) != 0 {
+		t.Errorf("--load alone: %+v", o)
+	}
+	if !slices.Equal(o.loadInstances, []int{1, 4, 16, 64}) || o.loadRoles != 1000 ||
+		!slices.Equal(o.loadDelays, []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond, time.Second}) {
+		t.Errorf("load defaults: instances %v, roles %d, delays %v", o.loadInstances, o.loadRoles, o.loadDelays)
+	}
+	o, err = parseOptions([]string{"--load", "--trials", "3", "--load-delays", "0,250ms", "--load-instances", "2"}, &bytes.Buffer{})
+	if err != nil || o.trials != 3 || !slices.Equal(o.loadDelays, []time.Duration{0, 250 * time.Millisecond}) || !slices.Equal(o.loadInstances, []int{2}) {
+		t.Errorf("load options: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{{"--load-delays", "soon"}, {"--load-delays", "-1s"}, {"--load-instances", "0"}, {"--load-roles", "-1"}, {"--load-lease", "100ms"}} {
+		if _, err := parseOptions(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("parseOptions(%q) accepted", bad)
+		}
+	}
+}
+
+// The load tables show, per setup and delay, every member's requests by name with the rest as
+// "other", the commits in flight and the fences.
+func TestPrintLoadTables(t *testing.T) {
+	rep := &LoadReport{HeartbeatTimeoutMs: 5000, Delayed: "late", Rows: []LoadRow{
+		{Instances: 4, Roles: 1, DelayMs: 0, PerMemberRequestsPerS: 8, PerMemberRequestsPerSByKey: map[string]float64{"Produce": 2, "Fetch": 2, "OffsetCommit": 2, "Heartbeat": 1.5, "Metadata": 0.5},
+			MaxInFlightByKey: map[string]int{"OffsetCommit": 1}, Fences: 0, Leading: 4},
+		{Instances: 4, Roles: 1, DelayMs: 400, PerMemberRequestsPerS: 6, PerMemberRequestsPerSByKey: map[string]float64{"Produce": 2, "Fetch": 2, "OffsetCommit": 1, "Heartbeat": 1},
+			MaxInFlightByKey: map[string]int{"OffsetCommit": 1}, Fences: 2, Leading: 3},
+	}}
+	var b bytes.Buffer
+	printLoadTables(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }, rep)
+	out := b.String()
+	for _, want := range []string{"| 4 instances, one role each: broker delay", "| 0 ms | 2.00, 2.00, 2.00, 1.50, 0.50 (8.00) | 1 |", "| 400 ms |", "| 2 | 3 of 4 |", "\"other\" is Metadata."} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
 	}
 }

@@ -26,6 +26,10 @@ type env struct {
 	client  *kgo.Client       // for group and offset queries to an external broker
 	exe     string
 	runID   string
+	// wire counts each member's requests and those in flight on the broker's sockets, and delay
+	// holds back the broker's answers (delayAnswers); both only for the load scenario (--load).
+	wire  *kafkatest.Wire
+	delay atomic.Int64
 }
 
 func newEnv(o options) (*env, error) {
@@ -43,9 +47,18 @@ func newEnv(o options) (*env, error) {
 		e.client = cl
 		return e, nil
 	}
-	b, err := kafkatest.Start()
+	var opts []kfake.Opt
+	nm := kafkatest.NewNetem()
+	if o.load {
+		e.wire = kafkatest.NewWire()
+		opts = append(opts, kfake.ListenFn(e.wire.Listen(nm.Listen)))
+	}
+	b, err := kafkatest.StartNet(nm, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("starting embedded broker: %w", err)
+	}
+	if o.load {
+		e.delayAnswers(b)
 	}
 	e.broker, e.addr = b, b.Addr
 	e.counter, e.trace = &requestCounter{}, &tracer{}
@@ -275,4 +288,28 @@ func loadAverage() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// undelayedKeys are the requests delayAnswers never holds back: the handshake before anything else
+// (ApiVersions, SASL), which a slow broker answers as slowly but which only a connection's start
+// sends.
+var undelayedKeys = map[kmsg.Key]bool{kmsg.ApiVersions: true, kmsg.SASLHandshake: true, kmsg.SASLAuthenticate: true}
+
+// delayAnswers makes the broker answer every request but undelayedKeys e.delay late: a control
+// function per request key sleeps that long before the broker handles the request (SleepControl
+// lets other connections go on meanwhile). kfake, as Kafka, takes a connection's next request only
+// once it has answered the one before, so a connection's requests wait for one another: a broker
+// whose request handling is slow, not a slow network. A delay of zero sleeps not at all.
+func (e *env) delayAnswers(b *kafkatest.Broker) {
+	for k := range kmsg.Key(100) {
+		if undelayedKeys[k] || kmsg.NameForKey(int16(k)) == "Unknown" {
+			continue
+		}
+		b.ControlKey(int16(k), func(kmsg.Request) (kmsg.Response, error, bool) {
+			if d := time.Duration(e.delay.Load()); d > 0 {
+				b.SleepControl(func() { time.Sleep(d) })
+			}
+			return nil, nil, false
+		})
+	}
 }

@@ -11,6 +11,10 @@
 //	go run ./bench --roles-scenarios     # adds the roles scenarios (goneli.NewRoles)
 //	go run ./bench --short --roles-scenarios --contenders "" --trials 0 --fence-trials 0 --roles-trials 2
 //	                                     # only the roles scenarios, small: about a minute
+//	go run ./bench --load                # only the load scenario (load.go): about 13 minutes
+//	go run ./bench --contenders "" --crash-trials 0 --fence-trials 0 --heartbeat-timeouts 5s --trials 20
+//	                                     # only graceful handoffs at the default lease, with the phase
+//	                                     # trace; --random-phase=false closes the leader at one phase
 //
 // The roles scenarios compare one instance leading --roles roles (64) with one leading a single
 // role and with --roles single-leader instances, each in a group of its own (CPU, memory, broker
@@ -62,6 +66,7 @@ type options struct {
 	memberLog   string
 	memberLogs  string
 	settle      time.Duration
+	randomPhase bool
 
 	rolesScenarios bool
 	roles          int      // roles of the cost and group scenarios
@@ -71,6 +76,15 @@ type options struct {
 	rolesSetups    []string // setups of the roles cost scenario (setup* in roles.go)
 	crashTrials    int      // trials per crash failover series
 	rollingTrials  int      // rolling upgrades per HeartbeatTimeout, with and without priorities
+
+	load          bool            // run the load scenario (load.go)
+	loadInstances []int           // instances of one role each
+	loadRoles     int             // roles of the one instance with many (0: none)
+	loadDelays    []time.Duration // the broker's answer delays, in the order applied
+	loadLease     time.Duration
+	loadWindow    time.Duration
+	loadSettle    time.Duration
+	loadTask      time.Duration
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -95,6 +109,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&leases, "heartbeat-timeouts", "5s,1s", "HeartbeatTimeout settings to measure failover with")
 	fs.DurationVar(&o.task, "task", time.Millisecond, "simulated leader work per run in the failover trials (their time resolution)")
 	fs.DurationVar(&o.settle, "settle", 2*time.Second, "how long a group must have been steady before a trial's fault")
+	fs.BoolVar(&o.randomPhase, "random-phase", true, "add a random part of a group heartbeat interval to each trial's settle, so that faults fall at every phase of the members' group heartbeats")
 	fs.StringVar(&o.memberLogs, "member-logs", "", "also write each member's stderr to <dir>/<member>.log")
 	fs.StringVar(&o.memberLog, "member-log-level", "warn", "members' log level on stderr (shown when a scenario fails)")
 	fs.DurationVar(&o.costTask, "cost-task", 10*time.Millisecond, "simulated leader work per run while measuring cost")
@@ -106,6 +121,15 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&setups, "roles-setups", strings.Join(rolesSetups, ","), "setups of the roles cost scenario (\"\" for none)")
 	fs.IntVar(&o.rolesTrials, "roles-trials", -1, "trials per roles handoff series (default: --trials)")
 	fs.IntVar(&o.rollingTrials, "rolling-trials", 3, "rolling upgrades per HeartbeatTimeout, with priorities and without; trial i replaces the leader first, in the middle or last (0 skips them)")
+	fs.BoolVar(&o.load, "load", false, "run the load scenario (alone, unless other scenarios' flags are given): instances on a broker that answers later and later")
+	var loadInstances, loadDelays string
+	fs.StringVar(&loadInstances, "load-instances", "1,4,16,64", "load scenario: numbers of instances, each leading one role in a group of its own")
+	fs.IntVar(&o.loadRoles, "load-roles", 1000, "load scenario: roles of one more instance (0: none)")
+	fs.StringVar(&loadDelays, "load-delays", "0,100ms,400ms,1s", "load scenario: how late the broker answers, applied in this order")
+	fs.DurationVar(&o.loadLease, "load-lease", goneli.DefaultHeartbeatTimeout, "load scenario: HeartbeatTimeout")
+	fs.DurationVar(&o.loadWindow, "load-window", 20*time.Second, "load scenario: measurement window at each delay")
+	fs.DurationVar(&o.loadSettle, "load-settle", 10*time.Second, "load scenario: how long the members run at a new delay before its window")
+	fs.DurationVar(&o.loadTask, "load-task", 100*time.Millisecond, "load scenario: simulated leader work per run; the harness's own task loop costs each leader about 0.6 CPU s/min at --cost-task's 10 ms")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -114,6 +138,19 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.load {
+		// The load scenario alone, unless another scenario was asked for explicitly.
+		alone := map[string]func(){
+			"trials":       func() { o.trials = 0 },
+			"fence-trials": func() { o.fenceTrials = 0 },
+			"contenders":   func() { contenders = "" },
+		}
+		for name, apply := range alone {
+			if !set[name] {
+				apply()
+			}
+		}
+	}
 	if o.short {
 		// Only what was not given explicitly shrinks.
 		short := map[string]func(){
@@ -171,6 +208,26 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	if err := validateRoles(o); err != nil {
 		return o, err
+	}
+	for _, s := range strings.Split(loadInstances, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return o, fmt.Errorf("--load-instances: bad number of instances %q", s)
+		}
+		o.loadInstances = append(o.loadInstances, n)
+	}
+	var err error
+	if o.loadDelays, err = parseDelays(loadDelays); err != nil {
+		return o, err
+	}
+	if o.loadRoles < 0 {
+		return o, fmt.Errorf("--load-roles: %d is not a number of roles", o.loadRoles)
+	}
+	if o.loadLease < goneli.MinHeartbeatTimeout {
+		return o, fmt.Errorf("--load-lease: at least %v", goneli.MinHeartbeatTimeout)
 	}
 	return o, nil
 }
@@ -271,6 +328,9 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 	}
 	if o.rolesScenarios {
 		errs = append(errs, r.runRoles()...)
+	}
+	if o.load {
+		errs = append(errs, r.runLoad()...)
 	}
 	rep.Finished = time.Now().UTC()
 	for i := range rep.Phases {
@@ -392,6 +452,7 @@ func printTable(w io.Writer, rep *Report) {
 	printPhases(p, rep.Phases)
 	printRolesTables(w, rep.Roles)
 	printRollingTable(w, rep.Rolling)
+	printLoadTables(p, rep.Load)
 	p("")
 	if len(rep.UncutFences) > 0 {
 		by := map[string]int{}

@@ -18,15 +18,30 @@ const (
 )
 
 // goneli v0.5.0 cannot be run by this benchmark (its module is not served by the module proxy
-// here, and it predates the member process), so its figures are the ones measured once beside
-// goneli on the embedded broker with default settings, when the handoff work began (issue 11).
-// They are fixed: v0.5.0 does not change.
-var v050 = map[string]string{
-	"handoff-5s":   "~1090 ms",
-	"handoff-1s":   "~1120 ms",
-	"follower-cpu": "0.28",
-	"broker-cpu":   "0.27",
-	"rss":          "14.5 / 15.9",
+// here, and it predates the member process), so its figures come from runs made beside goneli, each
+// figure naming its run (v050Runs). They are fixed: v0.5.0 does not change.
+var v050 = map[string]v050Figure{
+	"handoff-5s":   {"2749 ms", "a"},
+	"handoff-1s":   {"~1120 ms", "b"},
+	"crash-5s":     {"16.0-17.3 s", "a"},
+	"follower-cpu": {"0.29", "a"},
+	"leader-cpu":   {"0.57", "a"},
+	"broker-cpu":   {"0.25", "a"},
+	"rss":          {"15", "a"},
+}
+
+// v050Figure is one figure of goneli v0.5.0 and the run (v050Runs) it comes from.
+type v050Figure struct{ value, run string }
+
+func (f v050Figure) String() string { return f.value + " (" + f.run + ")" }
+
+// v050Runs are the runs the v0.5.0 figures come from, by mark.
+var v050Runs = []struct{ mark, run string }{
+	{"a", "the side-by-side run of issue 39: 3 members of each release on the embedded broker, " +
+		"default settings (a 5 s lease in both), the leader closed or killed at a random phase of " +
+		"the group heartbeats, 5 rounds: the handoffs' median, the crash failovers' range, the CPU of a follower, " +
+		"the leader and the broker, and one RSS figure for a member"},
+	{"b", "the run beside goneli when the handoff work of issue 11 began: embedded broker, a 1 s lease"},
 }
 
 // markdownPage is the page --md writes: a summary, then every table printTable prints.
@@ -52,8 +67,12 @@ func markdownPage(rep *Report, source string) []byte {
 // summaryTable is the README's table: the headline figures beside goneli v0.5.0's.
 func summaryTable(b *bytes.Buffer, rep *Report) {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(b, format+"\n", args...) }
-	p("goneli: `go run ./bench`, %s, %s, broker %s, %d CPUs. goneli v0.5.0: measured once beside it on the embedded broker, default settings.",
+	p("goneli: `go run ./bench`, %s, %s, broker %s, %d CPUs. goneli v0.5.0 cannot run in this benchmark; each of its figures names the run it comes from:",
 		rep.Started.Format("2006-01-02"), rep.GoVersion, rep.Broker, rep.CPUs)
+	p("")
+	for _, r := range v050Runs {
+		p("- (%s) %s.", r.mark, r.run)
+	}
 	p("")
 	p("| figure (group of %d, medians) | goneli v0.5.0 | goneli |", rep.GroupSize)
 	p("|---|---|---|")
@@ -69,9 +88,9 @@ func summaryTable(b *bytes.Buffer, rep *Report) {
 		title, v050, name string
 		lease             time.Duration
 	}{
-		{"graceful handoff (Close -> successor acts), 5 s lease", v050["handoff-5s"], seriesHandoff, 5 * time.Second},
-		{"graceful handoff, 1 s lease", v050["handoff-1s"], seriesHandoff, time.Second},
-		{"crash failover (SIGKILL -> successor acts), 5 s lease", "not measured", seriesFailover, 5 * time.Second},
+		{"graceful handoff (Close -> successor acts), 5 s lease", v050["handoff-5s"].String(), seriesHandoff, 5 * time.Second},
+		{"graceful handoff, 1 s lease", v050["handoff-1s"].String(), seriesHandoff, time.Second},
+		{"crash failover (SIGKILL -> successor acts), 5 s lease", v050["crash-5s"].String(), seriesFailover, 5 * time.Second},
 		{"crash failover, 1 s lease", "not measured", seriesFailover, time.Second},
 		{"network cut -> leader fenced, 5 s lease", "not measured", seriesFenceFenced, 5 * time.Second},
 		{"network cut -> leader fenced, 1 s lease", "not measured", seriesFenceFenced, time.Second},
@@ -89,6 +108,7 @@ func summaryTable(b *bytes.Buffer, rep *Report) {
 			continue
 		}
 		p("| idle follower CPU s/min | %s | %.2f |", v050["follower-cpu"], c.FollowerCPUSPerMin)
+		p("| leader CPU s/min | %s | %.2f |", v050["leader-cpu"], c.LeaderCPUSPerMin)
 		p("| broker (+ harness) CPU s/min | %s | %.2f |", v050["broker-cpu"], c.HarnessCPUSPerMin)
 		p("| RSS MB, follower / leader | %s | %.0f / %.0f |", v050["rss"], c.FollowerRSSMB, c.LeaderRSSMB)
 		p("| broker requests/s | not measured | %.0f |", c.RequestsPerS)

@@ -40,6 +40,8 @@ type Report struct {
 	Roles *RolesReport `json:"roles,omitempty"`
 	// Rolling is the rolling upgrade, with and without priorities (rolling.go).
 	Rolling []RollingTrial `json:"rolling_upgrade,omitempty"`
+	// Load is what the load scenario measured (--load).
+	Load *LoadReport `json:"load,omitempty"`
 }
 
 // FirstLeader is how long N freshly started contenders took to elect a leader.

@@ -375,7 +375,11 @@ func sessionTimeout(lease time.Duration) time.Duration { return goneli.SessionTi
 // those restart with every rebalance; so a random part of a heartbeat interval is added.
 func (r *runner) settle(lease time.Duration) {
 	iv := groupInterval(lease)
-	time.Sleep(r.e.opts.settle + iv + rand.N(iv))
+	phase := time.Duration(0)
+	if r.e.opts.randomPhase {
+		phase = rand.N(iv)
+	}
+	time.Sleep(r.e.opts.settle + iv + phase)
 }
 
 // timeline keeps the lines of one trial around t0, for the SVG.

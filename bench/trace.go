@@ -63,6 +63,8 @@ func (t *tracer) observe(req kmsg.Request) {
 		found = append(found, traced{member: r.MemberID, group: r.Group})
 	case *kmsg.OffsetCommitRequest:
 		found = append(found, traced{member: r.MemberID, group: r.Group})
+	case *kmsg.HeartbeatRequest:
+		found = append(found, traced{member: r.MemberID, group: r.Group})
 	case *kmsg.LeaveGroupRequest:
 		found = append(found, traced{member: r.MemberID, group: r.Group})
 		for _, m := range r.Members {
@@ -131,7 +133,9 @@ func recordKeys(raw []byte) []string {
 // Phases of an election, in the order they happen.
 const (
 	phaseClosed    = "leader's Close returned"
+	phaseMarker    = "leader's release marker produced"
 	phaseLeave     = "LeaveGroup of the leader"
+	phaseHeard     = "another member's next group heartbeat"
 	phaseRejoin    = "first JoinGroup of another member"
 	phaseJoined    = "successor's JoinGroup"
 	phaseSynced    = "successor's SyncGroup (assignment)"
@@ -142,7 +146,7 @@ const (
 	phaseAct       = "successor's first act"
 )
 
-var handoffPhases = []string{phaseClosed, phaseLeave, phaseRejoin, phaseJoined, phaseSynced, phaseProduced,
+var handoffPhases = []string{phaseClosed, phaseMarker, phaseLeave, phaseHeard, phaseRejoin, phaseJoined, phaseSynced, phaseProduced,
 	phaseChecked, phaseCommitted, phaseAcquired, phaseAct}
 
 var firstPhases = []string{phaseJoined, phaseSynced, phaseProduced, phaseChecked, phaseCommitted, phaseAcquired, phaseAct}
@@ -155,6 +159,10 @@ type PhaseTrace struct {
 	Phases             []string             `json:"phases"`
 	SamplesMs          map[string][]float64 `json:"samples_ms"` // by phase; a trial that lacks a phase adds none
 	MedianMs           map[string]float64   `json:"median_ms"`
+	// Checks counts, per trial, the group descriptions (DescribeGroups) sent from the successor's
+	// assignment to its acquisition: more than one means that a check came back inconclusive and
+	// was made again.
+	Checks []int `json:"group_checks,omitempty"`
 }
 
 func newPhaseTrace(name string, lease time.Duration, phases []string) *PhaseTrace {
@@ -193,10 +201,14 @@ func (p *PhaseTrace) add(entries []traced, lines []member.Line, group, old strin
 				break
 			}
 		}
+		marker, ok := first(t0, kmsg.Produce, func(e traced) bool { return e.member == old })
+		record(phaseMarker, marker, ok)
 		leave, ok := first(t0, kmsg.LeaveGroup, of(old))
 		record(phaseLeave, leave, ok)
 		if ok {
 			from = leave
+			heard, ok := first(from, kmsg.Heartbeat, func(e traced) bool { return inGroup(e) && !of(old)(e) })
+			record(phaseHeard, heard, ok)
 			rejoin, ok := first(from, kmsg.JoinGroup, func(e traced) bool { return inGroup(e) && !of(old)(e) })
 			record(phaseRejoin, rejoin, ok)
 		}
@@ -216,6 +228,13 @@ func (p *PhaseTrace) add(entries []traced, lines []member.Line, group, old strin
 	if !synced.IsZero() {
 		checked, ok := first(synced, kmsg.DescribeGroups, inGroup)
 		record(phaseChecked, checked, ok)
+		checks := 0
+		for _, e := range entries {
+			if e.key == int16(kmsg.DescribeGroups) && !e.at.Before(synced) && inGroup(e) && (next.From == 0 || e.at.UnixNano() <= next.From) {
+				checks++
+			}
+		}
+		p.Checks = append(p.Checks, checks)
 	}
 	if okProduced {
 		committed, ok := first(produced, kmsg.OffsetCommit, succ)
@@ -259,6 +278,15 @@ func printPhases(w func(format string, args ...any), traces []PhaseTrace) {
 			}
 			// The p90 column shows in which phase the slower trials lose their time.
 			w("| %s | %d | %.0f ms | %s | %s |", ph, len(t.SamplesMs[ph]), m, step, msStr(summarise(t.SamplesMs[ph]).P90))
+		}
+		if len(t.Checks) > 0 {
+			var c []float64
+			for _, n := range t.Checks {
+				c = append(c, float64(n))
+			}
+			s := summarise(c)
+			w("")
+			w("Group checks from the assignment to the first act: median %.0f, max %.0f per trial.", s.Median, s.Max)
 		}
 	}
 }

@@ -54,6 +54,23 @@ type Line struct {
 	// nanoseconds: before At by the FencedProducer's initialisation, which a broker that is down
 	// can stretch past a fault, so that the tenure's token belongs to the log from before it.
 	Since int64 `json:"since,omitempty"`
+	// Stat is what a stats line reports (-stats-every).
+	Stat *Stat `json:"stat,omitempty"`
+}
+
+// Stat is what a member's stats line reports about the leases it held since the last one, over
+// every role it leads (sampled every flushEvery).
+type Stat struct {
+	// MarginMs is the least lease left (Stats.LeaseRemaining) seen while leading: how close the
+	// renewals came to the lease's end; -1 if no role led. LagMs is the longest renewal lag seen
+	// (Stats.RenewalLag).
+	MarginMs float64 `json:"margin_ms"`
+	LagMs    float64 `json:"lag_ms"`
+	Leading  int     `json:"leading"` // roles led at the last sample
+	// Missed and Late are Stats.CommitStoresMissed and LateWithdrawals, instance-wide and
+	// cumulative.
+	Missed uint64 `json:"missed"`
+	Late   uint64 `json:"late"`
 }
 
 // Events a member reports.
@@ -65,6 +82,7 @@ const (
 	EventAct      = "act"      // a span of leader actions, [From, To]; spans of one member never overlap
 	EventClosed   = "closed"   // Close returned after SIGTERM or SIGINT
 	EventError    = "error"    // a fatal error; the process exits non-zero
+	EventStats    = "stats"    // Stat, every -stats-every
 
 	// EventCommit is a transaction of the fenced writes (-writes) that committed; At is when
 	// CommitTransaction was called (the last call, if it was retried), Token the tenure's.
@@ -102,6 +120,8 @@ type Options struct {
 	// goneli.FencedProducer, one every WriteEvery (see WriteRecord).
 	Writes     string
 	WriteEvery time.Duration
+	// StatsEvery, if positive, is how often a stats line reports the leases' margins.
+	StatsEvery time.Duration
 }
 
 // WriteRecord is the value of a record a member writes to Options.Writes: which member wrote it,
@@ -169,6 +189,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	fs.StringVar(&o.Writes, "writes", "", "topic that the leader task writes numbered records to through a FencedProducer (empty: no writes)")
 	fs.DurationVar(&o.WriteEvery, "write-every", 20*time.Millisecond, "interval between the leader task's writes")
 	fs.StringVar(&o.LogLevel, "log-level", "warn", "goneli log level on stderr")
+	fs.DurationVar(&o.StatsEvery, "stats-every", 0, "report the leases' least margin and longest renewal lag this often (0: never)")
 	var numbered int
 	var named roleFlag
 	fs.IntVar(&numbered, "roles", 0, "contend for this many numbered roles, \"0\" to \"N-1\", with NewRoles (0: the single leader of New)")
@@ -319,6 +340,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	}
 	ticker := time.NewTicker(flushEvery)
 	defer ticker.Stop()
+	sampler := newStatSampler(c.stats, o.StatsEvery)
 	for {
 		select {
 		case <-stop:
@@ -335,6 +357,9 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			return nil
 		case <-ticker.C:
 			acts.flush()
+			if st := sampler.sample(); st != nil {
+				w.write(Line{Event: EventStats, Stat: st})
+			}
 			if err := p.Error(); err != nil {
 				w.write(Line{Event: EventError, Info: err.Error()})
 				wr.close()
@@ -353,6 +378,8 @@ type contender struct {
 	background func(task func(role string, isLeader func() bool)) (goneli.Pulser, error)
 	// leads gives each role's Leadership ("" without roles), for fenced writes.
 	leads map[string]goneli.Leadership
+	// stats gives each role's Stats.
+	stats []func() goneli.Stats
 }
 
 // contend joins the group: with goneli.New if roles is empty, with goneli.NewRoles otherwise.
@@ -362,9 +389,10 @@ func contend(config goneli.Config, roles []string, barrier goneli.Barrier) (cont
 		if err != nil {
 			return contender{}, err
 		}
+		c := n.(goneli.Curator)
 		return contender{close: n.Close, background: func(task func(string, func() bool)) (goneli.Pulser, error) {
 			return n.Background(func() { task("", n.IsLeader) })
-		}, leads: map[string]goneli.Leadership{"": n.(goneli.Curator)}}, nil
+		}, leads: map[string]goneli.Leadership{"": c}, stats: []func() goneli.Stats{c.Stats}}, nil
 	}
 	rs, err := goneli.NewRoles(config, roles, barrier)
 	if err != nil {
@@ -373,13 +401,15 @@ func contend(config goneli.Config, roles []string, barrier goneli.Barrier) (cont
 	// Looked up once: the map is only read from here on, by every role's task goroutine.
 	isLeader := map[string]func() bool{}
 	leads := map[string]goneli.Leadership{}
+	var stats []func() goneli.Stats
 	for _, r := range rs.All() {
 		isLeader[r.Name()] = r.IsLeader
 		leads[r.Name()] = r
+		stats = append(stats, r.Stats)
 	}
 	return contender{close: rs.Close, background: func(task func(string, func() bool)) (goneli.Pulser, error) {
 		return rs.Background(func(role string) { task(role, isLeader[role]) })
-	}, leads: leads}, nil
+	}, leads: leads, stats: stats}, nil
 }
 
 type writer struct {
@@ -466,4 +496,49 @@ func stderrScribe(level string) scribe.Scribe {
 	}
 	s.SetEnabled(spec.Level)
 	return s
+}
+
+// statSampler keeps the least margin and the longest lag of the leases seen since its last line.
+// With several roles it samples every fifth call (250 ms), so that a thousand roles' Stats do not
+// add much to what the member costs.
+type statSampler struct {
+	stats []func() goneli.Stats
+	every time.Duration
+	next  time.Time
+	calls int
+	cur   Stat
+}
+
+func newStatSampler(stats []func() goneli.Stats, every time.Duration) *statSampler {
+	return &statSampler{stats: stats, every: every, next: time.Now().Add(every), cur: Stat{MarginMs: -1}}
+}
+
+// sample takes a sample of every role's lease, and returns the line that is due, if one is.
+func (s *statSampler) sample() *Stat {
+	if s.every <= 0 {
+		return nil
+	}
+	if s.calls++; len(s.stats) > 1 && s.calls%5 != 0 && time.Now().Before(s.next) {
+		return nil
+	}
+	s.cur.Leading = 0
+	for _, f := range s.stats {
+		st := f()
+		s.cur.Missed, s.cur.Late = st.CommitStoresMissed, st.LateWithdrawals
+		if !st.Leader {
+			continue
+		}
+		s.cur.Leading++
+		if m := float64(st.LeaseRemaining.Microseconds()) / 1000; s.cur.MarginMs < 0 || m < s.cur.MarginMs {
+			s.cur.MarginMs = m
+		}
+		s.cur.LagMs = max(s.cur.LagMs, float64(st.RenewalLag.Microseconds())/1000)
+	}
+	if time.Now().Before(s.next) {
+		return nil
+	}
+	s.next = time.Now().Add(s.every)
+	out := s.cur
+	s.cur = Stat{MarginMs: -1}
+	return &out
 }

@@ -143,6 +143,14 @@ func (w *Beats[T]) round(ctx context.Context, beats []Beat[T]) []BeatResult[T] {
 	return out
 }
 
+// Busy reports whether a round is under way or waits to start: the caller keeps one round of
+// heartbeats in flight at most (goneli's driver.mayProduce).
+func (w *Beats[T]) Busy() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.active
+}
+
 // Collect returns the results of the rounds that ended since it was last called.
 func (w *Beats[T]) Collect() ([]BeatResult[T], bool) {
 	w.mu.Lock()

@@ -1,0 +1,444 @@
+package goneli
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// # One offset commit in flight
+//
+// librdkafka's auto-commit timer (auto.commit.interval.ms, a quarter poll here) commits, at every
+// tick and only while the consumer is steady in its group, each stored offset that is above the
+// offset it committed last, and it learns what it committed only from the commit's answer
+// (librdkafka 2.11.1, rdkafka_cgrp.c rd_kafka_cgrp_offset_commit_tmr_cb and rdkafka_partition.c
+// rd_kafka_topic_partition_list_set_offsets, which has no check for a commit in flight). So a
+// stored offset goes out again at every tick until an answer comes back: with answers 400 ms late
+// one leader had 56 commits queued on the coordinator connection, ahead of its group heartbeats,
+// and the slower the broker answered the more it got (TestOneCommitInFlightOnASlowCoordinator,
+// without the gate).
+//
+// The gate keeps one commit in flight per consumer, automatic or explicit, whatever the broker's
+// latency, and keeps automatic commits as what they are for the window of explicit ones (the
+// anchor, lease.committed): proof that librdkafka was steady in the group when it sent them.
+//
+//   - An offset is stored only while no commit is under way or may be: none stored and not yet
+//     withdrawn, no automatic commit that may still be answered, no explicit commit unanswered.
+//   - A stored offset is withdrawn (stored as OffsetInvalid, which the timer skips) a little less
+//     than a tick after it was stored: less by a twenty-fifth of a tick, at least a millisecond.
+//     The timer reads the stored offsets at moments at least a tick apart (it schedules its next
+//     run a tick after the callback returns, rdkafka_timer.c rd_kafka_timer_schedule), so it
+//     reads the offset at most once: one commit of it, or none if the tick fell after the
+//     withdrawal or librdkafka was rejoining. The window is measured from before the store call
+//     to after the withdrawal returned; one that came out a tick or longer (this process starved
+//     of CPU: Stats.LateWithdrawals) may have carried more commits, one per tick, and the gate
+//     then waits for as many answers. Until a consumer's first commit has been answered an
+//     offset stays stored a little longer than a tick instead, so that a new tenure's first proof
+//     does not wait for a presumption; a second commit of it goes out only if the first is not
+//     answered within a tick.
+//   - An automatic commit that may have been sent counts as in flight until its answer (any
+//     OffsetsCommitted event: each answers one commit librdkafka made of a stored offset, as it
+//     reports none of the ticks that found nothing to commit) or until it is presumed unsent: the
+//     longest answer time seen lately has passed since the withdrawal, a quarter more and a tick
+//     (patience). A presumed commit that is answered after all raises that time, and every
+//     presumption since the last answer doubles it, up to a quarter lease.
+//   - An explicit commit (commit.go) starts only while the gate is idle, and nothing is stored
+//     while one is under way.
+//
+// Why this cannot renew a lease that would not have been renewed without it: a renewal needs a
+// commit of an offset stored by the lease, answered by the coordinator (lease.committed). The gate
+// only ever stores fewer offsets, for less time, and sends fewer explicit commits; every commit
+// that still goes out is one librdkafka or the committer would have sent anyway, with the same
+// generation and member id, so each proves what it proved before. The anchor of the window for
+// explicit commits stays the store time of an offset that an automatic commit got accepted; an
+// offset stored again after a presumed loss keeps its first store time, which is no later than any
+// of its commits' sending.
+//
+// What it costs: a renewal now waits for the previous commit's answer, so on a slow broker the
+// leader renews once per commit round trip rather than once per RenewInterval (which it could not
+// use anyway: the commits queued behind one another), and a lease outlasts only commit round trips
+// well under half of it. A store misses its tick when the tick falls in the last twenty-fifth of it
+// or comes late, one in twenty or so on a quiet machine (more on a busy one, where librdkafka's
+// thread wakes late); its renewal then waits for the presumption and the next tick, a couple of
+// poll intervals on a healthy broker, or an explicit commit takes over (lease.stalled). Failover is
+// unchanged: it waits for the session or the LeaveGroup, not for commits; a close or a revocation
+// withdraws what is stored first, so the unassign that precedes the LeaveGroup has nothing to
+// commit.
+type commitGate struct {
+	consumer KafkaConsumer
+	topic    *string
+	// tick is auto.commit.interval.ms; hold how long an offset stays stored, a little less.
+	tick, hold time.Duration
+	// late is how long an answer may take before any has been seen: the group heartbeat interval,
+	// beyond which an answer counts as late (driver.holdCommits).
+	late time.Duration
+	now  func() time.Duration
+
+	// mu guards what the withdrawal timer shares with the driver.
+	mu     sync.Mutex
+	closed bool
+	armed  *gateStore // stored and not withdrawn yet
+	timer  *time.Timer
+	// stores are the recent stores, oldest first, that answers are matched with; an unsettled
+	// one keeps the gate busy.
+	stores []*gateStore
+	// latencies are the times the latest commits took to be answered, automatic (from the store)
+	// and explicit. doubt counts the stores presumed unsent since the last answer: each doubles
+	// the patience of the next, up to most (a quarter lease). So a broker slower than the gate
+	// guessed gets at most one more commit per doubling before an answer tells the gate how slow
+	// it is, and a coordinator that cannot be reached for a while gets one deferred commit per
+	// doubling, sent when it is back (librdkafka defers an automatic commit while it has no
+	// coordinator: rd_kafka_cgrp_defer_offset_commit), rather than one per poll.
+	latencies []time.Duration
+	doubt     int
+	most      time.Duration
+	// counts are the driver's, kept across its consumers' gates (Stats).
+	counts *gateCounts
+}
+
+// gateCounts counts what the gates of an instance did.
+type gateCounts struct {
+	stores, withdrawals, answers atomic.Uint64
+	presumed                     atomic.Uint64 // stores presumed never sent
+	strays                       atomic.Uint64 // answers that came after their store was presumed never sent
+	doubled                      atomic.Uint64 // stores whose window came out a tick or longer
+}
+
+// gateTally is a snapshot of gateCounts.
+type gateTally struct {
+	stores, withdrawals, answers, presumed, strays, doubled uint64
+}
+
+// gateStore is one store of offsets and what became of it.
+type gateStore struct {
+	// stored is what was stored, live what of it is still stored.
+	stored, live []kafka.TopicPartition
+	at           time.Duration // before the store call
+	// withdrawn is when the withdrawal returned; zero while stored. sends bounds the automatic
+	// commits that may carry the offsets, answers counts those answered.
+	withdrawn      time.Duration
+	sends, answers int
+	presumeBy      time.Duration
+	hint           time.Duration // a latency known when it was stored (a heartbeat's round trip)
+	long           bool          // stored for longer than a tick on purpose (store)
+	presumed       bool
+}
+
+// gateHistory is how many stores and answer times the gate keeps.
+const gateHistory = 8
+
+func newCommitGate(c KafkaConsumer, topic *string, tick, late, most time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
+	return &commitGate{consumer: c, topic: topic, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, most: most, now: now, counts: counts}
+}
+
+// busy reports whether a store may not be made now, presuming unsent the commits whose time has
+// passed, and returns the stores just presumed unsent, whose offsets may be stored again. Called
+// with the driver's lock held.
+func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var presumed []*gateStore
+	busy := g.armed != nil
+	for _, s := range g.stores {
+		if s.withdrawn == 0 || s.answers >= s.sends {
+			continue
+		}
+		if now >= s.presumeBy {
+			s.presumed = true
+			s.sends = s.answers
+			g.doubt++
+			g.counts.presumed.Add(1)
+			presumed = append(presumed, s)
+			continue
+		}
+		busy = true
+	}
+	return busy, presumed
+}
+
+// store stores offsets for commit and arms their withdrawal, unless the gate has been closed, and
+// returns when it began (read before the StoreOffsets call: lease.storedAt) and what may now be
+// stored. hint is a latency the caller knows of. The caller has made sure the gate is not busy.
+// Called with the driver's lock held.
+func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (time.Duration, []kafka.TopicPartition, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || len(offsets) == 0 {
+		return 0, nil, nil
+	}
+	s := &gateStore{at: g.now(), hint: hint}
+	stored, err := g.consumer.StoreOffsets(offsets)
+	for _, tp := range stored {
+		if tp.Error == nil && tp.Offset >= 0 {
+			s.stored = append(s.stored, tp)
+		}
+	}
+	if err != nil && len(stored) == 0 {
+		// Nothing is known to be stored; an offset that was is withdrawn with the rest.
+		s.stored = offsets
+	}
+	if len(s.stored) == 0 {
+		return s.at, nil, err
+	}
+	s.live = append([]kafka.TopicPartition(nil), s.stored...)
+	g.counts.stores.Add(1)
+	g.armed = s
+	g.remember(s)
+	hold := g.hold
+	if len(g.latencies) == 0 {
+		// No commit answered yet (a new tenure's first proof, typically): the offset stays stored
+		// a little longer than a tick, so that the proof does not wait out a presumption for a
+		// tick that fell just after the withdrawal. A second commit of it goes out only if the
+		// first is unanswered at the next tick, which a broker answering within a tick never
+		// lets happen, and is accounted for (sends) like a late withdrawal.
+		hold, s.long = g.tick+(g.tick-g.hold), true
+	}
+	g.timer = time.AfterFunc(s.at+hold-g.now(), func() { g.expire(s) })
+	return s.at, s.stored, err
+}
+
+// remember adds s to the stores that answers are matched with, forgetting the oldest settled one
+// beyond gateHistory. Called with mu held.
+func (g *commitGate) remember(s *gateStore) {
+	g.stores = append(g.stores, s)
+	for len(g.stores) > gateHistory {
+		old := g.stores[0]
+		if old == g.armed || (old.withdrawn != 0 && old.answers < old.sends) {
+			break
+		}
+		g.stores = g.stores[1:]
+	}
+}
+
+// expire withdraws s when its hold is over, on the timer's goroutine.
+func (g *commitGate) expire(s *gateStore) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed != s {
+		return
+	}
+	g.withdrawLocked(s.live)
+}
+
+// A withdrawal that its timer makes late by a tick or more (a process starved of CPU: a margin of
+// half a tick would not have stopped the spikes of tens of milliseconds seen on a machine loaded
+// five times over, and it made every second store miss its tick) may let librdkafka send the offset
+// twice; end counts it (Stats.LateWithdrawals), and the gate then waits for both answers.
+
+// withdrawLocked withdraws offsets of the armed store, and ends the store when nothing of it is
+// stored any longer. Called with mu held.
+func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
+	s := g.armed
+	if s == nil || len(offsets) == 0 {
+		return
+	}
+	gone := make([]kafka.TopicPartition, 0, len(offsets))
+	for _, tp := range offsets {
+		gone = append(gone, kafka.TopicPartition{Topic: g.topic, Partition: tp.Partition, Offset: kafka.OffsetInvalid})
+	}
+	// An error leaves the offset stored: it is withdrawn again when the store ends, and a
+	// partition that is no longer assigned has nothing to commit anyway.
+	_, _ = g.consumer.StoreOffsets(gone)
+	g.counts.withdrawals.Add(1)
+	var kept []kafka.TopicPartition
+	for _, tp := range s.live {
+		withdrawn := false
+		for _, w := range offsets {
+			withdrawn = withdrawn || w.Partition == tp.Partition
+		}
+		if !withdrawn {
+			kept = append(kept, tp)
+		}
+	}
+	s.live = kept
+	if len(kept) > 0 {
+		return
+	}
+	g.end(s)
+}
+
+// end finishes the armed store s: its window is over. Called with mu held.
+func (g *commitGate) end(s *gateStore) {
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+	g.armed = nil
+	now := g.now()
+	s.withdrawn = max(now, s.at+1)
+	// The timer reads stored offsets at moments at least a tick apart, so a window shorter than a
+	// tick holds at most one of them.
+	s.sends = int((s.withdrawn-s.at)/g.tick) + 1
+	if s.sends > 1 && !s.long {
+		g.counts.doubled.Add(1)
+	}
+	s.presumeBy = s.withdrawn + g.patience(s.hint)
+}
+
+// patience is how long after a withdrawal an unanswered commit is presumed never sent: the longest
+// time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
+// quarter more, and a tick; before any commit has been answered the gate guesses at least a group
+// heartbeat interval, the time beyond which goneli counts an answer as late anyway
+// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most.
+// Called with mu held.
+func (g *commitGate) patience(hint time.Duration) time.Duration {
+	l := max(hint, g.tick)
+	if len(g.latencies) == 0 {
+		l = max(l, g.late)
+	}
+	for _, d := range g.latencies {
+		l = max(l, d)
+	}
+	base := l + l/4 + g.tick
+	return max(base, min(base<<min(g.doubt, 5), g.most))
+}
+
+// answered records how long an explicit commit took to be answered: it went to the same
+// coordinator, on the same connection, as the automatic ones. (A group check's round trip would
+// not do: a coordinator whose log appends are slow answers commits far later than descriptions.)
+func (g *commitGate) answered(took time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.sample(took)
+	g.doubt = 0
+}
+
+// sample records a commit's answer time. Called with mu held.
+func (g *commitGate) sample(d time.Duration) {
+	g.latencies = append(g.latencies, d)
+	if len(g.latencies) > gateHistory {
+		g.latencies = g.latencies[1:]
+	}
+}
+
+// answer takes the answer to one of librdkafka's commits of stored offsets. Called with the
+// driver's lock held.
+func (g *commitGate) answer(e kafka.OffsetsCommitted) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.counts.answers.Add(1)
+	s := g.match(e)
+	if s == nil {
+		return
+	}
+	now := g.now()
+	s.answers++
+	if s.presumed {
+		// Sent after all, and answered late: the broker is slower than the gate thought, which
+		// the latency it now records says for the stores to come.
+		g.counts.strays.Add(1)
+		s.sends = s.answers
+	} else {
+		g.doubt = 0
+	}
+	g.sample(now - s.at)
+	if s == g.armed {
+		// Answered before its withdrawal: withdrawn now, as a failed commit leaves the offset
+		// above the committed one, where the next tick would send it again.
+		g.withdrawLocked(s.live)
+	}
+	if s.answers < s.sends {
+		// A window that came out a tick or longer may have let a second commit go; if it did,
+		// its answer follows the first within about a tick, as the coordinator answers a
+		// connection's requests in order. (Answers are seen a poll late, which only adds.)
+		s.presumeBy = min(s.presumeBy, now+2*g.tick)
+	}
+}
+
+// match finds the store that e answers: of the stores that may still be answered, the oldest
+// whose offset for a partition e names is e's; else the oldest presumed unsent with such an offset
+// (answered late); else the oldest that may still be answered. An offset stored again after its
+// first store was presumed unsent is ambiguous: the answer goes to the later store, which at worst
+// lets one more commit start while the earlier is still under way, as the wrong presumption
+// itself did. Called with mu held.
+func (g *commitGate) match(e kafka.OffsetsCommitted) *gateStore {
+	pending := func(s *gateStore) bool { return s.withdrawn == 0 || s.answers < s.sends }
+	names := func(s *gateStore) bool {
+		for _, tp := range s.stored {
+			for _, a := range e.Offsets {
+				if a.Partition == tp.Partition && a.Offset == tp.Offset {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, pick := range []func(*gateStore) bool{
+		func(s *gateStore) bool { return pending(s) && names(s) },
+		func(s *gateStore) bool { return s.presumed && names(s) },
+		pending,
+	} {
+		for _, s := range g.stores {
+			if pick(s) {
+				return s
+			}
+		}
+	}
+	return nil
+}
+
+// withdraw withdraws whatever of partitions is stored, at once: the partitions are being revoked,
+// or their tenure stores nothing (lease.quiesce), or the instance is closing. Called with the
+// driver's lock held.
+func (g *commitGate) withdraw(partitions ...int32) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed == nil {
+		return
+	}
+	var offsets []kafka.TopicPartition
+	for _, tp := range g.armed.live {
+		for _, id := range partitions {
+			if tp.Partition == id {
+				offsets = append(offsets, tp)
+			}
+		}
+	}
+	g.withdrawLocked(offsets)
+}
+
+// withdrawAll withdraws every stored offset.
+func (g *commitGate) withdrawAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed == nil {
+		return
+	}
+	g.withdrawLocked(g.armed.live)
+}
+
+// holds reports whether an offset of partition is stored.
+func (g *commitGate) holds(partition int32) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.armed == nil {
+		return false
+	}
+	for _, tp := range g.armed.live {
+		if tp.Partition == partition {
+			return true
+		}
+	}
+	return false
+}
+
+// close stops the gate before its consumer closes: no store or withdrawal reaches the consumer
+// after it returns.
+func (g *commitGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	if g.timer != nil {
+		g.timer.Stop()
+		g.timer = nil
+	}
+}
+
+// snapshot returns the counts of the gates of the gate's instance.
+func (g *commitGate) snapshot() gateTally {
+	c := g.counts
+	return gateTally{stores: c.stores.Load(), withdrawals: c.withdrawals.Load(), answers: c.answers.Load(),
+		presumed: c.presumed.Load(), strays: c.strays.Load(), doubled: c.doubled.Load()}
+}
