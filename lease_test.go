@@ -31,6 +31,8 @@ type rig struct {
 	stored  []int64
 	commits []int64 // explicit commits asked for
 	checks  int
+	// gated says that the commit gate holds stores back: the test stores with storedAt itself.
+	gated bool
 }
 
 func newRig(t *testing.T) *rig {
@@ -50,7 +52,9 @@ func (r *rig) take(out leaseOut) {
 	if out.store != 0 {
 		r.stored = append(r.stored, out.store)
 		// The driver stores it at once, as it does while no commit is in flight (commitgate.go).
-		r.l.storedAt(out.store, r.l.now())
+		if !r.gated {
+			r.l.storedAt(out.store, r.l.now())
+		}
 	}
 	if out.commit != 0 {
 		r.commits = append(r.commits, out.commit)
@@ -992,5 +996,56 @@ func TestLeaseCommitOfAnotherLogRenewsNothing(t *testing.T) {
 	r.commit(off + 1)
 	if r.l.load().end <= end {
 		t.Fatal("the commit of the heartbeat stored there did not renew")
+	}
+}
+
+// The commit gate stores an offset only once the commit under way is answered, and stores it again
+// if that commit is presumed never sent. The lease counts an offset as stored when librdkafka first
+// had it (storedAt), so a store made again keeps the first time: a commit of the first store was
+// sent after it, and its answer must not look more timely, nor anchor later, for the second. A
+// late answer holds renewals back from the send time of the heartbeats the gate held back, which
+// may precede the late offset's store.
+func TestLeaseStoreTimeUnderTheGate(t *testing.T) {
+	r := newRig(t)
+	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
+	r.acquire()
+	r.gated = true
+	end := func() time.Duration { return r.l.load().end }
+
+	h1, o1 := r.heartbeat()
+	r.back(h1, o1)
+	if st := r.l.t.pending[o1+1].stored; st != 0 {
+		t.Fatalf("an offset the gate holds back counts as stored at %v", st)
+	}
+	r.wait(10 * time.Millisecond)
+	h2, o2 := r.heartbeat() // sent before o1 is stored
+	r.wait(10 * time.Millisecond)
+	r.back(h2, o2)
+	r.wait(20 * time.Millisecond)
+	first := r.l.now()
+	r.l.storedAt(o1+1, first)
+	r.wait(60 * time.Millisecond)
+	r.l.storedAt(o1+1, r.l.now()) // presumed never sent, and stored again
+	if st := r.l.t.pending[o1+1].stored; st != first {
+		t.Fatalf("stored at %v after a second store, want the first, %v", st, first)
+	}
+	// The first store's commit went out after all, and its answer comes 200 ms after that store:
+	// late, measured from the first store (from the second it would look in time).
+	r.wait(140 * time.Millisecond)
+	before := end()
+	r.commit(o1 + 1)
+	if end() <= before || r.l.heldUntil == 0 {
+		t.Fatalf("the late answer renewed %v and held until %v; want its own heartbeat renewed and a hold", end() > before, r.l.heldUntil)
+	}
+	if r.l.autoAt != first {
+		t.Errorf("anchor %v, want the first store, %v", r.l.autoAt, first)
+	}
+	// h2 was sent before o1 was stored, while the gate held o1 back: the hold covers it.
+	r.l.storedAt(o2+1, r.l.now())
+	r.wait(10 * time.Millisecond)
+	before = end()
+	r.commit(o2 + 1)
+	if end() != before || r.l.load().counts.held != 1 {
+		t.Fatalf("a heartbeat the gate held back renewed after a late answer (end %v -> %v, held %d)", before, end(), r.l.load().counts.held)
 	}
 }

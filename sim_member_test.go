@@ -25,6 +25,10 @@ import (
 //     timer on the lease end; expireLeases waits for the loop when a pause holds the driver's lock.
 //     The dispatcher (dispatch.go): the barrier's calls one at a time, each taking a while, and
 //     IsLeader only once the LeaderAcquired call has returned (neli.deliver).
+//   - The commit gate (commitgate.go): one store or explicit commit at a time, the store withdrawn
+//     a little less than a tick after it was made and counted as in flight until an answer or a
+//     presumption, the presumed store's newest offset stored again; one round of heartbeats in
+//     flight (driver.mayProduce). What of the gate is simplified is said at simMember.store.
 //   - Hand-over and yield (handover.go, yield.go): the real handover type decides; the instance
 //     leaves the group and rejoins after the back-off.
 //   - Close (closer.go): IsLeader turns false, the tenure ends, the consumer unsubscribes and the
