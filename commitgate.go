@@ -43,7 +43,12 @@ import (
 //     reports none of the ticks that found nothing to commit) or until it is presumed unsent: the
 //     longest answer time seen lately has passed since the withdrawal, a quarter more and a tick
 //     (patience). A presumed commit that is answered after all raises that time, and every
-//     presumption since the last answer doubles it, up to a quarter lease.
+//     presumption since the last answer doubles it, up to a quarter lease. A store made after the
+//     stores since the last answer were all presumed unsent counts as made when the first of them
+//     was (store): a presumption may come later than the answer bound that the lease measures an
+//     answer's lateness against (lease.heldAnswers), and the window for explicit commits rests on
+//     a store coming within that bound or a renewal interval of a rebalance's first group
+//     heartbeat, or on its answer showing the delay (commitWindow).
 //   - An explicit commit (commit.go) starts only while the gate is idle, and nothing is stored
 //     while one is under way.
 //
@@ -54,7 +59,7 @@ import (
 // generation and member id, so each proves what it proved before. The anchor of the window for
 // explicit commits stays the store time of an offset that an automatic commit got accepted; an
 // offset stored again after a presumed loss keeps its first store time, which is no later than any
-// of its commits' sending.
+// of its commits' sending, and a newer offset stored in its place takes that time too.
 //
 // What it costs: a renewal now waits for the previous commit's answer, so on a slow broker the
 // leader renews once per commit round trip rather than once per RenewInterval (which it could not
@@ -94,6 +99,10 @@ type commitGate struct {
 	latencies []time.Duration
 	doubt     int
 	most      time.Duration
+	// chainAt is when the first store was made since the gate last settled with an answer
+	// (chained): a store made after stores presumed unsent counts as made then (store).
+	chainAt time.Duration
+	chained bool
 	// counts are the driver's, kept across its consumers' gates (Stats).
 	counts *gateCounts
 }
@@ -159,9 +168,18 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 }
 
 // store stores offsets for commit and arms their withdrawal, unless the gate has been closed, and
-// returns when it began (read before the StoreOffsets call: lease.storedAt) and what may now be
-// stored. hint is a latency the caller knows of. The caller has made sure the gate is not busy.
-// Called with the driver's lock held.
+// returns when it counts as made (lease.storedAt) and what may now be stored. hint is a latency the
+// caller knows of. The caller has made sure the gate is not busy. Called with the driver's lock
+// held.
+//
+// The time returned is read before the StoreOffsets call, or is that of the first store of the
+// chain that this one ends, if the stores since the last answer were all presumed unsent: nothing
+// answered shows how late the connection is meanwhile, and a presumption can come up to a quarter
+// lease after its store, more than the answer bound (lease.heldAnswers), and again after every
+// store presumed unsent in turn. Measured from the chain's first store, the next answer shows the
+// wait as lateness, as a commit of that store would have done had it been sent, and the offset
+// anchors the window for explicit commits no later than that store could have (commitWindow gives
+// the argument). An answer settles the chain: the next store starts a new one.
 func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (time.Duration, []kafka.TopicPartition, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -183,6 +201,12 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		return s.at, nil, err
 	}
 	s.live = append([]kafka.TopicPartition(nil), s.stored...)
+	at := s.at
+	if g.chained {
+		at = min(at, g.chainAt)
+	} else {
+		g.chainAt, g.chained = s.at, true
+	}
 	g.counts.stores.Add(1)
 	g.armed = s
 	g.remember(s)
@@ -196,7 +220,21 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		hold, s.long = g.tick+(g.tick-g.hold), true
 	}
 	g.timer = time.AfterFunc(s.at+hold-g.now(), func() { g.expire(s) })
-	return s.at, s.stored, err
+	return at, s.stored, err
+}
+
+// settle ends the chain of stores (chainAt) once an answer has come and no store may still be
+// answered. Called with mu held.
+func (g *commitGate) settle() {
+	if g.armed != nil {
+		return
+	}
+	for _, s := range g.stores {
+		if s.withdrawn != 0 && s.answers < s.sends {
+			return
+		}
+	}
+	g.chained = false
 }
 
 // remember adds s to the stores that answers are matched with, forgetting the oldest settled one
@@ -303,6 +341,7 @@ func (g *commitGate) answered(took time.Duration) {
 	defer g.mu.Unlock()
 	g.sample(took)
 	g.doubt = 0
+	g.settle()
 }
 
 // sample records a commit's answer time. Called with mu held.
@@ -345,6 +384,7 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted) {
 		// connection's requests in order. (Answers are seen a poll late, which only adds.)
 		s.presumeBy = min(s.presumeBy, now+2*g.tick)
 	}
+	g.settle()
 }
 
 // match finds the store that e answers: of the stores that may still be answered, the oldest

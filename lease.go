@@ -339,16 +339,26 @@ func commitStall(poll time.Duration) time.Duration {
 // auto-commits only while it knows of no rebalance, and learns of one from the answer to its first
 // group heartbeat after R, sent at h1 <= R + hb. An automatic commit is sent after the offset it
 // carries was stored, and before librdkafka learns of the rebalance; if sent after h1, its answer
-// comes after that heartbeat's, on the same connection. So the anchor A is at most h1, or else an
-// offset stored after h1 whose answer came after the heartbeat's: the first offset stored after h1
-// has its answer held as long as the heartbeat's, and if that answer comes more than answer late,
-// heldAnswers keeps every later offset from renewing or anchoring; otherwise librdkafka learnt of
-// the rebalance within answer of that store, and stopped auto-committing. That first store comes
-// within S = max(renew, answer) of h1: the leader asks for one every renewal, and the commit gate
-// (commitgate.go) stores it once the commit under way at h1, sent before h1 and so answered before
-// the heartbeat, has been answered, which is within answer of that commit's own store (before h1),
-// or heldAnswers holds from there on (an explicit commit's offset counts as stored when it is sent,
-// storedAt). Either way A <= R + hb + answer + S. An explicit
+// comes after that heartbeat's, on the same connection. An offset counts as stored at the time
+// storedAt records: before the store call, or, for a store the commit gate (commitgate.go) made
+// after the stores since its last answer were all presumed unsent, the time of the first of those
+// (commitGate.store), so that a chain of presumptions, each up to a quarter lease after its store,
+// moves no store time. A chain ends with an answer (any one, automatic or explicit), and the next
+// store starts another. So the anchor A is at most h1, or else the time of the first store x of a
+// chain that began after h1, one of whose offsets an automatic commit carried before librdkafka
+// learnt of the rebalance. Nothing is under way once a chain has ended, so the gate stores x at the
+// next cycle once the leader has asked for a store, which it does every renewal, unless an explicit
+// commit goes first, whose answer ends the chain again. If the chain before x ended by h1, x is
+// within renew of h1 (or the explicit commit under way at h1 is answered first, as below). If it
+// ended after h1, the answer that ended it was to a commit sent after h1, which comes after the
+// heartbeat's on the same connection, so that x and its chain come too late to anchor; or to a
+// commit sent before h1 (the commit under way at h1, automatic or explicit, or one presumed unsent
+// that went out after all), which comes within answer of that commit's time, before h1 (an
+// explicit commit's offset counts as stored when it is sent, storedAt), or else late, and then
+// heldAnswers keeps every later offset from renewing or anchoring for as long as answers come
+// late. So x is within S = max(renew, answer) of h1, and A <= R + hb + S; the bound the window
+// keeps, A <= R + hb + answer + S, leaves an answer bound for the cycles between an answer or an
+// ask and the store. An explicit
 // commit renews only a heartbeat sent before A + window (inWindow), so the lease it gives ends
 // before A + window + HeartbeatTimeout <= R + expel - hb: a group heartbeat interval before the
 // member can be removed, the slack for clock rates over expel. The anchor is the offset's store
@@ -442,9 +452,14 @@ func (l *lease) storable(offset int64) bool {
 //     time librdkafka had the offset, for the same reason. What the gate does change is how soon
 //     after a rebalance's first group heartbeat an offset is stored: not within a renewal interval
 //     of it, as when every renewal stored one, but once the commit under way then is answered, an
-//     answer bound after that commit's offset was stored at most, or heldAnswers holds. commitWindow
-//     subtracts the longer of the two; heldAnswers holds from the send time of the heartbeats the
-//     gate held back, not from their later store.
+//     answer bound after that commit's offset was stored at most, or heldAnswers holds, or once it
+//     is presumed unsent, up to a quarter lease later and again for each store presumed unsent in
+//     turn. So a store made after presumptions counts as made when the first store since the gate's
+//     last answer was (commitGate.store), and commitWindow subtracts the longer of an answer bound
+//     and a renewal interval; heldAnswers holds from the send time of the heartbeats the gate held
+//     back, not from their later store. The earlier time only makes an answer look later and
+//     anchors earlier, both on the safe side; it costs a hold where presumptions took longer than
+//     an answer bound.
 func (l *lease) storedAt(offset int64, at time.Duration) {
 	if !l.t.active {
 		return

@@ -1,0 +1,88 @@
+package goneli
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+)
+
+// gateConsumer takes stores, and nothing else.
+type gateConsumer struct {
+	KafkaConsumer
+}
+
+func (gateConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+	return tps, nil
+}
+
+// A store that the gate makes after the stores since its last answer were all presumed unsent
+// counts as made when the first of them was: each presumption comes a patience after its
+// withdrawal, doubling up to a quarter lease, so a chain of them would otherwise let a store come
+// long after a rebalance's first group heartbeat with nothing answered to show the wait, and its
+// offset anchor the window for explicit commits late (commitWindow). An answer ends the chain.
+func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tick, late, most = 25 * time.Millisecond, 500 * time.Millisecond, 1250 * time.Millisecond
+		topic := "t"
+		start := time.Now()
+		now := func() time.Duration { return time.Since(start) + time.Second }
+		g := newCommitGate(gateConsumer{}, &topic, tick, late, most, now, &gateCounts{})
+		defer g.close()
+		g.answered(5 * time.Millisecond) // an answer time known: stores are held less than a tick
+		offset := int64(100)
+		store := func() time.Duration {
+			offset++
+			at, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0)
+			if err != nil || len(stored) != 1 {
+				t.Fatalf("store of %d: %v, %v", offset, stored, err)
+			}
+			return at
+		}
+		// presume waits until the gate presumes its store unsent, and returns how long that took.
+		presume := func() time.Duration {
+			from := now()
+			for {
+				time.Sleep(time.Millisecond)
+				if busy, presumed := g.busy(now()); !busy {
+					if len(presumed) != 1 {
+						t.Fatalf("gate idle with %d stores presumed, want 1", len(presumed))
+					}
+					return now() - from
+				}
+			}
+		}
+
+		first := store()
+		if first != now() {
+			t.Fatalf("a chain's first store counts as made at %v, want now (%v)", first, now())
+		}
+		var waits []time.Duration
+		for range 4 {
+			waits = append(waits, presume())
+			if at := store(); at != first {
+				t.Fatalf("a store after %d presumptions counts as made at %v, want the chain's first store, %v", len(waits), at, first)
+			}
+		}
+		if waits[3] <= waits[0] || waits[3] > most+tick {
+			t.Errorf("presumptions took %v; want them to lengthen, up to a quarter lease and a hold", waits)
+		}
+		// The last store's commit is answered: the chain ends, and the next store counts from now.
+		time.Sleep(tick)
+		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}})
+		if busy, _ := g.busy(now()); busy {
+			t.Fatal("gate busy after the answer of its only store")
+		}
+		if at := store(); at != now() || at == first {
+			t.Errorf("a store after an answer counts as made at %v, want now (%v)", at, now())
+		}
+		// A store presumed unsent whose commit is answered after all ends the chain too.
+		presume()
+		time.Sleep(10 * time.Millisecond)
+		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}})
+		if at := store(); at != now() {
+			t.Errorf("a store after a late answer counts as made at %v, want now (%v)", at, now())
+		}
+	})
+}
