@@ -43,12 +43,13 @@ import (
 //     reports none of the ticks that found nothing to commit) or until it is presumed unsent: the
 //     longest answer time seen lately has passed since the withdrawal, a quarter more and a tick
 //     (patience). A presumed commit that is answered after all raises that time, and every
-//     presumption since the last answer doubles it, up to a quarter lease. A store made after the
-//     stores since the last answer were all presumed unsent counts as made when the first of them
-//     was (store): a presumption may come later than the answer bound that the lease measures an
-//     answer's lateness against (lease.heldAnswers), and the window for explicit commits rests on
-//     a store coming within that bound or a renewal interval of a rebalance's first group
-//     heartbeat, or on its answer showing the delay (commitWindow).
+//     presumption since the last answer doubles it, never beyond a quarter lease (a broker slower
+//     than that gets one commit per quarter lease). A store made after the stores since the last
+//     answer were all presumed unsent counts as made when the first of them was (store): a
+//     presumption may come later than the answer bound that the lease measures an answer's
+//     lateness against (lease.heldAnswers), and the window for explicit commits rests on a store
+//     coming within that bound or a renewal interval of a rebalance's first group heartbeat, or on
+//     its answer showing the delay (commitWindow).
 //   - An explicit commit (commit.go) starts only while the gate is idle, and nothing is stored
 //     while one is under way.
 //
@@ -319,7 +320,10 @@ func (g *commitGate) end(s *gateStore) {
 // time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
 // quarter more, and a tick; before any commit has been answered the gate guesses at least a group
 // heartbeat interval, the time beyond which goneli counts an answer as late anyway
-// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most.
+// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most,
+// which bounds it in any case: a poll loop that was paused sees an answer as late as the pause,
+// and an answer time of seconds would keep the gate from storing for longer still after a tick
+// missed (the simulation found a leader that never renewed again so).
 // Called with mu held.
 func (g *commitGate) patience(hint time.Duration) time.Duration {
 	l := max(hint, g.tick)
@@ -330,7 +334,7 @@ func (g *commitGate) patience(hint time.Duration) time.Duration {
 		l = max(l, d)
 	}
 	base := l + l/4 + g.tick
-	return max(base, min(base<<min(g.doubt, 5), g.most))
+	return min(base<<min(g.doubt, 5), g.most)
 }
 
 // answered records how long an explicit commit took to be answered: it went to the same

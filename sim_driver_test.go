@@ -201,20 +201,30 @@ func (m *simMember) fetched(f *simFetch, r simRecord) {
 
 // The commit gate (commitgate.go), simplified: one store at a time, withdrawn a little less than
 // an auto-commit tick after it was made (or at once when a commit's answer comes first), then
-// counted as in flight until an answer comes or until it is presumed never sent; a presumed store's
-// newest pending offset is stored again. Not mirrored: the longer first hold of a consumer whose
-// commits have not been answered yet, the patience learnt from answer times and its doubling (a
-// fixed patience of the gate's first guess stands for it: a group heartbeat interval, a quarter
-// more, and a tick), late withdrawals (the timer here is never late), and matching answers to
-// stores (any answer settles the store under way, as the gate's fallback does).
+// counted as in flight until an answer comes or until it is presumed never sent, after the
+// patience learnt from the latest answer times (a group heartbeat interval before any), a quarter
+// more and a tick, doubled by every presumption since the last answer, never beyond a quarter lease; a
+// presumed store's newest pending offset is stored again, and counts as made when the first store
+// since the last answer was. Not mirrored: the longer first hold of a consumer whose commits have
+// not been answered yet, the heartbeat's round trip as a latency hint, late withdrawals (the timer
+// here is never late), and matching answers to stores (any answer settles the store under way, as
+// the gate's fallback does; one that comes while the last store is presumed unsent is that
+// store's, and any other settles nothing).
 
-// store is driver.startCommits' gate.store and lease.storedAt: the time is read before the store.
+// store is driver.startCommits' gate.store and lease.storedAt: the time is read before the store,
+// or is the chain's (commitGate.store).
 func (m *simMember) store(ask commitAsk) {
 	at := m.dnow()
 	m.rdk.store(ask.offset, ask.tag)
-	m.lease.storedAt(ask.offset, at)
+	counted := at
+	if m.gateChained {
+		counted = min(at, m.gateChainAt)
+	} else {
+		m.gateChainAt, m.gateChained = at, true
+	}
+	m.lease.storedAt(ask.offset, counted)
 	m.storedCount++
-	m.gateArmed, m.gatePending, m.gateAt = true, false, at
+	m.gateArmed, m.gatePending, m.gatePresumed, m.gateAt = true, false, false, at
 	m.gateTok++
 	tok, tick := m.gateTok, m.prof.commitInterval
 	hold := tick - max(time.Millisecond, tick/25)
@@ -225,20 +235,34 @@ func (m *simMember) store(ask commitAsk) {
 			}
 		})
 	})
-	m.note("stores offset %d", ask.offset)
+	m.note("stores offset %d (counted as stored at %s)", ask.offset, fmtDur(counted))
 	m.w.adv.offsetStored(m)
 }
 
 // gateWithdraw is commitGate.end: the stored offset is withdrawn, and the store counts as in
-// flight until an answer or the presumption.
+// flight until an answer or the presumption (commitGate.patience).
 func (m *simMember) gateWithdraw() {
 	m.rdk.withdraw()
 	m.gateArmed, m.gatePending = false, true
-	l := max(m.prof.commitInterval, m.gateLatency)
-	if m.gateLatency == 0 {
-		l = max(l, m.prof.hbInterval)
+	tick := m.prof.commitInterval
+	l := tick
+	if len(m.gateLatencies) == 0 {
+		l = max(l, m.prof.timing.heartbeat())
 	}
-	m.gatePresumeBy = m.dnow() + l + l/4 + m.prof.commitInterval
+	for _, d := range m.gateLatencies {
+		l = max(l, d)
+	}
+	base := l + l/4 + tick
+	m.gatePresumeBy = m.dnow() + min(base<<min(m.gateDoubt, 5), m.prof.ht/4)
+}
+
+// gateSample is commitGate.sample, and an answer settles the chain of stores.
+func (m *simMember) gateSample(d time.Duration) {
+	m.gateLatencies = append(m.gateLatencies, d)
+	if len(m.gateLatencies) > gateHistory {
+		m.gateLatencies = m.gateLatencies[1:]
+	}
+	m.gateChained = false
 }
 
 // gateAnswer is commitGate.answer: any OffsetsCommitted settles the store under way.
@@ -246,16 +270,21 @@ func (m *simMember) gateAnswer() {
 	if m.gateArmed {
 		m.rdk.withdraw()
 	}
-	if m.gateArmed || m.gatePending {
-		m.gateLatency = m.dnow() - m.gateAt
+	switch {
+	case m.gateArmed || m.gatePending:
+		m.gateDoubt = 0
+		m.gateSample(m.dnow() - m.gateAt)
+	case m.gatePresumed:
+		m.gateSample(m.dnow() - m.gateAt) // sent after all: the doubt stays
 	}
-	m.gateArmed, m.gatePending = false, false
+	m.gateArmed, m.gatePending, m.gatePresumed = false, false, false
 }
 
 // gateBusy is commitGate.busy, with the presumed store's newest pending offset asked again.
 func (m *simMember) gateBusy() bool {
 	if m.gatePending && m.dnow() >= m.gatePresumeBy {
-		m.gatePending = false
+		m.gatePending, m.gatePresumed = false, true
+		m.gateDoubt++
 		m.note("store presumed never committed")
 		if ask, ok := m.lease.newestPending(); ok && !m.storeAsked {
 			m.storeAsk, m.storeAsked = ask, true
@@ -312,6 +341,8 @@ func (m *simMember) collectCommits() {
 		return
 	}
 	m.commitAns, m.commitBusy = nil, false
+	m.gateSample(m.dnow() - m.commitSent) // commitGate.answered
+	m.gateDoubt = 0
 	if m.dnow()-m.commitSent > m.prof.hbInterval {
 		m.holdCommits() // driver.collectCommits: answered later than a group heartbeat interval
 	}

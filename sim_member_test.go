@@ -86,14 +86,21 @@ type simMember struct {
 	// The commit gate (commitgate.go), for the one partition: storeAsk waits for it (storeAsked);
 	// gateArmed says an offset is stored and its withdrawal due (gateTok names that store);
 	// gatePending that a withdrawn store may have been sent and is unanswered until gatePresumeBy.
-	// gateAt is when the store was made, gateLatency the last answer's time from its store (0
-	// before one). lastBeat is the newest heartbeat produced, for driver.mayProduce.
+	// gateAt is when the store was made; gateLatencies the latest answer times, gateDoubt the
+	// stores presumed unsent since the last answer, which learn and double the patience; gateChainAt
+	// the time of the first store since the last answer (gateChained), which the stores after
+	// presumptions count as made at. lastBeat is the newest heartbeat produced, for
+	// driver.mayProduce.
 	storeAsk               commitAsk
 	storeAsked             bool
 	gateArmed, gatePending bool
+	gatePresumed           bool // the last store was presumed unsent and is unanswered
 	gateTok                int
 	gateAt, gatePresumeBy  time.Duration
-	gateLatency            time.Duration
+	gateLatencies          []time.Duration
+	gateDoubt              int
+	gateChainAt            time.Duration
+	gateChained            bool
 	lastBeat               *simReq
 	lastBeatAt             time.Duration
 	owedCommit             bool
