@@ -43,13 +43,13 @@ import (
 //     reports none of the ticks that found nothing to commit) or until it is presumed unsent: the
 //     longest answer time seen lately has passed since the withdrawal, a quarter more and a tick
 //     (patience). A presumed commit that is answered after all raises that time, and every
-//     presumption since the last answer doubles it, never beyond a quarter lease (a broker slower
-//     than that gets one commit per quarter lease). A store made after the stores since the last
-//     answer were all presumed unsent counts as made when the first of them was (store): a
-//     presumption may come later than the answer bound that the lease measures an answer's
-//     lateness against (lease.heldAnswers), and the window for explicit commits rests on a store
-//     coming within that bound or a renewal interval of a rebalance's first group heartbeat, or on
-//     its answer showing the delay (commitWindow).
+//     presumption since the last answer doubles it, up to a quarter lease, and it never exceeds
+//     half a lease. A store made after the stores since the last answer were all presumed unsent
+//     anchors the window for explicit commits where the first of them would have (store): a
+//     presumption may come later than the answer bound that the lease measures an answer's lateness
+//     against (lease.heldAnswers), and the window rests on the anchor coming within that bound or a
+//     renewal interval of a rebalance's first group heartbeat, or on an answer showing the delay
+//     (commitWindow).
 //   - An explicit commit (commit.go) starts only while the gate is idle, and nothing is stored
 //     while one is under way.
 //
@@ -60,7 +60,7 @@ import (
 // generation and member id, so each proves what it proved before. The anchor of the window for
 // explicit commits stays the store time of an offset that an automatic commit got accepted; an
 // offset stored again after a presumed loss keeps its first store time, which is no later than any
-// of its commits' sending, and a newer offset stored in its place takes that time too.
+// of its commits' sending, and a newer offset stored in its place anchors at that time too.
 //
 // What it costs: a renewal now waits for the previous commit's answer, so on a slow broker the
 // leader renews once per commit round trip rather than once per RenewInterval (which it could not
@@ -169,26 +169,24 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 }
 
 // store stores offsets for commit and arms their withdrawal, unless the gate has been closed, and
-// returns when it counts as made (lease.storedAt) and what may now be stored. hint is a latency the
-// caller knows of. The caller has made sure the gate is not busy. Called with the driver's lock
-// held.
+// returns when it began (read before the StoreOffsets call), when its chain began, and what may now
+// be stored (lease.storedSince). hint is a latency the caller knows of. The caller has made sure
+// the gate is not busy. Called with the driver's lock held.
 //
-// The time returned is read before the StoreOffsets call, or is that of the first store of the
-// chain that this one ends, if the stores since the last answer were all presumed unsent: nothing
-// answered shows how late the connection is meanwhile, and a presumption can come up to a quarter
-// lease after its store, more than the answer bound (lease.heldAnswers), and again after every
-// store presumed unsent in turn. Measured from the chain's first store, the next answer shows the
-// wait as lateness, as a commit of that store would have done had it been sent, and the offset
-// anchors the window for explicit commits no later than that store could have (commitWindow gives
-// the argument). An answer settles the chain: the next store starts a new one.
-func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (time.Duration, []kafka.TopicPartition, error) {
+// A store's chain began with it, or, if the stores since the last answer were all presumed unsent,
+// with the first of them: nothing answered shows how late the connection is meanwhile, and a
+// presumption can come up to a quarter lease after its store, more than the answer bound
+// (lease.heldAnswers), and again after every store presumed unsent in turn. An offset of the chain
+// anchors the window for explicit commits no later than its first store could have (commitWindow
+// gives the argument). An answer settles the chain: the next store starts a new one.
+func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (at, chain time.Duration, stored []kafka.TopicPartition, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed || len(offsets) == 0 {
-		return 0, nil, nil
+		return 0, 0, nil, nil
 	}
 	s := &gateStore{at: g.now(), hint: hint}
-	stored, err := g.consumer.StoreOffsets(offsets)
+	stored, err = g.consumer.StoreOffsets(offsets)
 	for _, tp := range stored {
 		if tp.Error == nil && tp.Offset >= 0 {
 			s.stored = append(s.stored, tp)
@@ -199,12 +197,12 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		s.stored = offsets
 	}
 	if len(s.stored) == 0 {
-		return s.at, nil, err
+		return s.at, s.at, nil, err
 	}
 	s.live = append([]kafka.TopicPartition(nil), s.stored...)
-	at := s.at
+	chain = s.at
 	if g.chained {
-		at = min(at, g.chainAt)
+		chain = min(chain, g.chainAt)
 	} else {
 		g.chainAt, g.chained = s.at, true
 	}
@@ -221,7 +219,7 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		hold, s.long = g.tick+(g.tick-g.hold), true
 	}
 	g.timer = time.AfterFunc(s.at+hold-g.now(), func() { g.expire(s) })
-	return at, s.stored, err
+	return s.at, chain, s.stored, err
 }
 
 // settle ends the chain of stores (chainAt) once an answer has come and no store may still be
@@ -320,11 +318,11 @@ func (g *commitGate) end(s *gateStore) {
 // time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
 // quarter more, and a tick; before any commit has been answered the gate guesses at least a group
 // heartbeat interval, the time beyond which goneli counts an answer as late anyway
-// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most,
-// which bounds it in any case: a poll loop that was paused sees an answer as late as the pause,
-// and an answer time of seconds would keep the gate from storing for longer still after a tick
-// missed (the simulation found a leader that never renewed again so).
-// Called with mu held.
+// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most.
+// It never exceeds twice most, half a lease, as no answer that late renews the lease anyway: a
+// poll loop that was paused sees an answer as late as the pause, and an answer time of seconds
+// kept the gate from storing for longer still after a missed tick (the simulation found a leader
+// that never renewed again so). Called with mu held.
 func (g *commitGate) patience(hint time.Duration) time.Duration {
 	l := max(hint, g.tick)
 	if len(g.latencies) == 0 {
@@ -334,7 +332,7 @@ func (g *commitGate) patience(hint time.Duration) time.Duration {
 		l = max(l, d)
 	}
 	base := l + l/4 + g.tick
-	return min(base<<min(g.doubt, 5), g.most)
+	return min(max(base, min(base<<min(g.doubt, 5), g.most)), 2*g.most)
 }
 
 // answered records how long an explicit commit took to be answered: it went to the same

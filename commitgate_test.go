@@ -18,7 +18,7 @@ func (gateConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicParti
 }
 
 // A store that the gate makes after the stores since its last answer were all presumed unsent
-// counts as made when the first of them was: each presumption comes a patience after its
+// belongs to the chain the first of them began, and anchors there: each presumption comes a patience after its
 // withdrawal, doubling up to a quarter lease, so a chain of them would otherwise let a store come
 // long after a rebalance's first group heartbeat with nothing answered to show the wait, and its
 // offset anchor the window for explicit commits late (commitWindow). An answer ends the chain.
@@ -32,13 +32,17 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 		defer g.close()
 		g.answered(5 * time.Millisecond) // an answer time known: stores are held less than a tick
 		offset := int64(100)
+		// store returns when the store's chain began.
 		store := func() time.Duration {
 			offset++
-			at, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0)
+			at, chain, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0)
 			if err != nil || len(stored) != 1 {
 				t.Fatalf("store of %d: %v, %v", offset, stored, err)
 			}
-			return at
+			if at != now() {
+				t.Fatalf("store of %d made at %v, want now (%v)", offset, at, now())
+			}
+			return chain
 		}
 		// presume waits until the gate presumes its store unsent, and returns how long that took.
 		presume := func() time.Duration {
@@ -56,13 +60,13 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 
 		first := store()
 		if first != now() {
-			t.Fatalf("a chain's first store counts as made at %v, want now (%v)", first, now())
+			t.Fatalf("a chain's first store begins it at %v, want now (%v)", first, now())
 		}
 		var waits []time.Duration
 		for range 4 {
 			waits = append(waits, presume())
 			if at := store(); at != first {
-				t.Fatalf("a store after %d presumptions counts as made at %v, want the chain's first store, %v", len(waits), at, first)
+				t.Fatalf("a store after %d presumptions is in a chain that began at %v, want the first store, %v", len(waits), at, first)
 			}
 		}
 		if waits[3] <= waits[0] || waits[3] > most+tick {
@@ -75,14 +79,14 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 			t.Fatal("gate busy after the answer of its only store")
 		}
 		if at := store(); at != now() || at == first {
-			t.Errorf("a store after an answer counts as made at %v, want now (%v)", at, now())
+			t.Errorf("a store after an answer is in a chain that began at %v, want now (%v)", at, now())
 		}
 		// A store presumed unsent whose commit is answered after all ends the chain too.
 		presume()
 		time.Sleep(10 * time.Millisecond)
 		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}})
 		if at := store(); at != now() {
-			t.Errorf("a store after a late answer counts as made at %v, want now (%v)", at, now())
+			t.Errorf("a store after a late answer is in a chain that began at %v, want now (%v)", at, now())
 		}
 	})
 }

@@ -69,8 +69,8 @@
 //     was stored (commitWindow: the rebalance timeout, max.poll.interval.ms, less HeartbeatTimeout,
 //     two group heartbeat intervals, the answer bound below and the longer of that bound and a
 //     RenewInterval, since the commit gate stores the next offset only once the commit under way
-//     is answered, or once it is presumed never sent, a store after such presumptions counting as
-//     made when the first of them was; nothing if the
+//     is answered, or once it is presumed never sent, a store after such presumptions anchoring
+//     where the first of them would have; nothing if the
 //     settings leave no room; under KIP-848 the shorter of the session and rebalance timeouts stands
 //     for the rebalance timeout, since there commits renew no session). The offset was stored
 //     before the commit went out, so the anchor is never later than the commit's acceptance,

@@ -518,10 +518,11 @@ func (d *driver) startCommits() {
 	}
 	clear(d.storeAsks)
 	// The store time is read by the gate before its StoreOffsets call and recorded for what the call
-	// may have stored (lease.storedAt gives the argument).
-	at, stored, err := d.gate.store(offsets, hint)
+	// may have stored, with the time its chain of stores began (lease.storedAt and storedSince give
+	// the argument).
+	at, chain, stored, err := d.gate.store(offsets, hint)
 	for _, tp := range stored {
-		d.parts[tp.Partition].lease.storedAt(int64(tp.Offset), at)
+		d.parts[tp.Partition].lease.storedSince(int64(tp.Offset), at, chain)
 	}
 	if err != nil {
 		d.throttle.log(d.log.W(), "store", "goneli %s: cannot store heartbeat offsets: %v", d.config.Name, err)

@@ -793,7 +793,7 @@ func TestDriverSequences(t *testing.T) {
 			d.mu.Lock()
 			stored := r.consumer.tps([]int32{0})
 			stored[0].Offset = 1 << 40 // above any committed offset
-			if _, _, err := d.gate.store(stored, 0); err != nil {
+			if _, _, _, err := d.gate.store(stored, 0); err != nil {
 				t.Fatal(err)
 			}
 			d.mu.Unlock()

@@ -128,6 +128,9 @@ type confirmed struct {
 	sent   time.Duration
 	offset int64
 	stored time.Duration
+	// anchor is what an accepted automatic commit of the offset anchors the window at
+	// (storedSince): stored, or the earlier store that began the commit gate's chain.
+	anchor time.Duration
 	// tag names the heartbeat, tenure and sequence number, in the commit's metadata, which
 	// librdkafka hands back with the commit's result: a result for the same offset of another log
 	// (one that restarted below it while that commit was under way) does not match (committed).
@@ -339,12 +342,12 @@ func commitStall(poll time.Duration) time.Duration {
 // auto-commits only while it knows of no rebalance, and learns of one from the answer to its first
 // group heartbeat after R, sent at h1 <= R + hb. An automatic commit is sent after the offset it
 // carries was stored, and before librdkafka learns of the rebalance; if sent after h1, its answer
-// comes after that heartbeat's, on the same connection. An offset counts as stored at the time
-// storedAt records: before the store call, or, for a store the commit gate (commitgate.go) made
-// after the stores since its last answer were all presumed unsent, the time of the first of those
+// comes after that heartbeat's, on the same connection. An offset anchors at the time storedSince
+// records: before the store call, or, for a store the commit gate (commitgate.go) made after the
+// stores since its last answer were all presumed unsent, the time of the first of those
 // (commitGate.store), so that a chain of presumptions, each up to a quarter lease after its store,
-// moves no store time. A chain ends with an answer (any one, automatic or explicit), and the next
-// store starts another. So the anchor A is at most h1, or else the time of the first store x of a
+// moves no anchor. A chain ends with an answer (any one, automatic or explicit), and the next store
+// starts another. So the anchor A is at most h1, or else the time of the first store x of a
 // chain that began after h1, one of whose offsets an automatic commit carried before librdkafka
 // learnt of the rebalance. Nothing is under way once a chain has ended, so the gate stores x at the
 // next cycle once the leader has asked for a store, which it does every renewal, unless an explicit
@@ -356,9 +359,9 @@ func commitStall(poll time.Duration) time.Duration {
 // that went out after all), which comes within answer of that commit's time, before h1 (an
 // explicit commit's offset counts as stored when it is sent, storedAt), or else late, and then
 // heldAnswers keeps every later offset from renewing or anchoring for as long as answers come
-// late. So x is within S = max(renew, answer) of h1, and A <= R + hb + S; the bound the window
-// keeps, A <= R + hb + answer + S, leaves an answer bound for the cycles between an answer or an
-// ask and the store. An explicit
+// late (its lateness measured from its own store, before h1). So x is within S = max(renew, answer)
+// of h1, and A <= R + hb + S; the bound the window keeps, A <= R + hb + answer + S, leaves an answer
+// bound for the cycles between an answer or an ask and the store. An explicit
 // commit renews only a heartbeat sent before A + window (inWindow), so the lease it gives ends
 // before A + window + HeartbeatTimeout <= R + expel - hb: a group heartbeat interval before the
 // member can be removed, the slack for clock rates over expel. The anchor is the offset's store
@@ -454,18 +457,27 @@ func (l *lease) storable(offset int64) bool {
 //     of it, as when every renewal stored one, but once the commit under way then is answered, an
 //     answer bound after that commit's offset was stored at most, or heldAnswers holds, or once it
 //     is presumed unsent, up to a quarter lease later and again for each store presumed unsent in
-//     turn. So a store made after presumptions counts as made when the first store since the gate's
-//     last answer was (commitGate.store), and commitWindow subtracts the longer of an answer bound
-//     and a renewal interval; heldAnswers holds from the send time of the heartbeats the gate held
-//     back, not from their later store. The earlier time only makes an answer look later and
-//     anchors earlier, both on the safe side; it costs a hold where presumptions took longer than
-//     an answer bound.
+//     turn. So a store made after presumptions anchors at the first store since the gate's last
+//     answer (storedSince), and commitWindow subtracts the longer of an answer bound and a renewal
+//     interval; heldAnswers holds from the send time of the heartbeats the gate held back, not from
+//     their later store.
 func (l *lease) storedAt(offset int64, at time.Duration) {
+	l.storedSince(offset, at, at)
+}
+
+// storedSince is storedAt for a store that the commit gate made at at, in a chain that began at
+// chain (commitGate.store): an accepted automatic commit of offset anchors the window at chain,
+// which commitWindow's argument needs, as presumptions may follow one another with nothing
+// answered. Lateness is still measured from at: a chain of stores that librdkafka did not send
+// (it was rejoining, say) is no sign of answers held back, and counting it as one held back the
+// renewals after every rebalance; the argument needs only the answers to commits sent before the
+// rebalance's first group heartbeat measured from their stores.
+func (l *lease) storedSince(offset int64, at, chain time.Duration) {
 	if !l.t.active {
 		return
 	}
 	if hb, ok := l.t.pending[offset]; ok && hb.stored == 0 {
-		hb.stored = at
+		hb.stored, hb.anchor = at, min(at, chain)
 		l.t.pending[offset] = hb
 	}
 }
@@ -688,8 +700,8 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 	case !explicit:
 		// An automatic commit carries only an offset the driver stored (storedAt), so stored is
 		// set; were it not, the commit renews but anchors nothing.
-		if hb.stored != 0 && (!l.hasAuto || hb.stored > l.autoAt) {
-			l.autoAt, l.hasAuto = hb.stored, true
+		if hb.stored != 0 && (!l.hasAuto || hb.anchor > l.autoAt) {
+			l.autoAt, l.hasAuto = hb.anchor, true
 		}
 		l.renew(&out, hb)
 	case l.inWindow(hb.sent):

@@ -1049,3 +1049,31 @@ func TestLeaseStoreTimeUnderTheGate(t *testing.T) {
 		t.Fatalf("a heartbeat the gate held back renewed after a late answer (end %v -> %v, held %d)", before, end(), r.l.load().counts.held)
 	}
 }
+
+// A store that the commit gate makes after presumptions (commitGate.store) anchors the window at
+// the store that began its chain, whatever came between, and its answer's lateness still counts
+// from the store itself: a chain of stores librdkafka did not send (it was rejoining, say) shows
+// no answers held back.
+func TestLeaseChainedStoreAnchorsAtItsChain(t *testing.T) {
+	r := newRig(t)
+	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
+	r.acquire()
+	r.gated = true
+	end := func() time.Duration { return r.l.load().end }
+
+	h, o := r.heartbeat()
+	r.back(h, o)
+	chain := r.l.now() // a store of an older offset, presumed unsent, then more
+	r.wait(400 * time.Millisecond)
+	at := r.l.now()
+	r.l.storedSince(o+1, at, chain)
+	r.wait(20 * time.Millisecond)
+	before := end()
+	r.commit(o + 1)
+	if end() <= before || r.l.heldUntil != 0 {
+		t.Fatalf("renewed %v, held until %v; want a renewal and no hold (answered 20 ms after its store)", end() > before, r.l.heldUntil)
+	}
+	if r.l.autoAt != chain {
+		t.Errorf("anchor %v, want the chain's first store, %v (the store was at %v)", r.l.autoAt, chain, at)
+	}
+}

@@ -61,10 +61,13 @@ func (a simLease) assign(vouched bool) { a.apply(a.l.assign(vouched)) }
 // due is the cycle's apply(p, p.lease.due(beats)), beats being driver.mayProduce.
 func (a simLease) due(beats bool) { a.apply(a.l.due(beats)) }
 
-// storable, storedAt and newestPending are the lease's part of driver.startCommits.
+// storable, storedAt, storedSince and newestPending are the lease's part of driver.startCommits.
 func (a simLease) storable(off int64) bool              { return a.l.storable(off) }
 func (a simLease) storedAt(off int64, at time.Duration) { a.l.storedAt(off, at) }
-func (a simLease) newestPending() (commitAsk, bool)     { return a.l.newestPending() }
+func (a simLease) storedSince(off int64, at, chain time.Duration) {
+	a.l.storedSince(off, at, chain)
+}
+func (a simLease) newestPending() (commitAsk, bool) { return a.l.newestPending() }
 
 // onMessage is driver.onMessage for a record of partition 0: own heartbeats are read back, anything
 // else is foreign.

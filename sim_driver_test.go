@@ -199,30 +199,30 @@ func (m *simMember) fetched(f *simFetch, r simRecord) {
 	})
 }
 
-// The commit gate (commitgate.go), simplified: one store at a time, withdrawn a little less than
-// an auto-commit tick after it was made (or at once when a commit's answer comes first), then
-// counted as in flight until an answer comes or until it is presumed never sent, after the
-// patience learnt from the latest answer times (a group heartbeat interval before any), a quarter
-// more and a tick, doubled by every presumption since the last answer, never beyond a quarter lease; a
-// presumed store's newest pending offset is stored again, and counts as made when the first store
-// since the last answer was. Not mirrored: the longer first hold of a consumer whose commits have
-// not been answered yet, the heartbeat's round trip as a latency hint, late withdrawals (the timer
-// here is never late), and matching answers to stores (any answer settles the store under way, as
-// the gate's fallback does; one that comes while the last store is presumed unsent is that
-// store's, and any other settles nothing).
+// The commit gate (commitgate.go), simplified: one store at a time, withdrawn a little less than an
+// auto-commit tick after it was made (or at once when a commit's answer comes first), then counted
+// as in flight until an answer comes or until it is presumed never sent, after the patience learnt
+// from the latest answer times (a group heartbeat interval before any), a quarter more and a tick,
+// doubled by every presumption since the last answer up to a quarter lease, never beyond half; a
+// presumed store's newest pending offset is stored again, and anchors where the first store since
+// the last answer would have (lease.storedSince). Not mirrored: the longer first hold of a consumer
+// whose commits have not been answered yet, the heartbeat's round trip as a latency hint, late
+// withdrawals (the timer here is never late), and matching answers to stores (any answer settles
+// the store under way, as the gate's fallback does; one that comes while the last store is presumed
+// unsent is that store's, and any other settles nothing).
 
-// store is driver.startCommits' gate.store and lease.storedAt: the time is read before the store,
-// or is the chain's (commitGate.store).
+// store is driver.startCommits' gate.store and lease.storedSince: the time is read before the
+// store, and the chain's is that of the first store since the last answer (commitGate.store).
 func (m *simMember) store(ask commitAsk) {
 	at := m.dnow()
 	m.rdk.store(ask.offset, ask.tag)
-	counted := at
+	chain := at
 	if m.gateChained {
-		counted = min(at, m.gateChainAt)
+		chain = min(at, m.gateChainAt)
 	} else {
 		m.gateChainAt, m.gateChained = at, true
 	}
-	m.lease.storedAt(ask.offset, counted)
+	m.lease.storedSince(ask.offset, at, chain)
 	m.storedCount++
 	m.gateArmed, m.gatePending, m.gatePresumed, m.gateAt = true, false, false, at
 	m.gateTok++
@@ -235,7 +235,7 @@ func (m *simMember) store(ask commitAsk) {
 			}
 		})
 	})
-	m.note("stores offset %d (counted as stored at %s)", ask.offset, fmtDur(counted))
+	m.note("stores offset %d (its chain of stores began at %s)", ask.offset, fmtDur(chain))
 	m.w.adv.offsetStored(m)
 }
 
@@ -253,7 +253,8 @@ func (m *simMember) gateWithdraw() {
 		l = max(l, d)
 	}
 	base := l + l/4 + tick
-	m.gatePresumeBy = m.dnow() + min(base<<min(m.gateDoubt, 5), m.prof.ht/4)
+	most := m.prof.ht / 4
+	m.gatePresumeBy = m.dnow() + min(max(base, min(base<<min(m.gateDoubt, 5), most)), 2*most)
 }
 
 // gateSample is commitGate.sample, and an answer settles the chain of stores.

@@ -89,7 +89,7 @@ type simMember struct {
 	// gateAt is when the store was made; gateLatencies the latest answer times, gateDoubt the
 	// stores presumed unsent since the last answer, which learn and double the patience; gateChainAt
 	// the time of the first store since the last answer (gateChained), which the stores after
-	// presumptions count as made at. lastBeat is the newest heartbeat produced, for
+	// presumptions anchor at (lease.storedSince). lastBeat is the newest heartbeat produced, for
 	// driver.mayProduce.
 	storeAsk               commitAsk
 	storeAsked             bool
