@@ -121,7 +121,8 @@ const (
 
 // Netem tracks the brokers' server-side connections by client.id and by the listen address of the
 // broker they reach, and applies faults to them. A fault set on a client takes precedence over one
-// set on a broker.
+// set on a broker. A TLS connection (kfake.TLS) is known by its broker only: its client.id is
+// encrypted.
 type Netem struct {
 	mu     sync.Mutex
 	faults map[string]fault // by client.id, or by its key (SetClientKey)
@@ -277,6 +278,13 @@ func (c *conn) identify() error {
 	head := make([]byte, 14)
 	if _, err := io.ReadFull(c.Conn, head); err != nil {
 		return err
+	}
+	if head[0] == tlsHandshake {
+		// A TLS ClientHello (kfake.TLS wraps this listener), always longer than head: its bytes
+		// name no client. Read as a request header, its random bytes gave a client id length
+		// that the hello was often too short to fill, and the handshake hung.
+		c.pending = head
+		return nil
 	}
 	n := int(int16(binary.BigEndian.Uint16(head[12:])))
 	id := make([]byte, max(n, 0))
