@@ -388,10 +388,14 @@ func (l *lease) useAnswerBound(bound, hb time.Duration) {
 	l.answerBound, l.hbInterval = bound, hb
 }
 
-// stalled returns the newest stored offset if any stored offset has waited for its commit for the
-// stall, no explicit commit was asked for within the last stall, and that offset's heartbeat was
-// sent within the window after the anchor (inWindow), so that its commit could renew. (The stall is
-// measured from the oldest offset: heartbeats may be stored more often than once a stall.)
+// stalled returns the newest offset whose heartbeat was sent within the window after the anchor
+// (inWindow), so that its commit could renew, if any stored offset has waited for its commit for the
+// stall and no explicit commit was asked for within the last stall. (The stall is measured from the
+// oldest offset: heartbeats may be stored more often than once a stall.) The newest in the window,
+// not the newest of all: while the commit gate waits out an earlier commit (commitgate.go) a slow
+// answer can keep it busy for longer than the window is left, and by the time it is idle the
+// newest heartbeat was sent after the window closed, although older ones could still renew the
+// lease up to their own send time.
 //
 // librdkafka's auto-commit sends nothing while the consumer rejoins the group, and a consumer
 // rejoins at most once a second: a member that joined in one rebalance and sees the group start
@@ -409,13 +413,15 @@ func (l *lease) stalled(now time.Duration) (int64, bool) {
 	var newest int64
 	oldest := now
 	for off, hb := range l.t.pending {
-		newest = max(newest, off)
+		if l.inWindow(hb.sent) {
+			newest = max(newest, off)
+		}
 		if hb.stored != 0 {
 			// Only an offset handed to librdkafka has waited for its auto-commit.
 			oldest = min(oldest, hb.stored)
 		}
 	}
-	if newest == 0 || now-oldest < l.stall || !l.inWindow(l.t.pending[newest].sent) {
+	if newest == 0 || now-oldest < l.stall {
 		return 0, false
 	}
 	return newest, true

@@ -436,6 +436,48 @@ func TestLeaseRestartedLogOutsideTheWindow(t *testing.T) {
 	}
 }
 
+// When the lease can ask for an explicit commit only after its newest heartbeat was sent past the
+// window (the commit gate waited out a slow answer meanwhile), it asks for the newest heartbeat
+// sent within the window, whose commit still renews up to that heartbeat's send time, rather than
+// for none at all.
+func TestLeaseAsksForTheNewestCommitInTheWindow(t *testing.T) {
+	r := newRig(t)
+	r.l.window = 300 * time.Millisecond
+	r.acquire()
+	r.renewal(5*time.Millisecond, 5*time.Millisecond)
+	r.due()
+	anchor := r.l.autoAt
+
+	// The auto-commit stops, and no explicit commit can start for a while: heartbeats are read back
+	// and stored, and the lease is asked nothing until the newest was sent past the window.
+	var inWindow, past int64
+	for past == 0 {
+		h, off := r.heartbeat()
+		r.wait(5 * time.Millisecond)
+		r.back(h, off)
+		if h.sentMono-anchor < r.l.window {
+			inWindow = off + 1
+		} else {
+			past = off + 1
+		}
+		r.wait(50 * time.Millisecond)
+	}
+	if inWindow == 0 {
+		t.Fatal("no heartbeat sent within the window")
+	}
+	end := r.l.load().end
+	before := len(r.commits)
+	r.wait(commitStall(rigInterval))
+	r.due()
+	if asked := r.commits[before:]; len(asked) != 1 || asked[0] != inWindow {
+		t.Fatalf("explicit commits %v, want [%d] (the newest sent within the window; %d was sent past it)", asked, inWindow, past)
+	}
+	r.take(r.l.committed(inWindow, r.tagOf(inWindow), true))
+	if r.l.load().end <= end {
+		t.Fatal("the accepted explicit commit of a heartbeat sent within the window renewed nothing")
+	}
+}
+
 // librdkafka auto-commits nothing while its consumer waits to rejoin the group, for up to a second.
 // An offset stored and left uncommitted for the stall (two polls) is asked for as an explicit
 // commit, the newest one, once per stall; its acceptance renews the lease as an automatic commit's
