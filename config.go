@@ -96,8 +96,11 @@ type Config struct {
 	// creates, the leader topic in New. Default: StandardKafkaAdminProvider().
 	KafkaAdminProvider KafkaAdminProvider
 
-	// Scribe receives goneli's log output and librdkafka's. Default:
-	// scribe.New(scribe.StandardBinding()), which writes through the standard log package.
+	// Scribe receives goneli's log output, and librdkafka's if KafkaConfig sets
+	// "go.logs.channel.enable" to true (otherwise librdkafka writes its own lines to stderr, as for
+	// any confluent-kafka-go client; forwarding costs each client a goroutine that wakes ten times
+	// a second, a third of an idle follower's CPU). Default: scribe.New(scribe.StandardBinding()),
+	// which writes through the standard log package.
 	Scribe scribe.Scribe
 
 	// Name identifies this instance in logs, in its heartbeats and (as goneli-<Name>) in the Kafka
@@ -260,8 +263,7 @@ var ownedKafkaKeys = map[string]string{
 	"enable.partition.eof":            "goneli does not handle partition EOF events",
 	"go.application.rebalance.enable": "goneli handles rebalances in its own callback",
 	"go.events.channel.enable":        "goneli polls the consumer from Pulse",
-	"go.logs.channel.enable":          "goneli forwards librdkafka logs to Config.Scribe",
-	"go.logs.channel":                 "goneli forwards librdkafka logs to Config.Scribe",
+	"go.logs.channel":                 `set "go.logs.channel.enable": true instead, and goneli forwards librdkafka's logs to Config.Scribe`,
 	"transactional.id": "the heartbeat producer is not transactional, and a transactional producer sends nothing " +
 		"before InitTransactions, so no heartbeat would go out and no instance would ever lead",
 	"group.instance.id": "static membership lets a replacement with the same instance id take partition 0 at once, " +
@@ -291,6 +293,9 @@ func (c Config) Validate() error {
 		// librdkafka takes an empty list and only warns at close, after the instance has waited
 		// in vain for a broker all its life.
 		bad(`KafkaConfig["bootstrap.servers"]`, v, "must not be empty: give host:port[,host:port...], or leave it unset for %s", DefaultBootstrapServers)
+	}
+	if _, err := c.kafkaBool("go.logs.channel.enable"); err != nil {
+		errs = append(errs, err)
 	}
 	if v, ok := c.KafkaConfig["offset.store.method"]; ok && fmt.Sprint(v) != "broker" {
 		bad(`KafkaConfig["offset.store.method"]`, v, `must be "broker" or unset: a lease is renewed only by an offset commit `+
@@ -704,6 +709,35 @@ func (c Config) kafkaInt(key, unit string) (int64, bool, error) {
 	}
 }
 
+// kafkaBool reads a boolean KafkaConfig setting: a bool, or the strings librdkafka takes for one
+// (as given on a command line).
+func (c Config) kafkaBool(key string) (bool, error) {
+	raw, ok := c.KafkaConfig[key]
+	if !ok {
+		return false, nil
+	}
+	switch v := raw.(type) {
+	case bool:
+		return v, nil
+	case string:
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "true", "t", "1":
+			return true, nil
+		case "false", "f", "0":
+			return false, nil
+		}
+	}
+	return false, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: raw, Reason: `must be true or false (a bool, or "true" or "false")`}
+}
+
+// forwardsLogs says whether librdkafka's log lines go to the Scribe (KafkaConfig
+// "go.logs.channel.enable", as for any confluent-kafka-go client) rather than to stderr, which
+// librdkafka writes to by itself; logForwarder says what forwarding costs.
+func (c Config) forwardsLogs() bool {
+	on, err := c.kafkaBool("go.logs.channel.enable")
+	return on && err == nil
+}
+
 // clientConfigs builds the consumer, producer and admin configurations. User settings are copied
 // first; the derived settings fill in what the user left unset; owned settings always win.
 func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.ConfigMap) {
@@ -711,6 +745,8 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	for k, v := range c.KafkaConfig {
 		base[k] = v
 	}
+	// The log forwarder sets it on the clients whose logs it takes (logs.go).
+	delete(base, "go.logs.channel.enable")
 	setDefault(base, "client.id", clientIDFor(c.Name, c.Priority))
 	setDefault(base, "enable.metrics.push", false)
 	// librdkafka backs off reconnects up to 10 s by default, which would add seconds to recovery

@@ -2,11 +2,15 @@ package goneli
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
 func validConfig() Config {
@@ -127,7 +131,8 @@ func TestValidate(t *testing.T) {
 		{"enable.partition.eof", func(c *Config) { c.KafkaConfig["enable.partition.eof"] = true }, `KafkaConfig["enable.partition.eof"]`, "must not be set"},
 		{"rebalance channel", func(c *Config) { c.KafkaConfig["go.application.rebalance.enable"] = true }, `KafkaConfig["go.application.rebalance.enable"]`, "must not be set"},
 		{"events channel", func(c *Config) { c.KafkaConfig["go.events.channel.enable"] = true }, `KafkaConfig["go.events.channel.enable"]`, "must not be set"},
-		{"logs channel", func(c *Config) { c.KafkaConfig["go.logs.channel.enable"] = true }, `KafkaConfig["go.logs.channel.enable"]`, "must not be set"},
+		{"logs channel", func(c *Config) { c.KafkaConfig["go.logs.channel"] = make(chan kafka.LogEvent) }, `KafkaConfig["go.logs.channel"]`, "must not be set"},
+		{"logs forwarding", func(c *Config) { c.KafkaConfig["go.logs.channel.enable"] = "yes" }, `KafkaConfig["go.logs.channel.enable"]`, "must be true or false"},
 		{"empty group", func(c *Config) { c.LeaderGroupID = "" }, "LeaderGroupID", "must not be empty"},
 		{"empty topic", func(c *Config) { c.LeaderTopic = "" }, "LeaderTopic", "must not be empty"},
 		{"bad topic", func(c *Config) { c.LeaderTopic = "a/b" }, "LeaderTopic", "[a-zA-Z0-9._-]"},
@@ -374,6 +379,38 @@ func TestNewRefusesEmptyBootstrapServers(t *testing.T) {
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != `KafkaConfig["bootstrap.servers"]` {
 		t.Fatalf("New with an empty bootstrap.servers = %v, want a ConfigError naming it", err)
+	}
+}
+
+// librdkafka's logs go to the Scribe only when KafkaConfig asks for it, as a confluent-kafka-go
+// client's go to its Logs channel: each client that forwards has a goroutine that wakes ten times a
+// second (logForwarder).
+func TestLogsForwardedOnlyWhenAsked(t *testing.T) {
+	for _, tc := range []struct {
+		set     interface{}
+		forward bool
+	}{{nil, false}, {false, false}, {"false", false}, {true, true}, {"true", true}} {
+		t.Run(fmt.Sprint(tc.set), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				km := KafkaConfigMap{}
+				if tc.set != nil {
+					km["go.logs.channel.enable"] = tc.set
+				}
+				r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: km})
+				defer r.close()
+				for name, conf := range map[string]*KafkaConfigMap{"consumer": r.n.d.confs.consumer, "producer": r.n.d.confs.producer, "admin": r.n.d.confs.admin} {
+					_, channel := (*conf)["go.logs.channel"]
+					on, set := (*conf)["go.logs.channel.enable"]
+					want := tc.forward && name != "admin"
+					if set && on != true {
+						t.Errorf("%s: go.logs.channel.enable=%v handed to librdkafka", name, on)
+					}
+					if (on == true) != want || channel != want {
+						t.Errorf("%s: go.logs.channel.enable=%v, channel %v; want forwarding %v", name, on, channel, want)
+					}
+				}
+			})
+		})
 	}
 }
 

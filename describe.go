@@ -111,7 +111,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	bound := max(time.Until(deadline), time.Millisecond)
 
 	consumerConf, _, adminConf := config.clientConfigs(timing)
-	logs := startLogForwarder(config.Scribe, config.Name)
+	logs := startLogForwarder(config.Scribe, config.Name, config.forwardsLogs())
 	defer logs.close()
 	admin, err := config.KafkaAdminProvider(fromKafkaConfigMap(adminConf))
 	if err != nil {

@@ -7,16 +7,29 @@ import (
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// logForwarder passes librdkafka's log lines to scribe from a goroutine of its own. Clients write
-// to its channel, which their config names (attach); it runs until stopped, which must wait until
-// every client writing to it has finished closing, since a client logs until then.
+// logForwarder passes librdkafka's log lines to scribe from a goroutine of its own, when the
+// application asked for that (Config.forwardsLogs). Clients write to its channel, which their config
+// names (attach); it runs until stopped, which must wait until every client writing to it has
+// finished closing, since a client logs until then.
+//
+// Forwarding is off unless asked for because of what it costs an idle member: confluent-kafka-go
+// reads a client's log queue in a goroutine that waits in librdkafka for 100 ms at a time, and a
+// Go program that waits in a C call for longer than the scheduler's monitor allows has its
+// processor taken away and handed back on every return, ten times a second per client; that was
+// about a third of an idle follower's CPU (docs/performance.md). Left off, librdkafka prints its
+// lines on stderr itself, as it does for any confluent-kafka-go client, and as it did under goneli
+// v0.5.0.
 type logForwarder struct {
 	ch      chan kafka.LogEvent
 	stop    chan struct{}
 	running sync.WaitGroup
+	off     bool
 }
 
-func startLogForwarder(log scribe.Scribe, name string) *logForwarder {
+func startLogForwarder(log scribe.Scribe, name string, on bool) *logForwarder {
+	if !on {
+		return &logForwarder{off: true}
+	}
 	f := &logForwarder{ch: make(chan kafka.LogEvent, 64), stop: make(chan struct{})}
 	f.running.Add(1)
 	go func() {
@@ -42,14 +55,20 @@ func startLogForwarder(log scribe.Scribe, name string) *logForwarder {
 	return f
 }
 
-// attach makes a client built from cm log through the forwarder.
+// attach makes a client built from cm log through the forwarder, if it forwards.
 func (f *logForwarder) attach(cm kafka.ConfigMap) {
+	if f.off {
+		return
+	}
 	cm["go.logs.channel.enable"] = true
 	cm["go.logs.channel"] = f.ch
 }
 
 // close stops the goroutine and waits for it.
 func (f *logForwarder) close() {
+	if f.off {
+		return
+	}
 	close(f.stop)
 	f.running.Wait()
 }

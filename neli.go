@@ -218,7 +218,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		// The group check tells members with another role list by this suffix (groupcheck.go).
 		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + rolesSuffix + digest
 	}
-	d.logs = startLogForwarder(d.log, config.Name)
+	d.logs = startLogForwarder(d.log, config.Name, config.forwardsLogs())
 	d.logs.attach(consumerConf)
 	d.logs.attach(producerConf)
 	// The admin client cannot forward its logs; its failures come back as errors anyway.

@@ -192,7 +192,7 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 	}
 	consumerConf, _, adminConf := config.clientConfigs(timing)
 	oc := observerConfig(consumerConf)
-	logs := startLogForwarder(config.Scribe, config.Name)
+	logs := startLogForwarder(config.Scribe, config.Name, config.forwardsLogs())
 	logs.attach(oc)
 	defer logs.close()
 	o, err := newObserver(config, oc, topicPartitions(config, adminConf), onChange)

@@ -1,5 +1,5 @@
-// Command logrus sends goneli's logs, and librdkafka's, which goneli forwards, through logrus by
-// way of libstdgo's scribe binding.
+// Command logrus sends goneli's logs, and librdkafka's, which goneli forwards when asked to
+// (go.logs.channel.enable), through logrus by way of libstdgo's scribe binding.
 package main
 
 import (
@@ -29,7 +29,11 @@ func main() {
 	log.SetLevel(lvl)
 
 	config := goneli.Config{
-		KafkaConfig:   goneli.KafkaConfigMap{"bootstrap.servers": env.Servers},
+		KafkaConfig: goneli.KafkaConfigMap{
+			"bootstrap.servers": env.Servers,
+			// librdkafka's own lines through the Scribe too, rather than on stderr.
+			"go.logs.channel.enable": true,
+		},
 		LeaderGroupID: "example-logrus",
 		Scribe:        scribe.New(scribelogrus.Bind(log)),
 	}
