@@ -271,10 +271,16 @@ func (c *common) logger(w io.Writer) (*logrus.Logger, scribe.Scribe) {
 	return l, scribe.New(scribelogrus.Bind(l))
 }
 
-// config builds the goneli configuration from the common flags.
+// config builds the goneli configuration from the common flags. librdkafka's lines go through the
+// same logger as neli's own (one format, one level), unless -X go.logs.channel.enable=false leaves
+// them to librdkafka, which saves an idle instance about a fifth of its CPU (docs/performance.md).
 func (c *common) config(s scribe.Scribe) goneli.Config {
+	kc := c.kafkaConfig()
+	if _, set := kc["go.logs.channel.enable"]; !set {
+		kc["go.logs.channel.enable"] = true
+	}
 	return goneli.Config{
-		KafkaConfig:      c.kafkaConfig(),
+		KafkaConfig:      kc,
 		LeaderGroupID:    c.group,
 		LeaderTopic:      c.topic,
 		Name:             c.name,

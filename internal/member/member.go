@@ -278,6 +278,11 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	for k, v := range o.Kafka {
 		kc[k] = v
 	}
+	// librdkafka writes its own lines to stderr (goneli forwards them only when asked, which would
+	// add its log poller to what the benchmarks measure); -log-level sets how much it writes.
+	if _, set := kc["log_level"]; !set {
+		kc["log_level"] = librdkafkaLevel(o.LogLevel)
+	}
 	config := goneli.Config{
 		KafkaConfig:      kc,
 		LeaderGroupID:    o.Group,
@@ -480,6 +485,21 @@ func (s *spans) flush() {
 	}
 	s.w.write(Line{Event: EventAct, From: s.from.UnixNano(), To: s.to.UnixNano(), Runs: s.runs, Role: s.role})
 	s.runs = 0
+}
+
+// librdkafkaLevel is librdkafka's log_level (syslog's numbers) for a -log-level name.
+func librdkafkaLevel(level string) int {
+	switch strings.ToLower(level) {
+	case "off":
+		return 0
+	case "error":
+		return 3
+	case "info":
+		return 6
+	case "debug", "trace":
+		return 7
+	}
+	return 4
 }
 
 func stderrScribe(level string) scribe.Scribe {
