@@ -354,9 +354,19 @@ func (g *commitGate) sample(d time.Duration) {
 	}
 }
 
-// answer takes the answer to one of librdkafka's commits of stored offsets. Called with the
-// driver's lock held.
-func (g *commitGate) answer(e kafka.OffsetsCommitted) {
+// answer takes the answer to one of librdkafka's commits of stored offsets, seen in a poll after
+// one that found the queue empty at since (driver.drainedAt). Called with the driver's lock held.
+//
+// The answer came in somewhere after since. If the loop polled again promptly, now less the store
+// time is its answer time; after a loop that paused (the process stopped or starved of CPU for more
+// than a group heartbeat interval), most of that may be the pause, and the answer time is known only
+// to be at least since less the store time, which is what is recorded, if anything. Recording the
+// pause would stretch the patience of every presumption to come for as long as the gate remembers
+// it, up to half a lease each: a leader that then misses a tick renews half a lease late, and a new
+// tenure's first proof waits as long (the simulation found failovers past their bound so). Taking
+// an answer time too short costs at most one more commit in flight, whose answer, coming after its
+// store was presumed unsent, raises the time again.
+func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.counts.answers.Add(1)
@@ -374,7 +384,11 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted) {
 	} else {
 		g.doubt = 0
 	}
-	g.sample(now - s.at)
+	if now-since <= g.late {
+		g.sample(now - s.at)
+	} else if since > s.at {
+		g.sample(since - s.at)
+	}
 	if s == g.armed {
 		// Answered before its withdrawal: withdrawn now, as a failed commit leaves the offset
 		// above the committed one, where the next tick would send it again.

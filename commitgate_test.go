@@ -74,7 +74,7 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 		}
 		// The last store's commit is answered: the chain ends, and the next store counts from now.
 		time.Sleep(tick)
-		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}})
+		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
 		if busy, _ := g.busy(now()); busy {
 			t.Fatal("gate busy after the answer of its only store")
 		}
@@ -84,9 +84,63 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 		// A store presumed unsent whose commit is answered after all ends the chain too.
 		presume()
 		time.Sleep(10 * time.Millisecond)
-		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}})
+		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
 		if at := store(); at != now() {
 			t.Errorf("a store after a late answer is in a chain that began at %v, want now (%v)", at, now())
 		}
 	})
+}
+
+// An answer seen after the driver's loop paused tells the gate little of how long the commit took:
+// the pause is the loop's own, and recording it would stretch every presumption that follows up to
+// half a lease (the simulation found a new tenure's first proof, after a missed tick, too late for
+// the failover bound so). What the gate learns is bounded by the last time the loop found its queue
+// empty.
+func TestGateAnswerAfterAPausedLoopKeepsItsPatience(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		paused bool
+	}{{"prompt loop", false}, {"paused loop", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const tick, late, most = 25 * time.Millisecond, 500 * time.Millisecond, 1250 * time.Millisecond
+				topic := "t"
+				start := time.Now()
+				now := func() time.Duration { return time.Since(start) + time.Second }
+				g := newCommitGate(gateConsumer{}, &topic, tick, late, most, now, &gateCounts{})
+				defer g.close()
+				g.answered(5 * time.Millisecond)
+				offset := int64(100)
+				store := func() {
+					offset++
+					if _, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0); err != nil || len(stored) != 1 {
+						t.Fatalf("store of %d: %v, %v", offset, stored, err)
+					}
+				}
+				store()
+				// The commit is answered within a few milliseconds, but the loop sees the answer only
+				// after a pause of two seconds, or at once.
+				drained := now()
+				time.Sleep(5 * time.Millisecond)
+				if tc.paused {
+					time.Sleep(2 * time.Second)
+				} else {
+					drained = now()
+				}
+				g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, drained)
+				// The next store's tick is missed: how long until the gate presumes it unsent?
+				store()
+				from := now()
+				for {
+					time.Sleep(time.Millisecond)
+					if busy, _ := g.busy(now()); !busy {
+						break
+					}
+				}
+				if waited := now() - from; waited > 4*tick {
+					t.Errorf("presumed a missed store unsent after %v, want within a few ticks (%v) of a commit answered in 5 ms", waited, tick)
+				}
+			})
+		})
+	}
 }

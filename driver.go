@@ -345,7 +345,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
-		d.gate.answer(e)
+		d.gate.answer(e, d.drainedAt)
 		d.onCommit(e, false)
 		d.autoCommitted(e)
 	case kafka.Error:

@@ -266,17 +266,30 @@ func (m *simMember) gateSample(d time.Duration) {
 	m.gateChained = false
 }
 
-// gateAnswer is commitGate.answer: any OffsetsCommitted settles the store under way.
+// gateAnswer is commitGate.answer: any OffsetsCommitted settles the store under way. Its answer
+// time is sampled as the gate does after a loop that polled late: only what the pause before the
+// poll cannot account for.
 func (m *simMember) gateAnswer() {
 	if m.gateArmed {
 		m.rdk.withdraw()
 	}
+	sample := func() {
+		now, since := m.dnow(), m.polledAt
+		switch {
+		case now-since <= m.prof.timing.heartbeat():
+			m.gateSample(now - m.gateAt)
+		case since > m.gateAt:
+			m.gateSample(since - m.gateAt)
+		default:
+			m.gateChained = false // an answer settles the chain, sampled or not
+		}
+	}
 	switch {
 	case m.gateArmed || m.gatePending:
 		m.gateDoubt = 0
-		m.gateSample(m.dnow() - m.gateAt)
+		sample()
 	case m.gatePresumed:
-		m.gateSample(m.dnow() - m.gateAt) // sent after all: the doubt stays
+		sample() // sent after all: the doubt stays
 	}
 	m.gateArmed, m.gatePending, m.gatePresumed = false, false, false
 }
