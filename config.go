@@ -249,6 +249,22 @@ func (c *Config) SetDefaults() {
 	}
 }
 
+// autoCommitInterval is auto.commit.interval.ms for a MinPollInterval of poll: a quarter of it in
+// whole milliseconds, within 10 ms to 1 s, and a millisecond longer where that would divide the poll
+// interval. goneli's cycles come on periods of the poll interval, and librdkafka's commit timer on
+// periods of this one: were they commensurate, a store made just after a tick, which the commit
+// gate withdraws before the next (commitgate.go), would be made just after one again at every
+// cycle, presumed unsent and stored anew at the same phase for as long as the two clocks hold it
+// (the simulation found a new tenure that never led so). With the poll interval not a multiple of
+// the tick, each cycle falls at another phase of the timer.
+func autoCommitInterval(poll time.Duration) time.Duration {
+	tick := clampDuration((poll / 4).Truncate(time.Millisecond), 10*time.Millisecond, time.Second)
+	if poll%tick == 0 {
+		tick += time.Millisecond
+	}
+	return tick
+}
+
 // defaultRenewInterval is the RenewInterval that SetDefaults derives.
 func defaultRenewInterval(lease, poll time.Duration) time.Duration {
 	return max(poll, lease/DefaultRenewalsPerLease)
@@ -488,10 +504,10 @@ func (c Config) groupTiming() (groupTiming, error) {
 	}
 	t.interval = groupHeartbeatInterval(ht)
 	t.session = SessionTimeout(ht)
-	// A quarter poll: a new tenure's first proof waits for a tick (12.5 ms on average at the
+	// About a quarter poll: a new tenure's first proof waits for a tick (13 ms on average at the
 	// defaults), and a stored offset is withdrawn a millisecond before the next tick could send it
 	// again (commitgate.go), which misses a tick in about one store in twenty.
-	t.commit = clampDuration(*c.MinPollInterval/4, 10*time.Millisecond, time.Second)
+	t.commit = autoCommitInterval(*c.MinPollInterval)
 
 	if t.classic {
 		if v, ok, err := c.kafkaMillis("heartbeat.interval.ms"); err != nil {

@@ -253,6 +253,27 @@ func TestSafeOverridesAreAccepted(t *testing.T) {
 	}
 }
 
+// librdkafka's auto-commit timer runs on a period that does not divide the poll interval, so that
+// goneli's cycles do not keep one phase of it (autoCommitInterval).
+func TestAutoCommitIntervalIsNotCommensurateWithThePoll(t *testing.T) {
+	for _, tc := range []struct{ poll, want time.Duration }{
+		{100 * time.Millisecond, 26 * time.Millisecond},
+		{50 * time.Millisecond, 12 * time.Millisecond},
+		{40 * time.Millisecond, 11 * time.Millisecond},
+		{25 * time.Millisecond, 10 * time.Millisecond},
+		{time.Millisecond, 10 * time.Millisecond},
+		{4 * time.Second, 1001 * time.Millisecond},
+	} {
+		got := autoCommitInterval(tc.poll)
+		if got != tc.want {
+			t.Errorf("poll %v: auto.commit.interval.ms %v, want %v", tc.poll, got, tc.want)
+		}
+		if tc.poll%got == 0 {
+			t.Errorf("poll %v: the tick %v divides it", tc.poll, got)
+		}
+	}
+}
+
 func TestDerivedGroupTiming(t *testing.T) {
 	// The session is the lease, two group heartbeat intervals and a twentieth of the lease (at
 	// least 50 ms), and at least a second; the rebalance timeout stays at twice the lease, and at
@@ -262,10 +283,10 @@ func TestDerivedGroupTiming(t *testing.T) {
 	for _, tc := range []struct {
 		lease, session, interval, window time.Duration
 	}{
-		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 2750 * time.Millisecond},
-		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 350 * time.Millisecond},
+		{5 * time.Second, 6250 * time.Millisecond, 500 * time.Millisecond, 2748 * time.Millisecond},
+		{time.Second, 1250 * time.Millisecond, 100 * time.Millisecond, 348 * time.Millisecond},
 		{500 * time.Millisecond, time.Second, 100 * time.Millisecond, 0},
-		{60 * time.Second, 69 * time.Second, 3 * time.Second, 44875 * time.Millisecond},
+		{60 * time.Second, 69 * time.Second, 3 * time.Second, 44874 * time.Millisecond},
 	} {
 		c := validConfig()
 		c.HeartbeatTimeout, c.RenewInterval = Duration(tc.lease), nil

@@ -96,7 +96,7 @@
 //     renewals back the same way until the answer bound has passed (driver.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
-//     outside such a hold. At the default timing the window is 2.75 s (350 ms at a 1 s lease), which
+//     outside such a hold. At the default timing the window is 2.748 s (348 ms at a 1 s lease), which
 //     rode out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up before
 //     the commit gate narrowed it (not measured since); at
 //     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
@@ -234,7 +234,7 @@
 // a moment later) therefore lasts until a second after the previous one for every member, and
 // librdkafka auto-commits nothing meanwhile. The leader renews through it on explicit commits, for
 // heartbeats sent within the window above after its last automatic commit's offset was stored
-// (2.75 s at the default lease, 350 ms at 1 s), which outlasted the wait at leases from about 0.8 s
+// (2.748 s at the default lease, 348 ms at 1 s), which outlasted the wait at leases from about 0.8 s
 // up before the commit gate narrowed it (not measured since); below that the leader can be fenced, and renews again once the rebalance completes. (Before
 // the window was anchored at the offset's store time and measured against the rebalance timeout it
 // was the session's margin, a twentieth of the lease, and the benchmark at HeartbeatTimeout=1s saw
