@@ -38,6 +38,10 @@ import (
 //     offset stays stored a little longer than a tick instead, so that a new tenure's first proof
 //     does not wait for a presumption; a second commit of it goes out only if the first is not
 //     answered within a tick.
+//   - A store made after a presumption, if the store presumed was not itself one, is made half a
+//     tick late (the store's time for the lease stays when it was asked for, which only shortens
+//     what it proves): a store at a phase just after librdkafka's tick misses it, and cycles
+//     commensurate with the tick would otherwise bring every later store to that phase.
 //   - An automatic commit that may have been sent counts as in flight until its answer (any
 //     OffsetsCommitted event: each answers one commit librdkafka made of a stored offset, as it
 //     reports none of the ticks that found nothing to commit) or until it is presumed unsent: the
@@ -104,6 +108,9 @@ type commitGate struct {
 	// (chained): a store made after stores presumed unsent counts as made then (store).
 	chainAt time.Duration
 	chained bool
+	// shift says that the next store after a presumption is shifted by half a tick: the store
+	// presumed last was not (store).
+	shift bool
 	// counts are the driver's, kept across its consumers' gates (Stats).
 	counts *gateCounts
 }
@@ -134,6 +141,10 @@ type gateStore struct {
 	hint           time.Duration // a latency known when it was stored (a heartbeat's round trip)
 	long           bool          // stored for longer than a tick on purpose (store)
 	presumed       bool
+	// from is when the StoreOffsets call began, once placed: half a tick after at for a store
+	// shifted after a presumption (store), at otherwise.
+	from            time.Duration
+	placed, shifted bool
 }
 
 // gateHistory is how many stores and answer times the gate keeps.
@@ -158,6 +169,7 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 		if now >= s.presumeBy {
 			s.presumed = true
 			s.sends = s.answers
+			g.shift = !s.shifted
 			g.doubt++
 			g.counts.presumed.Add(1)
 			presumed = append(presumed, s)
@@ -186,17 +198,18 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		return 0, 0, nil, nil
 	}
 	s := &gateStore{at: g.now(), hint: hint}
-	stored, err = g.consumer.StoreOffsets(offsets)
-	for _, tp := range stored {
-		if tp.Error == nil && tp.Offset >= 0 {
-			s.stored = append(s.stored, tp)
-		}
-	}
-	if err != nil && len(stored) == 0 {
-		// Nothing is known to be stored; an offset that was is withdrawn with the rest.
-		s.stored = offsets
-	}
-	if len(s.stored) == 0 {
+	if g.doubt > 0 && g.shift {
+		// The store presumed unsent last may have missed its tick because of its phase: withdrawn
+		// just before the tick, as a store made just after one is. goneli's cycles and
+		// librdkafka's timer run on periods that can be commensurate (a patience at its cap is a
+		// whole number of polls, and those can be a whole number of ticks), and then every store
+		// comes at that phase, each is presumed unsent, and a new tenure never leads (the
+		// simulation found it so, seeds 7008093 and 7013515). Half a tick later, the store is at
+		// a phase where its window holds a tick; shifting every other store after a presumption,
+		// not each, keeps a phase that missed from being shifted onto one that would too.
+		s.shifted = true
+		s.stored = append([]kafka.TopicPartition(nil), offsets...)
+	} else if err = g.place(s, offsets); !s.placed {
 		return s.at, s.at, nil, err
 	}
 	s.live = append([]kafka.TopicPartition(nil), s.stored...)
@@ -209,6 +222,52 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 	g.counts.stores.Add(1)
 	g.armed = s
 	g.remember(s)
+	if s.shifted {
+		g.timer = time.AfterFunc(g.tick/2, func() { g.placeShifted(s) })
+	} else {
+		g.arm(s)
+	}
+	return s.at, chain, s.stored, err
+}
+
+// place makes the StoreOffsets call of s and records what it stored. Called with mu held.
+func (g *commitGate) place(s *gateStore, offsets []kafka.TopicPartition) error {
+	s.from = g.now()
+	stored, err := g.consumer.StoreOffsets(offsets)
+	s.stored = nil
+	for _, tp := range stored {
+		if tp.Error == nil && tp.Offset >= 0 {
+			s.stored = append(s.stored, tp)
+		}
+	}
+	if err != nil && len(stored) == 0 {
+		// Nothing is known to be stored; an offset that was is withdrawn with the rest.
+		s.stored = offsets
+	}
+	s.placed = len(s.stored) > 0
+	return err
+}
+
+// placeShifted makes the store s that was shifted by half a tick, on the timer's goroutine, unless
+// it has been withdrawn meanwhile. An error leaves nothing to withdraw but what it may have stored;
+// the lease asks again after a presumption.
+func (g *commitGate) placeShifted(s *gateStore) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.armed != s {
+		return
+	}
+	g.timer = nil
+	if _ = g.place(s, append([]kafka.TopicPartition(nil), s.live...)); !s.placed {
+		g.end(s)
+		return
+	}
+	s.live = append([]kafka.TopicPartition(nil), s.stored...)
+	g.arm(s)
+}
+
+// arm arms the withdrawal of the store s, just placed. Called with mu held.
+func (g *commitGate) arm(s *gateStore) {
 	hold := g.hold
 	if len(g.latencies) == 0 {
 		// No commit answered yet (a new tenure's first proof, typically): the offset stays stored
@@ -218,8 +277,7 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		// lets happen, and is accounted for (sends) like a late withdrawal.
 		hold, s.long = g.tick+(g.tick-g.hold), true
 	}
-	g.timer = time.AfterFunc(s.at+hold-g.now(), func() { g.expire(s) })
-	return s.at, chain, s.stored, err
+	g.timer = time.AfterFunc(s.from+hold-g.now(), func() { g.expire(s) })
 }
 
 // settle ends the chain of stores (chainAt) once an answer has come and no store may still be
@@ -275,10 +333,12 @@ func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
 	for _, tp := range offsets {
 		gone = append(gone, kafka.TopicPartition{Topic: g.topic, Partition: tp.Partition, Offset: kafka.OffsetInvalid})
 	}
-	// An error leaves the offset stored: it is withdrawn again when the store ends, and a
-	// partition that is no longer assigned has nothing to commit anyway.
-	_, _ = g.consumer.StoreOffsets(gone)
-	g.counts.withdrawals.Add(1)
+	if s.placed {
+		// An error leaves the offset stored: it is withdrawn again when the store ends, and a
+		// partition that is no longer assigned has nothing to commit anyway.
+		_, _ = g.consumer.StoreOffsets(gone)
+		g.counts.withdrawals.Add(1)
+	}
 	var kept []kafka.TopicPartition
 	for _, tp := range s.live {
 		withdrawn := false
@@ -304,10 +364,12 @@ func (g *commitGate) end(s *gateStore) {
 	}
 	g.armed = nil
 	now := g.now()
-	s.withdrawn = max(now, s.at+1)
+	s.withdrawn = max(now, s.at+1, s.from+1)
 	// The timer reads stored offsets at moments at least a tick apart, so a window shorter than a
-	// tick holds at most one of them.
-	s.sends = int((s.withdrawn-s.at)/g.tick) + 1
+	// tick holds at most one of them; a shifted store withdrawn before it was placed holds none.
+	if s.placed {
+		s.sends = int((s.withdrawn-s.from)/g.tick) + 1
+	}
 	if s.sends > 1 && !s.long {
 		g.counts.doubled.Add(1)
 	}
@@ -370,6 +432,11 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.counts.answers.Add(1)
+	if a := g.armed; a != nil && !a.placed && answers(a, e) {
+		// A store shifted after a presumption waits to be placed, and the presumed commit of its
+		// offset has just been answered after all: there is nothing left for it to do.
+		g.withdrawLocked(a.live)
+	}
 	s := g.match(e)
 	if s == nil {
 		return
@@ -385,9 +452,19 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
 		g.doubt = 0
 	}
 	if now-since <= g.late {
-		g.sample(now - s.at)
-	} else if since > s.at {
-		g.sample(since - s.at)
+		g.sample(now - s.from)
+	} else if since > s.from {
+		g.sample(since - s.from)
+	}
+	if s.presumed {
+		// The stores withdrawn since are waiting out a patience that this answer shows too short:
+		// they wait as long as the answer time now learnt says, so that each is not presumed unsent
+		// in turn while its commit is still on its way.
+		for _, o := range g.stores {
+			if o != s && o.withdrawn != 0 && o.answers < o.sends {
+				o.presumeBy = max(o.presumeBy, o.withdrawn+g.patience(o.hint))
+			}
+		}
 	}
 	if s == g.armed {
 		// Answered before its withdrawal: withdrawn now, as a failed commit leaves the offset
@@ -410,17 +487,8 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
 // lets one more commit start while the earlier is still under way, as the wrong presumption
 // itself did. Called with mu held.
 func (g *commitGate) match(e kafka.OffsetsCommitted) *gateStore {
-	pending := func(s *gateStore) bool { return s.withdrawn == 0 || s.answers < s.sends }
-	names := func(s *gateStore) bool {
-		for _, tp := range s.stored {
-			for _, a := range e.Offsets {
-				if a.Partition == tp.Partition && a.Offset == tp.Offset {
-					return true
-				}
-			}
-		}
-		return false
-	}
+	pending := func(s *gateStore) bool { return (s.withdrawn == 0 && s.placed) || s.answers < s.sends }
+	names := func(s *gateStore) bool { return answers(s, e) }
 	for _, pick := range []func(*gateStore) bool{
 		func(s *gateStore) bool { return pending(s) && names(s) },
 		func(s *gateStore) bool { return s.presumed && names(s) },
@@ -433,6 +501,18 @@ func (g *commitGate) match(e kafka.OffsetsCommitted) *gateStore {
 		}
 	}
 	return nil
+}
+
+// answers reports whether e names an offset that s stored.
+func answers(s *gateStore, e kafka.OffsetsCommitted) bool {
+	for _, tp := range s.stored {
+		for _, a := range e.Offsets {
+			if a.Partition == tp.Partition && a.Offset == tp.Offset {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // withdraw withdraws whatever of partitions is stored, at once: the partitions are being revoked,
@@ -469,7 +549,7 @@ func (g *commitGate) withdrawAll() {
 func (g *commitGate) holds(partition int32) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.armed == nil {
+	if g.armed == nil || !g.armed.placed {
 		return false
 	}
 	for _, tp := range g.armed.live {

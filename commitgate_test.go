@@ -1,6 +1,8 @@
 package goneli
 
 import (
+	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -143,4 +145,122 @@ func TestGateAnswerAfterAPausedLoopKeepsItsPatience(t *testing.T) {
 			})
 		})
 	}
+}
+
+// recordingConsumer records when each offset was stored (not withdrawn), on the gate's clock.
+type recordingConsumer struct {
+	KafkaConsumer
+	now    func() time.Duration
+	mu     sync.Mutex
+	placed map[int64]time.Duration
+}
+
+func (c *recordingConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tp := range tps {
+		if tp.Offset >= 0 {
+			c.placed[int64(tp.Offset)] = c.now()
+		}
+	}
+	return tps, nil
+}
+
+func (c *recordingConsumer) placedAt(offset int64) (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.placed[offset]
+	return at, ok
+}
+
+// A store made after a presumption comes half a tick late if the store presumed was made on time:
+// goneli's cycles can be commensurate with librdkafka's tick, and a store at a phase that misses the
+// tick (made just after one, withdrawn just before the next) would otherwise be made at that phase
+// every time, each presumed unsent, and a new tenure would never lead (simulation seeds 7008093,
+// 7013515). Every other store is shifted, not each, so that a phase shifted onto a missing one is
+// not kept there either; a store after an answer is made at once, and one withdrawn before it was
+// placed stores nothing and leaves nothing in flight.
+func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const tick, late, most = 25 * time.Millisecond, 500 * time.Millisecond, 1250 * time.Millisecond
+		topic := "t"
+		start := time.Now()
+		now := func() time.Duration { return time.Since(start) + time.Second }
+		c := &recordingConsumer{now: now, placed: map[int64]time.Duration{}}
+		g := newCommitGate(c, &topic, tick, late, most, now, &gateCounts{})
+		defer g.close()
+		g.answered(5 * time.Millisecond)
+		offset := int64(100)
+		// store stores the next offset and returns how much later than asked it was stored.
+		store := func() time.Duration {
+			offset++
+			at, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0)
+			if err != nil || len(stored) != 1 || at != now() {
+				t.Fatalf("store of %d: %v, %v at %v; want it stored, as of now (%v)", offset, stored, err, at, now())
+			}
+			time.Sleep(tick)
+			placed, ok := c.placedAt(offset)
+			if !ok {
+				t.Fatalf("offset %d never stored", offset)
+			}
+			return placed - at
+		}
+		presume := func() {
+			for {
+				if busy, presumed := g.busy(now()); !busy {
+					if len(presumed) != 1 {
+						t.Fatalf("gate idle with %d stores presumed, want 1", len(presumed))
+					}
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		var shifts []time.Duration
+		shifts = append(shifts, store())
+		for range 4 {
+			presume()
+			shifts = append(shifts, store())
+		}
+		want := []time.Duration{0, tick / 2, 0, tick / 2, 0}
+		if !slices.Equal(shifts, want) {
+			t.Errorf("stores made %v after they were asked for, want %v", shifts, want)
+		}
+		// An answer ends the doubt: the store after it is made at once.
+		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
+		if d := store(); d != 0 {
+			t.Errorf("a store after an answer made %v late, want at once", d)
+		}
+		// A shifted store withdrawn before its time (a revocation) stores nothing, and the gate
+		// has nothing in flight.
+		presume()
+		offset++
+		if _, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0); err != nil || len(stored) != 1 {
+			t.Fatalf("store of %d: %v, %v", offset, stored, err)
+		}
+		g.withdraw(0)
+		time.Sleep(tick)
+		if at, ok := c.placedAt(offset); ok {
+			t.Errorf("offset %d withdrawn before it was placed was stored at %v", offset, at)
+		}
+		if busy, presumed := g.busy(now()); busy || len(presumed) != 0 {
+			t.Errorf("gate busy %v, %d presumed after a store that was never placed; want idle, none", busy, len(presumed))
+		}
+		// The presumed store's commit answered late, while a store of its offset waits for its
+		// shifted time: nothing is stored.
+		store() // made at once: the store presumed before was shifted
+		presume()
+		if _, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0); err != nil || len(stored) != 1 {
+			t.Fatalf("store of %d again: %v, %v", offset, stored, err)
+		}
+		before, _ := c.placedAt(offset)
+		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
+		time.Sleep(tick)
+		if at, _ := c.placedAt(offset); at != before {
+			t.Errorf("offset %d stored again at %v after its commit was answered", offset, at)
+		}
+		if busy, _ := g.busy(now()); busy {
+			t.Error("gate busy after the late answer of the only store in flight")
+		}
+	})
 }

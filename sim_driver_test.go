@@ -205,17 +205,18 @@ func (m *simMember) fetched(f *simFetch, r simRecord) {
 // from the latest answer times (a group heartbeat interval before any), a quarter more and a tick,
 // doubled by every presumption since the last answer up to a quarter lease, never beyond half; a
 // presumed store's newest pending offset is stored again, and anchors where the first store since
-// the last answer would have (lease.storedSince). Not mirrored: the longer first hold of a consumer
-// whose commits have not been answered yet, the heartbeat's round trip as a latency hint, late
-// withdrawals (the timer here is never late), and matching answers to stores (any answer settles
-// the store under way, as the gate's fallback does; one that comes while the last store is presumed
-// unsent is that store's, and any other settles nothing).
+// the last answer would have (lease.storedSince); a store after a presumption is made half a tick
+// late if the store presumed was not (commitGate.store's shift). Not mirrored: the longer first
+// hold of a consumer whose commits have not been answered yet, the heartbeat's round trip as a
+// latency hint, late withdrawals (the timer here is never late), the longer patience of stores
+// still unanswered when a store presumed unsent is answered after all, and matching answers to
+// stores (any answer settles the store under way, as the gate's fallback does; one that comes while
+// the last store is presumed unsent is that store's, and any other settles nothing).
 
 // store is driver.startCommits' gate.store and lease.storedSince: the time is read before the
 // store, and the chain's is that of the first store since the last answer (commitGate.store).
 func (m *simMember) store(ask commitAsk) {
 	at := m.dnow()
-	m.rdk.store(ask.offset, ask.tag)
 	chain := at
 	if m.gateChained {
 		chain = min(at, m.gateChainAt)
@@ -225,25 +226,42 @@ func (m *simMember) store(ask commitAsk) {
 	m.lease.storedSince(ask.offset, at, chain)
 	m.storedCount++
 	m.gateArmed, m.gatePending, m.gatePresumed, m.gateAt = true, false, false, at
+	m.gateShifted, m.gatePlaced = m.gateDoubt > 0 && m.gateShift, false
 	m.gateTok++
 	tok, tick := m.gateTok, m.prof.commitInterval
 	hold := tick - max(time.Millisecond, tick/25)
-	m.atLocal(m.leaseBase+at+hold, func() {
+	place := func() {
+		m.gateAt, m.gatePlaced = m.dnow(), true
+		m.rdk.store(ask.offset, ask.tag)
+		m.atLocal(m.leaseBase+m.gateAt+hold, func() {
+			m.do(func() {
+				if m.gateArmed && m.gateTok == tok {
+					m.gateWithdraw()
+				}
+			})
+		})
+		m.w.adv.offsetStored(m)
+	}
+	if !m.gateShifted {
+		place()
+		m.note("stores offset %d (its chain of stores began at %s)", ask.offset, fmtDur(chain))
+		return
+	}
+	m.note("stores offset %d half a tick late (its chain of stores began at %s)", ask.offset, fmtDur(chain))
+	m.atLocal(m.leaseBase+at+tick/2, func() {
 		m.do(func() {
 			if m.gateArmed && m.gateTok == tok {
-				m.gateWithdraw()
+				place()
 			}
 		})
 	})
-	m.note("stores offset %d (its chain of stores began at %s)", ask.offset, fmtDur(chain))
-	m.w.adv.offsetStored(m)
 }
 
 // gateWithdraw is commitGate.end: the stored offset is withdrawn, and the store counts as in
 // flight until an answer or the presumption (commitGate.patience).
 func (m *simMember) gateWithdraw() {
 	m.rdk.withdraw()
-	m.gateArmed, m.gatePending = false, true
+	m.gateArmed, m.gatePending = false, m.gatePlaced
 	tick := m.prof.commitInterval
 	l := tick
 	if len(m.gateLatencies) == 0 {
@@ -299,6 +317,7 @@ func (m *simMember) gateBusy() bool {
 	if m.gatePending && m.dnow() >= m.gatePresumeBy {
 		m.gatePending, m.gatePresumed = false, true
 		m.gateDoubt++
+		m.gateShift = !m.gateShifted
 		m.note("store presumed never committed")
 		if ask, ok := m.lease.newestPending(); ok && !m.storeAsked {
 			m.storeAsk, m.storeAsked = ask, true

@@ -101,15 +101,18 @@ type simMember struct {
 	gateDoubt              int
 	gateChainAt            time.Duration
 	gateChained            bool
-	lastBeat               *simReq
-	lastBeatAt             time.Duration
-	owedCommit             bool
-	member                 membership
-	partMember             int // the member id under which the tenure began
-	wantCheck              bool
-	commitAsk              int64
-	commitTag              string
-	commitBusy             bool
+	// gateShifted says the store under way is made half a tick late and gatePlaced whether it has
+	// been made yet (at gateAt, then); gateShift that the next store after a presumption is.
+	gateShifted, gatePlaced, gateShift bool
+	lastBeat                           *simReq
+	lastBeatAt                         time.Duration
+	owedCommit                         bool
+	member                             membership
+	partMember                         int // the member id under which the tenure began
+	wantCheck                          bool
+	commitAsk                          int64
+	commitTag                          string
+	commitBusy                         bool
 	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
 	commitSent  time.Duration
 	commitsHeld bool

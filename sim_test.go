@@ -117,6 +117,15 @@ var simRegressions = []struct {
 	{"ht500ms", 3068680, "an assignment queued behind events during a pause"},
 	{"ht500ms", 3204179, "an assignment late over a slow link, after a second without commits"},
 	{"default", 3212588, "an assignment served late at the default lease"},
+	// Issue 39's commit gate, liveness: an answer seen after a paused loop learnt as the answer
+	// time (seed 6013381); stores at one phase of librdkafka's tick, withdrawn just before it, at
+	// every cycle, with the poll a whole number of ticks (6004415, 6022152) and with the cycles so
+	// (7008093, 7013515).
+	{"ht1s-session2s-848", 6013381, "a paused loop's answer time stretched the patience: a new tenure's proof past the bound"},
+	{"default-848", 6004415, "stores at one phase of the tick, presumed unsent at every cycle: a tenure that never led"},
+	{"ht1s-brokermin6s", 6022152, "stores at one phase of the tick, presumed unsent at every cycle: a tenure that never led"},
+	{"ht1s-session2s", 7008093, "a tenure's stores presumed unsent at every cycle of a whole number of ticks"},
+	{"ht1s-brokermin6s", 7013515, "a tenure's stores presumed unsent at every cycle of a whole number of ticks"},
 }
 
 func TestSimReplay(t *testing.T) {
