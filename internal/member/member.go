@@ -134,7 +134,13 @@ type WriteRecord struct {
 }
 
 // flushEvery is how often an open span of actions is reported, bounding what a SIGKILL can hide.
-const flushEvery = 50 * time.Millisecond
+// A member that has nothing to report wakes only every idleEvery (to sample stats and check the
+// instance's error): a follower's ticker was a cost of the harness that the benchmarks' idle
+// follower row counted as goneli's. The first action after a quiet spell is reported at once.
+const (
+	flushEvery = 50 * time.Millisecond
+	idleEvery  = 500 * time.Millisecond
+)
 
 // Main parses args (without the program name) and runs a member until SIGTERM or SIGINT, writing
 // lines to stdout. It returns the process exit status.
@@ -298,7 +304,8 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		config.HandOverAfter = goneli.Duration(o.HandOverAfter)
 	}
 	config.Priority = o.Priority
-	acts := newRoleSpans(w, o.Roles)
+	kick := make(chan struct{}, 1)
+	acts := newRoleSpans(w, o.Roles, kick)
 	inits := &initialised{tokens: map[string]int64{}}
 	barrier := func(e goneli.Event) {
 		switch e := e.(type) {
@@ -343,7 +350,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 		w.write(Line{Event: EventError, Info: err.Error()})
 		return err
 	}
-	ticker := time.NewTicker(flushEvery)
+	ticker := time.NewTimer(idleEvery)
 	defer ticker.Stop()
 	sampler := newStatSampler(c.stats, o.StatsEvery)
 	for {
@@ -360,8 +367,15 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			}
 			w.write(Line{Event: EventClosed})
 			return nil
-		case <-ticker.C:
+		case <-kick:
 			acts.flush()
+			ticker.Reset(flushEvery)
+		case <-ticker.C:
+			if acts.flush() {
+				ticker.Reset(flushEvery)
+			} else {
+				ticker.Reset(idleEvery)
+			}
 			if st := sampler.sample(); st != nil {
 				w.write(Line{Event: EventStats, Stat: st})
 			}
@@ -437,22 +451,24 @@ func (w *writer) write(l Line) {
 // filled before the member contends and only read afterwards.
 type roleSpans map[string]*spans
 
-func newRoleSpans(w *writer, roles []string) roleSpans {
+func newRoleSpans(w *writer, roles []string, kick chan<- struct{}) roleSpans {
 	out := roleSpans{}
 	if len(roles) == 0 {
 		roles = []string{""}
 	}
 	for _, r := range roles {
-		out[r] = &spans{w: w, role: r}
+		out[r] = &spans{w: w, role: r, kick: kick, quiet: true}
 	}
 	return out
 }
 
-// flush reports every role's open span.
-func (rs roleSpans) flush() {
+// flush reports every role's open span, and whether there was one.
+func (rs roleSpans) flush() bool {
+	open := false
 	for _, s := range rs {
-		s.flush()
+		open = s.flush() || open
 	}
+	return open
 }
 
 // spans coalesces one role's actions into reported spans.
@@ -462,6 +478,10 @@ type spans struct {
 	role     string
 	from, to time.Time
 	runs     int64
+	// kick asks the member's loop to report at once: a span opened after a quiet spell, when the
+	// loop may be waiting out idleEvery.
+	kick  chan<- struct{}
+	quiet bool
 }
 
 func (s *spans) act(t time.Time) {
@@ -469,22 +489,31 @@ func (s *spans) act(t time.Time) {
 	defer s.mu.Unlock()
 	if s.runs == 0 {
 		s.from = t
+		if s.quiet && s.kick != nil {
+			s.quiet = false
+			select {
+			case s.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
 	s.to = t
 	s.runs++
 }
 
-func (s *spans) flush() {
+func (s *spans) flush() bool {
 	if s == nil {
-		return // an event of a role this member does not know; goneli never sends one
+		return false // an event of a role this member does not know; goneli never sends one
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.runs == 0 {
-		return
+		s.quiet = true
+		return false
 	}
 	s.w.write(Line{Event: EventAct, From: s.from.UnixNano(), To: s.to.UnixNano(), Runs: s.runs, Role: s.role})
 	s.runs = 0
+	return true
 }
 
 // librdkafkaLevel is librdkafka's log_level (syslog's numbers) for a -log-level name.
