@@ -318,7 +318,7 @@ func TestParseOptionsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.load || o.trials != 0 || o.fenceTrials != 0 || o.crashTrials != 0 || len(o.contenders) != 0 {
+	if !o.load || o.trials != 0 || o.fenceTrials != 0 || o.crashTrials != 0 || o.rollingTrials != 0 || len(o.contenders) != 0 {
 		t.Errorf("--load alone: %+v", o)
 	}
 	if !slices.Equal(o.loadInstances, []int{1, 4, 16, 64}) || o.loadRoles != 1000 ||

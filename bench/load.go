@@ -223,6 +223,13 @@ func (r *runner) loadWindow(f *memberFleet, n, roles int, d time.Duration) (Load
 	if s := summarise(ms); s.N > 0 {
 		row.MarginMinMs, row.MarginMedianMs = s.Min, s.Median
 	}
+	for _, p := range f.Procs() {
+		if last[p.Name] == nil {
+			// A member that reports nothing would count as leading no role with no margin: a
+			// broken harness, not a figure.
+			return row, fmt.Errorf("%s wrote no stats line in the %v window", p.Name, o.loadWindow)
+		}
+	}
 	for name, l := range last {
 		row.Leading += l.Leading
 		row.StoresMissed += l.Missed - first[name].Missed

@@ -141,9 +141,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.load {
 		// The load scenario alone, unless another scenario was asked for explicitly.
 		alone := map[string]func(){
-			"trials":       func() { o.trials = 0 },
-			"fence-trials": func() { o.fenceTrials = 0 },
-			"contenders":   func() { contenders = "" },
+			"trials":         func() { o.trials = 0 },
+			"fence-trials":   func() { o.fenceTrials = 0 },
+			"contenders":     func() { contenders = "" },
+			"rolling-trials": func() { o.rollingTrials = 0 },
 		}
 		for name, apply := range alone {
 			if !set[name] {

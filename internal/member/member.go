@@ -352,6 +352,7 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 	}
 	ticker := time.NewTimer(idleEvery)
 	defer ticker.Stop()
+	fast := false
 	sampler := newStatSampler(c.stats, o.StatsEvery)
 	for {
 		select {
@@ -368,10 +369,17 @@ func Run(o Options, out io.Writer, stop <-chan struct{}) error {
 			w.write(Line{Event: EventClosed})
 			return nil
 		case <-kick:
-			acts.flush()
-			ticker.Reset(flushEvery)
+			// Only a loop waiting out idleEvery needs the kick: on the fast cadence the next tick
+			// is due within flushEvery anyway, and resetting it at every kick would starve it
+			// (many roles kick all the time: no stats line was written with a thousand).
+			if !fast {
+				acts.flush()
+				fast = true
+				ticker.Reset(flushEvery)
+			}
 		case <-ticker.C:
-			if acts.flush() {
+			fast = acts.flush()
+			if fast {
 				ticker.Reset(flushEvery)
 			} else {
 				ticker.Reset(idleEvery)
