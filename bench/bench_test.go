@@ -325,6 +325,11 @@ func TestParseOptionsLoad(t *testing.T) {
 		!slices.Equal(o.loadDelays, []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond, time.Second}) {
 		t.Errorf("load defaults: instances %v, roles %d, delays %v", o.loadInstances, o.loadRoles, o.loadDelays)
 	}
+	// Any other scenario's flag makes it a full run with the load scenario added.
+	o, err = parseOptions([]string{"--first-reps", "10", "--roles-scenarios", "--load"}, &bytes.Buffer{})
+	if err != nil || o.trials == 0 || o.fenceTrials == 0 || len(o.contenders) == 0 || o.rollingTrials == 0 {
+		t.Errorf("--load with other scenarios: %+v", o)
+	}
 	o, err = parseOptions([]string{"--load", "--trials", "3", "--load-delays", "0,250ms", "--load-instances", "2"}, &bytes.Buffer{})
 	if err != nil || o.trials != 3 || !slices.Equal(o.loadDelays, []time.Duration{0, 250 * time.Millisecond}) || !slices.Equal(o.loadInstances, []int{2}) {
 		t.Errorf("load options: %+v, %v", o, err)

@@ -138,8 +138,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.load {
-		// The load scenario alone, unless another scenario was asked for explicitly.
+	others := false
+	for _, name := range []string{"trials", "fence-trials", "crash-trials", "contenders", "first-reps", "rolling-trials", "roles-scenarios", "roles-trials"} {
+		others = others || set[name]
+	}
+	if o.load && !others {
+		// The load scenario alone, unless another scenario was asked for explicitly (a full run
+		// with --load given as one more flag once ran only the roles scenarios and the load).
 		alone := map[string]func(){
 			"trials":         func() { o.trials = 0 },
 			"fence-trials":   func() { o.fenceTrials = 0 },
