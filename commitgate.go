@@ -249,8 +249,9 @@ func (g *commitGate) place(s *gateStore, offsets []kafka.TopicPartition) error {
 }
 
 // placeShifted makes the store s that was shifted by half a tick, on the timer's goroutine, unless
-// it has been withdrawn meanwhile. An error leaves nothing to withdraw but what it may have stored;
-// the lease asks again after a presumption.
+// it has been withdrawn meanwhile. A store that stored nothing (its partitions no longer assigned)
+// ends with nothing in flight, and nothing is presumed of it: the lease's next renewal asks for a
+// store again.
 func (g *commitGate) placeShifted(s *gateStore) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

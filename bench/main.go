@@ -145,17 +145,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	if o.load && !others {
 		// The load scenario alone, unless another scenario was asked for explicitly (a full run
 		// with --load given as one more flag once ran only the roles scenarios and the load).
-		alone := map[string]func(){
-			"trials":         func() { o.trials = 0 },
-			"fence-trials":   func() { o.fenceTrials = 0 },
-			"contenders":     func() { contenders = "" },
-			"rolling-trials": func() { o.rollingTrials = 0 },
-		}
-		for name, apply := range alone {
-			if !set[name] {
-				apply()
-			}
-		}
+		o.trials, o.fenceTrials, o.rollingTrials, contenders = 0, 0, 0, ""
 	}
 	if o.short {
 		// Only what was not given explicitly shrinks.
