@@ -224,13 +224,15 @@ type election struct {
 	active   atomic.Int32
 	overlaps atomic.Int32
 	steady   map[string]chan struct{} // closed when the member has run its leader task steadyRuns times
+	stops    []func()                 // close a member and wait for it, reporting failures to t
+	logs     []func()                 // print a member's goneli log
 }
 
 // steadyRuns is how many leader task runs show that a leader is settled in.
 const steadyRuns = 50
 
 func newElection(t *testing.T, tg target) *election {
-	return &election{
+	el := &election{
 		t:       t,
 		target:  tg,
 		group:   fmt.Sprintf("goneli-it-%s-%d", strings.ToLower(t.Name()), time.Now().UnixNano()),
@@ -238,6 +240,34 @@ func newElection(t *testing.T, tg target) *election {
 		members: map[string]goneli.Neli{},
 		steady:  map[string]chan struct{}{},
 	}
+	// Cleanups run last-registered first: the members close before their logs are judged, so that
+	// a failed Close brings them out.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, print := range el.logs {
+				print()
+			}
+		}
+	})
+	t.Cleanup(el.closeAll)
+	return el
+}
+
+// closeAll closes every member at once, as the separate processes they stand for would stop.
+// One after another, each Close would wait on the rebalance that the previous one's departure
+// began, and that rebalance waits for every member still in the group, one just reconnected
+// after a cut among them, to join it again: a Close can then outlast its bound (3 s) through no
+// fault of its own (TestFailoverOnNetworkCut under CI load).
+func (el *election) closeAll() {
+	var wg sync.WaitGroup
+	for _, stop := range el.stops {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stop()
+		}()
+	}
+	wg.Wait()
 }
 
 func (el *election) add(name string) {
@@ -248,7 +278,7 @@ func (el *election) add(name string) {
 		LeaderGroupID:    el.group,
 		Name:             name,
 		HeartbeatTimeout: goneli.Duration(el.target.lease),
-		Scribe:           quietScribe(t),
+		Scribe:           el.quietScribe(name),
 	}, func(e goneli.Event) {
 		el.mu.Lock()
 		el.log = append(el.log, event{name, e})
@@ -281,7 +311,7 @@ func (el *election) add(name string) {
 		t.Fatalf("Background(%s): %v", name, err)
 	}
 	el.members[name] = n
-	t.Cleanup(func() {
+	el.stops = append(el.stops, func() {
 		// The broker is healthy until every member has closed, so Close has no excuse to fail; a
 		// timed-out close would also leave a consumer closing after the broker is gone.
 		if err := n.Close(); err != nil {
@@ -429,15 +459,13 @@ func TestFailoverOnNetworkCut(t *testing.T) {
 }
 
 // quietScribe keeps goneli's logs out of the test output unless the test fails.
-func quietScribe(t *testing.T) scribe.Scribe {
+func (el *election) quietScribe(name string) scribe.Scribe {
 	var mu sync.Mutex
 	var lines []string
-	t.Cleanup(func() {
+	el.logs = append(el.logs, func() {
 		mu.Lock()
 		defer mu.Unlock()
-		if t.Failed() {
-			t.Logf("goneli log:\n%s", strings.Join(lines, "\n"))
-		}
+		el.t.Logf("goneli log of %s:\n%s", name, strings.Join(lines, "\n"))
 	})
 	return scribe.New(scribe.LoggerFactories{scribe.All: scribe.Fac(func(format string, args ...interface{}) {
 		mu.Lock()

@@ -112,9 +112,9 @@ func TestGroupCheckedOncePerMembership(t *testing.T) {
 				t.Fatal(err)
 			}
 			awaitStable(t, b, group, 2)
-			r.await(t, "a to lead again", func(events []stamped) bool {
-				return x.IsLeader()
-			})
+			// IsLeader turns true only once the barrier has returned from LeaderAcquired, after the
+			// recorder has seen it, so it is polled rather than checked on each event.
+			awaitCondition(t, "a to lead again", x.IsLeader)
 			if got := x.Stats().GroupChecks; got != checks {
 				t.Errorf("a made %d more group checks while followers came and went; want none", got-checks)
 			}
