@@ -694,15 +694,13 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 	switch e := ev.(type) {
 	case kafka.AssignedPartitions:
 		mine := d.mine(e.Partitions)
-		for i := range mine {
-			// A tenure needs the heartbeats it produces from now on, and the last few records
-			// before them for a predecessor's release marker. Starting relative to the end, rather
-			// than from the group's committed offset, also keeps librdkafka from learning a
-			// committed offset that lies beyond the end of a log that restarted (a broker that lost
-			// its data, an unclean leader election): it auto-commits only offsets above the one
-			// it knows, so no heartbeat could be confirmed until the log grew past it.
-			mine[i].Offset = kafka.OffsetTail(releaseLookback)
-		}
+		// A tenure needs the heartbeats it produces from now on, and the last few records before
+		// them for a predecessor's release marker. Starting relative to the end, rather than from
+		// the group's committed offset, also keeps librdkafka from learning a committed offset
+		// that lies beyond the end of a log that restarted (a broker that lost its data, an
+		// unclean leader election): it auto-commits only offsets above the one it knows, so no
+		// heartbeat could be confirmed until the log grew past it.
+		d.startFrom(mine)
 		if err := s.Take(mine); err != nil {
 			d.throttle.log(d.log.E(), "assign", "goneli %s: cannot take assignment: %v", d.config.Name, err)
 			return err

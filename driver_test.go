@@ -48,6 +48,7 @@ type scriptConsumer struct {
 	subscribed bool
 	queue      []any // kafka.Event, or a rebalance event to hand the callback
 	assigned   []int32
+	taken      [][]kafka.TopicPartition // what each Take was given
 	// auto is librdkafka's auto-commit timer.
 	auto scriptAuto
 	// commitErr, if set, is the answer to every commit of a stored offset.
@@ -308,6 +309,7 @@ func (c *scriptConsumer) Take(tps []kafka.TopicPartition) error {
 	for _, tp := range tps {
 		c.assigned = append(c.assigned, tp.Partition)
 	}
+	c.taken = append(c.taken, slices.Clone(tps))
 	return nil
 }
 

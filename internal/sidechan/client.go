@@ -27,6 +27,8 @@ type Channel interface {
 	DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error)
 	// Produce appends records to topic: one ProduceRequest per leader broker, all at once.
 	Produce(ctx context.Context, topic string, records []Record) []Produced
+	// EndOffsets reads where each of topic's partitions ends, in one request per leader broker.
+	EndOffsets(ctx context.Context, topic string, partitions []int32) (map[int32]int64, error)
 	// Fallback is nil until the connection has given way to librdkafka for good, and then why
 	// (a *FallbackError).
 	Fallback() error

@@ -297,3 +297,40 @@ func TestDescriptionsReuseConnections(t *testing.T) {
 		t.Errorf("%d descriptions opened %d connections; want no more than the seed's and the coordinator's", n, c.Opened())
 	}
 }
+
+// EndOffsets reads the ends of partitions led by three brokers in one call, one ListOffsets per
+// leader, and leaves out a partition the topic does not have.
+func TestEndOffsetsOfEveryLeader(t *testing.T) {
+	const topic = "beats"
+	b := start(t, kfake.NumBrokers(3), kfake.SeedTopics(3, topic))
+	for p := range int32(3) {
+		if err := b.MoveTopicPartition(topic, p, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var lists atomic.Int32
+	b.ControlKey(int16(kmsg.ListOffsets), func(kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		lists.Add(1)
+		return nil, nil, false
+	})
+	c := newClient(t, b, nil, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.AwaitLimit)
+	defer cancel()
+	// Partition p gets p+1 records.
+	wantProduced(t, c.Produce(ctx, topic, records(0, 1, 1, 2, 2, 2)))
+	ends, err := c.EndOffsets(ctx, topic, []int32{0, 1, 2, 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int32]int64{0: 1, 1: 2, 2: 3}
+	if fmt.Sprint(ends) != fmt.Sprint(want) {
+		t.Errorf("ends %v, want %v", ends, want)
+	}
+	if n := lists.Load(); n != 3 {
+		t.Errorf("%d ListOffsets requests for three leaders, want 3", n)
+	}
+	if _, err := c.EndOffsets(ctx, topic, []int32{9}); err == nil {
+		t.Error("no error for a partition the topic does not have")
+	}
+}

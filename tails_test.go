@@ -1,0 +1,149 @@
+package goneli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/sidechan"
+)
+
+// tailWire is goneli's own connection as far as the start of an assignment needs it: it answers
+// EndOffsets from ends (err for every partition if set), and describes the group as the scripted
+// admin does.
+type tailWire struct {
+	admin *scriptAdmin
+	ends  map[int32]int64
+	err   error
+
+	mu    sync.Mutex
+	asked [][]int32
+}
+
+func (w *tailWire) DescribeConsumerGroups(ctx context.Context, groups []string, o ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
+	return w.admin.DescribeConsumerGroups(ctx, groups, o...)
+}
+
+func (w *tailWire) Produce(_ context.Context, _ string, records []sidechan.Record) []sidechan.Produced {
+	out := make([]sidechan.Produced, len(records))
+	for i := range out {
+		out[i].Err = errors.New("not used")
+	}
+	return out
+}
+
+func (w *tailWire) EndOffsets(_ context.Context, _ string, partitions []int32) (map[int32]int64, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.asked = append(w.asked, partitions)
+	if w.err != nil {
+		return nil, w.err
+	}
+	out := map[int32]int64{}
+	for _, p := range partitions {
+		if end, ok := w.ends[p]; ok {
+			out[p] = end
+		}
+	}
+	return out, nil
+}
+
+func (w *tailWire) Fallback() error { return nil }
+func (w *tailWire) Close()          {}
+
+// An assignment of several partitions starts each at releaseLookback records before its end, read
+// in one request over goneli's own connection; what that request cannot tell, a lone partition,
+// and any assignment while a role of the instance leads start at OffsetTail for librdkafka.
+func TestAssignmentStartsReadInOneRequest(t *testing.T) {
+	tail := kafka.OffsetTail(releaseLookback)
+	for _, c := range []struct {
+		name  string
+		roles int
+		ends  map[int32]int64
+		err   error
+		want  []kafka.Offset
+		asked int
+	}{
+		{"three partitions", 3, map[int32]int64{0: 100, 1: 5, 2: 16}, nil, []kafka.Offset{84, 0, 0}, 1},
+		{"one unanswered", 3, map[int32]int64{0: 100, 2: 40}, nil, []kafka.Offset{84, tail, 24}, 1},
+		{"request failed", 3, nil, errors.New("broker gone"), []kafka.Offset{tail, tail, tail}, 1},
+		{"one partition", 1, map[int32]int64{0: 100}, nil, []kafka.Offset{tail}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				roles := Shards(c.roles)
+				r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
+				w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: c.roles, clientID: r.n.d.clientID}, ends: c.ends, err: c.err}
+				r.n.d.mu.Lock()
+				r.n.d.check.wire = w
+				r.n.d.mu.Unlock()
+				var all []int32
+				for i := range c.roles {
+					all = append(all, int32(i))
+				}
+				r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps(all)}})
+				r.pulse(*r.n.config.MinPollInterval, false)
+				r.consumer.mu.Lock()
+				taken := r.consumer.taken
+				r.consumer.mu.Unlock()
+				if len(taken) != 1 {
+					t.Fatalf("%d assignments taken, want 1", len(taken))
+				}
+				var got []kafka.Offset
+				for _, tp := range taken[0] {
+					got = append(got, tp.Offset)
+				}
+				if fmt.Sprint(got) != fmt.Sprint(c.want) {
+					t.Errorf("taken at %v, want %v", got, c.want)
+				}
+				if len(w.asked) != c.asked {
+					t.Errorf("ends asked %d times, want %d", len(w.asked), c.asked)
+				}
+				r.close()
+			})
+		})
+	}
+}
+
+// While a role leads, the rebalance callback does not wait on the connection: the watchdog that
+// fences that role needs the loop's lock.
+func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		roles := Shards(3)
+		r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
+		w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: 3, clientID: r.n.d.clientID}, ends: map[int32]int64{0: 100, 1: 100, 2: 100}}
+		r.n.d.mu.Lock()
+		r.n.d.check.wire = w
+		r.n.d.mu.Unlock()
+		r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0})}})
+		for i := 0; len((&roleSet{n: r.n}).Leading()) == 0; i++ {
+			if i == 100 {
+				t.Fatalf("role 0 never led; events %s", r.seen())
+			}
+			r.pulse(*r.n.config.MinPollInterval, false)
+		}
+		// The eager assignor hands out the whole assignment each time.
+		r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0, 1, 2})}})
+		r.pulse(*r.n.config.MinPollInterval, false)
+		r.consumer.mu.Lock()
+		taken := r.consumer.taken
+		r.consumer.mu.Unlock()
+		if len(taken) != 2 {
+			t.Fatalf("%d assignments taken, want 2", len(taken))
+		}
+		for _, tp := range taken[1] {
+			if tp.Offset != kafka.OffsetTail(releaseLookback) {
+				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, releaseLookback)
+			}
+		}
+		if len(w.asked) != 0 {
+			t.Errorf("ends asked %d times while a role leads, want 0", len(w.asked))
+		}
+		r.close()
+	})
+}
+
