@@ -146,4 +146,3 @@ func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
 		r.close()
 	})
 }
-
