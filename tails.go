@@ -16,12 +16,16 @@ import (
 const batchTailsFrom = 2
 
 // tailsWait is the longest the rebalance callback waits for the ends of the partitions it takes:
-// long enough for a broker a second slow at the default lease. The poll loop does nothing else
-// meanwhile, and the watchdog, which needs the loop's lock to deliver LeaderFenced, would wait with
-// it: so the ends are read only while no role of this instance leads (endsOf), as after a rejoin,
-// when every tenure ended with the previous membership, and librdkafka resolves them otherwise.
+// half a lease, 2.5 s by default, which covers a broker that answers a second late and the
+// metadata request that may precede the ListOffsets on goneli's connection (a quarter of the lease
+// did not, in the load benchmark). The poll loop does nothing else meanwhile, and the watchdog,
+// which needs the loop's lock to deliver LeaderFenced, would wait with it: so the ends are read
+// only while no role of this instance leads (endsOf), as after a rejoin, when every tenure ended
+// with the previous membership. The alternative it spares is librdkafka's thousand requests for a
+// thousand roles, which such a broker, serving a connection one request at a time, takes minutes
+// to answer.
 func (d *driver) tailsWait() time.Duration {
-	return *d.config.HeartbeatTimeout / 4
+	return *d.config.HeartbeatTimeout / 2
 }
 
 // startFrom sets where each tenure of mine starts reading: releaseLookback records before the end
@@ -61,6 +65,14 @@ func (d *driver) endsOf(mine []kafka.TopicPartition) map[int32]int64 {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.tailsWait())
 	defer cancel()
+	// Close waits for the loop: it need not wait for this too.
+	go func() {
+		select {
+		case <-d.life.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	ends, err := d.check.wire.EndOffsets(ctx, d.topic, ids)
 	if err != nil {
 		d.throttle.log(d.log.I(), "tails", "goneli %s: cannot read where %d partitions end (%v); librdkafka resolves them one by one",
