@@ -125,8 +125,12 @@ func TestNegativePriorityLeadsOnlyAlone(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Counted from main's acquisition: at this lease a join's rebalance can fence the canary and
+	// let it acquire again before main ever leads (.ci/stress saw it).
 	events = r.await(t, "the canary to lead again once main has gone", func(events []stamped) bool {
-		return countOf[LeaderAcquired](events, "canary") == 2
+		i, _ := first[LeaderAcquired](events, "main", 0)
+		j, _ := first[LeaderAcquired](events, "canary", i+1)
+		return i >= 0 && j > i
 	})
 	if got := strings.Join(leadersOf(events), ","); got != "canary,main,canary" {
 		t.Errorf("leaders %s, want canary,main,canary", got)
