@@ -9,7 +9,7 @@ import (
 
 // batchTailsFrom is the least number of partitions taken at once whose starts goneli reads itself.
 // librdkafka resolves a logical offset such as OffsetTail with one ListOffsets request per
-// partition, and the coordinator's broker answers a connection's requests one at a time: an
+// partition, and a broker answers a connection's requests one at a time: an
 // instance with a thousand roles that joins again sends a thousand of them, and on a broker that
 // answers in a second they take it minutes. One partition costs librdkafka one request as it does
 // goneli, and librdkafka's is not waited for in the rebalance callback, so a lone role keeps it.

@@ -55,6 +55,18 @@ func (w *tailWire) EndOffsets(_ context.Context, _ string, partitions []int32) (
 func (w *tailWire) Fallback() error { return nil }
 func (w *tailWire) Close()          {}
 
+// newTailRig is a scripted instance of n roles whose own connection is a tailWire answering ends
+// (or err).
+func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRig, *tailWire) {
+	roles := Shards(n)
+	r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
+	w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: n, clientID: r.n.d.clientID}, ends: ends, err: err}
+	r.n.d.mu.Lock()
+	r.n.d.check.wire = w
+	r.n.d.mu.Unlock()
+	return r, w
+}
+
 // An assignment of several partitions starts each at releaseLookback records before its end, read
 // in one request over goneli's own connection; what that request cannot tell, a lone partition,
 // and any assignment while a role of the instance leads start at OffsetTail for librdkafka.
@@ -75,12 +87,7 @@ func TestAssignmentStartsReadInOneRequest(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				roles := Shards(c.roles)
-				r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
-				w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: c.roles, clientID: r.n.d.clientID}, ends: c.ends, err: c.err}
-				r.n.d.mu.Lock()
-				r.n.d.check.wire = w
-				r.n.d.mu.Unlock()
+				r, w := newTailRig(t, c.roles, c.ends, c.err)
 				var all []int32
 				for i := range c.roles {
 					all = append(all, int32(i))
@@ -113,12 +120,7 @@ func TestAssignmentStartsReadInOneRequest(t *testing.T) {
 // fences that role needs the loop's lock.
 func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		roles := Shards(3)
-		r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
-		w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: 3, clientID: r.n.d.clientID}, ends: map[int32]int64{0: 100, 1: 100, 2: 100}}
-		r.n.d.mu.Lock()
-		r.n.d.check.wire = w
-		r.n.d.mu.Unlock()
+		r, w := newTailRig(t, 3, map[int32]int64{0: 100, 1: 100, 2: 100}, nil)
 		r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0})}})
 		for i := 0; len((&roleSet{n: r.n}).Leading()) == 0; i++ {
 			if i == 100 {
