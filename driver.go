@@ -641,12 +641,13 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 
 // rebalanced serves a change of this member's assignment: the new tenures begin, the ended ones
 // end, and the session takes the partitions or gives them back.
-// heldAssignment makes the leases hold their renewals back after an assignment that reached the
-// application late, in a poll that came more than the answer bound after the one before (a loop
-// paused or starved of CPU): one queued more than the answer bound after a Poll last found the
-// queue empty; or after librdkafka had committed nothing for that long, which shows it was
-// rejoining all along, and may have had the assignment's answer late (a held connection) as well:
-// a tenure's oldest offset still waiting for its commit was stored more than the answer bound ago.
+// heldAssignment makes the leases hold their renewals back after an assignment that was taken
+// late, more than the answer bound after a Poll last found the queue empty (a loop paused or
+// starved of CPU, or the callback's own wait for the ends of the partitions, startFrom); or after
+// librdkafka had committed nothing for that long, which shows it was rejoining all along, and may
+// have had the assignment's answer late (a held connection) as well: a tenure's oldest offset still
+// waiting for its commit was stored more than the answer bound ago. It is called once the
+// assignment has been taken (Take), so that every moment before that counts.
 //
 // librdkafka waits for the application to take a new assignment before its group is steady again,
 // and while it waits it ignores what its group heartbeats say of a further rebalance
@@ -656,8 +657,11 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 // current generation, are accepted until then; it learns of the rebalance only from its next group
 // heartbeat. So the anchor of the window, and the automatic commits' own renewals, rest on nothing
 // until a group heartbeat interval (and an answer's bound) after the assignment was taken: the
-// leases hold back the renewals of heartbeats sent from the poll before until then (the simulation
-// found two leaders at a 500 ms lease without this).
+// leases hold back the renewals of heartbeats sent from the poll before until then, and an offset
+// stored meanwhile anchors nothing, whenever its heartbeat was sent (lease.committed: a heartbeat
+// slow to come back is stored late). Without the first, the simulation found two leaders at a 500
+// ms lease; judged before the wait for the ends, a review found two leaders for 175-286 ms at the
+// default lease with four roles (issue 46).
 func (d *driver) heldAssignment() {
 	now := d.now()
 	bound := d.timing.answerBound(d.config)
@@ -679,7 +683,6 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 	d.trackGroupAssignment(ev, cooperative, lost)
 	switch ev.(type) {
 	case kafka.AssignedPartitions:
-		d.heldAssignment()
 		d.group.member.assigned(s.MemberID(), len(d.group.parts) > 0)
 	case kafka.RevokedPartitions:
 		d.group.member.revoked(lost, cooperative, len(d.group.parts) > 0)
@@ -705,6 +708,11 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 			d.throttle.log(d.log.E(), "assign", "goneli %s: cannot take assignment: %v", d.config.Name, err)
 			return err
 		}
+		// Judged once the assignment is taken, not when the callback began: librdkafka counts
+		// itself steady from the Take on, so whatever came between (the wait for the ends in
+		// startFrom, a stall of the process) is time in which a further rebalance may have begun
+		// unheeded, and must count.
+		d.heldAssignment()
 		for _, tp := range mine {
 			d.beginTenure(d.parts[tp.Partition])
 		}

@@ -46,10 +46,17 @@ type lease struct {
 	// seen after such a hold may not renew.
 	answerBound         time.Duration
 	heldFrom, heldUntil time.Duration
-	hbInterval          time.Duration
-	clock               clock
-	base                time.Time // origin of the monotonic durations below
-	random              func() uint64
+	// untimely says that the newest answer judged was late, or that no offset stored since it was
+	// seen (lateSeen) has been answered in time yet: until one is, the hold goes on, however long.
+	untimely bool
+	lateSeen time.Duration
+	// storeFrom and storeUntil bound the store times of the offsets whose automatic commits anchor
+	// nothing, after an assignment taken late (holdRenewals, storedInHold).
+	storeFrom, storeUntil time.Duration
+	hbInterval            time.Duration
+	clock                 clock
+	base                  time.Time // origin of the monotonic durations below
+	random                func() uint64
 
 	// lastCommitted outlives tenures: it is what librdkafka last committed for the partition, and
 	// a heartbeat confirmed at or below it needs an explicit commit (a log restarted below it).
@@ -705,8 +712,10 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 		l.c.held++
 	case !explicit:
 		// An automatic commit carries only an offset the driver stored (storedAt), so stored is
-		// set; were it not, the commit renews but anchors nothing.
-		if hb.stored != 0 && (!l.hasAuto || hb.anchor > l.autoAt) {
+		// set; were it not, the commit renews but anchors nothing. Nor does an offset stored
+		// while renewals are held (storedInHold): its heartbeat may be old enough to renew, but
+		// librdkafka may have sent its commit unaware of a rebalance.
+		if hb.stored != 0 && (!l.hasAuto || hb.anchor > l.autoAt) && !l.storedInHold(hb) {
 			l.autoAt, l.hasAuto = hb.anchor, true
 		}
 		l.renew(&out, hb)
@@ -744,12 +753,32 @@ func (l *lease) holdRenewals(from, until time.Duration) {
 		l.heldFrom = from
 	}
 	l.heldUntil = max(l.heldUntil, until)
+	if l.storeUntil <= from || from < l.storeFrom {
+		l.storeFrom = from
+	}
+	l.storeUntil = max(l.storeUntil, until)
+}
+
+// storedInHold reports whether hb's offset anchors inside a hold of renewals after an assignment
+// taken late (holdRenewals). That hold is keyed on when heartbeats were sent, and the anchor on
+// when their offsets were stored: a heartbeat sent before the hold began but read back late, as one
+// delayed in transit is, is stored inside it, and librdkafka may have sent an automatic commit of
+// it, and had it accepted, unaware of the rebalance the hold is there for (it ignored the news
+// until the assignment was taken, and its next group heartbeat may come a heartbeat interval
+// later). The commit still renews from the heartbeat's send time, which it proves; but an anchor
+// at the store would lie past the bound commitWindow needs. An anchor before the hold (a chain of
+// stores that began earlier, storedSince) is as early as the argument asks. A hold of heldAnswers
+// is not one of these: there an answer that comes after the group heartbeat's, on the same
+// connection, is one librdkafka has heard the heartbeat's news before, and commitWindow's argument
+// counts such stores already.
+func (l *lease) storedInHold(hb confirmed) bool {
+	return hb.anchor > l.storeFrom && hb.anchor <= l.storeUntil
 }
 
 // holding reports whether the lease counts the coordinator connection as holding its answers back
 // (heldAnswers): commits seen now renew no heartbeat sent from the hold's start until now.
 func (l *lease) holding() bool {
-	return l.answerBound > 0 && l.now() <= l.heldUntil
+	return l.answerBound > 0 && (l.now() <= l.heldUntil || l.untimely)
 }
 
 // resetCommitted takes a commit of offset that reset librdkafka's committed offset below a log that
@@ -783,21 +812,25 @@ func (l *lease) resetCommitted(offset int64) {
 // the offsets it stores, on the same connection, and a leader stores one every renewal: a hold of
 // more than answerBound shows as the answer to the first offset stored in it coming that much late.
 // From then on commits renew only heartbeats sent before that offset was stored, or more than a
-// group heartbeat interval after the last late answer was seen, by when librdkafka has sent its
-// next group heartbeat and learnt what it says. A hold too short to show this way moves the anchor
-// by at most answerBound and a renewal interval, which commitWindow subtracts.
+// group heartbeat interval after the store of an offset, stored since the last late answer was
+// seen, whose answer came in time: that answer came after the answers to everything sent before it
+// on the connection, group heartbeats included, and librdkafka sends its next group heartbeat
+// within an interval and learns what it says. Until such an answer comes the hold lasts, however long: a
+// connection that has answered nothing since a late answer may still be holding the answers back
+// (the simulation found two leaders at a 500 ms and at a 1 s lease when the hold ended a heartbeat
+// interval after the last late answer was seen, while the answers of a slow link, delivered in
+// order, were still on their way: issue 46). A hold too short to show this way moves the anchor by
+// at most answerBound and a renewal interval, which commitWindow subtracts.
 func (l *lease) heldAnswers(hb confirmed) bool {
 	if l.answerBound <= 0 {
 		return false
 	}
 	now, late := l.now(), l.now()-hb.stored > l.answerBound
-	if hb.sent > l.heldFrom && hb.sent <= l.heldUntil {
-		if late {
-			l.heldUntil = max(l.heldUntil, now+l.hbInterval)
-		}
-		return true
-	}
-	if late {
+	held := hb.sent > l.heldFrom && (hb.sent <= l.heldUntil || l.untimely)
+	switch {
+	case late && held:
+		l.heldUntil, l.untimely, l.lateSeen = max(l.heldUntil, now+l.hbInterval), true, now
+	case late:
 		// The first answer seen late: its own heartbeat was sent before its offset was stored, so
 		// no later than the hold began, and renews. The hold also covers the heartbeats that came
 		// back before that store and still wait for their commit (the commit gate stores only the
@@ -808,8 +841,14 @@ func (l *lease) heldAnswers(hb confirmed) bool {
 			from = min(from, p.sent-1)
 		}
 		l.heldFrom, l.heldUntil = max(from, hb.sent), now+l.hbInterval
+		l.untimely, l.lateSeen = true, now
+	case l.untimely && hb.stored >= l.lateSeen:
+		// In time, and stored since the last late answer was seen: the connection answers
+		// promptly again. The answers to what librdkafka sent before the offset's store came
+		// before this one, and its next group heartbeat goes out within an interval of it.
+		l.untimely, l.heldUntil = false, max(l.heldUntil, hb.stored+l.hbInterval)
 	}
-	return false
+	return held
 }
 
 // # 5. The group check

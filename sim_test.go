@@ -126,6 +126,12 @@ var simRegressions = []struct {
 	{"ht1s-brokermin6s", 6022152, "stores at one phase of the tick, presumed unsent at every cycle: a tenure that never led"},
 	{"ht1s-session2s", 7008093, "a tenure's stores presumed unsent at every cycle of a whole number of ticks"},
 	{"ht1s-brokermin6s", 7013515, "a tenure's stores presumed unsent at every cycle of a whole number of ticks"},
+	// Issue 46 (base seed 9100000, 1,000,000 schedules per profile): a slow link's answers,
+	// delivered in order, still on their way after the hold ended a heartbeat interval after the
+	// last late answer was seen; librdkafka went on auto-committing into a rebalance it had not
+	// heard of, and its commit renewed (lease.heldAnswers).
+	{"ht1s-session2s", 9721931, "answers of a slow link still held after the hold ended: an automatic commit late in a rebalance renews"},
+	{"ht500ms", 9281300, "answers of a slow link still held after the hold ended: an automatic commit late in a rebalance renews"},
 }
 
 func TestSimReplay(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -19,6 +20,8 @@ type tailWire struct {
 	admin *scriptAdmin
 	ends  map[int32]int64
 	err   error
+	// slow makes EndOffsets wait until its context ends, as a broker that does not answer in time.
+	slow bool
 
 	mu    sync.Mutex
 	asked [][]int32
@@ -36,10 +39,14 @@ func (w *tailWire) Produce(_ context.Context, _ string, records []sidechan.Recor
 	return out
 }
 
-func (w *tailWire) EndOffsets(_ context.Context, _ string, partitions []int32) (map[int32]int64, error) {
+func (w *tailWire) EndOffsets(ctx context.Context, _ string, partitions []int32) (map[int32]int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.asked = append(w.asked, partitions)
+	if w.slow {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if w.err != nil {
 		return nil, w.err
 	}
@@ -144,6 +151,42 @@ func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
 		}
 		if len(w.asked) != 0 {
 			t.Errorf("ends asked %d times while a role leads, want 0", len(w.asked))
+		}
+		r.close()
+	})
+}
+
+// An assignment whose callback waited for the ends (up to tailsWait) is taken late: librdkafka
+// counts itself steady from the Take on, and ignored a further rebalance's news meanwhile, so the
+// leases hold renewals back from before the wait until an answer bound after the Take, and anchor
+// nothing stored until then (issue 46: judged before the wait, two leaders at the default lease).
+func TestAssignmentTakenAfterTheWaitHoldsRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, w := newTailRig(t, 3, nil, nil)
+		w.slow = true
+		r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0, 1, 2})}})
+		before := r.n.d.now()
+		r.pulse(*r.n.config.MinPollInterval, false)
+		d := r.n.d
+		d.mu.Lock()
+		taken := len(r.consumer.taken)
+		bound := d.timing.answerBound(d.config)
+		type hold struct{ from, until, storeFrom, storeUntil time.Duration }
+		var holds []hold
+		for _, p := range d.parts {
+			holds = append(holds, hold{p.lease.heldFrom, p.lease.heldUntil, p.lease.storeFrom, p.lease.storeUntil})
+		}
+		d.mu.Unlock()
+		if taken != 1 {
+			t.Fatalf("%d assignments taken, want 1", taken)
+		}
+		// The Take came after the whole wait: the hold must reach an answer bound past it.
+		want := before + d.tailsWait() + bound
+		for i, h := range holds {
+			if h.from > before || h.until < want || h.storeFrom > before || h.storeUntil < want {
+				t.Errorf("role %d: renewals held over (%v, %v], stores over (%v, %v]; want both from at most %v to at least %v",
+					i, h.from, h.until, h.storeFrom, h.storeUntil, before, want)
+			}
 		}
 		r.close()
 	})
