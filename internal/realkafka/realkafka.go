@@ -463,6 +463,13 @@ func (c *Cluster) properties(n *Node) string {
 	for _, k := range slices.Sorted(maps.Keys(c.opts.Configs)) {
 		settings = append(settings, [2]string{k, c.opts.Configs[k]})
 	}
+	// GONELI_KAFKA_CONFIGS="key=value key=value" adds settings to every node of every cluster, last:
+	// for trying a setting without changing a test.
+	for _, kv := range strings.Fields(os.Getenv("GONELI_KAFKA_CONFIGS")) {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			settings = append(settings, [2]string{k, v})
+		}
+	}
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "# node %d of a realkafka cluster (%s profile), Kafka %s\n", n.ID, c.opts.Profile, c.opts.Version)
 	for _, s := range settings {
@@ -570,6 +577,30 @@ func (c *Cluster) Version() string {
 		return ""
 	}
 	return c.opts.Version
+}
+
+// KIP848 reports whether the cluster serves the consumer group protocol to librdkafka 2.11.1, which
+// speaks it only to brokers offering ConsumerGroupHeartbeat v1 (Kafka 4.0 and later): for a
+// cluster the tests started, by its version; for an external one, by asking it.
+func (c *Cluster) KIP848(ctx context.Context) (bool, error) {
+	if !c.external {
+		return major(c.opts.Version) >= 4, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(c.bootstrap, ",")...))
+	if err != nil {
+		return false, err
+	}
+	defer cl.Close()
+	resp, err := kmsg.NewPtrApiVersionsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return false, err
+	}
+	for _, k := range resp.ApiKeys {
+		if k.ApiKey == kmsg.ConsumerGroupHeartbeat.Int16() {
+			return k.MaxVersion >= 1, nil
+		}
+	}
+	return false, nil
 }
 
 // Profile is the cluster's group timing profile (for an external cluster, the one asked for,
