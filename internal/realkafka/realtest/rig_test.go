@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -99,14 +101,32 @@ type rig struct {
 	stopping bool
 }
 
-func newRig(t *testing.T, c *realkafka.Cluster, p protocol, members, roles int) *rig {
+var groups struct {
+	sync.Map // *testing.T: its group
+	n        atomic.Int64
+}
+
+// groupName is a group of the test's own, new on a shared cluster even when -count runs the test
+// again: the same in every call of one run of a test.
+func groupName(t *testing.T) string {
+	name := fmt.Sprintf("%s-%d-%d", strings.NewReplacer("/", "-", "=", "-").Replace(t.Name()), os.Getpid(), groups.n.Add(1))
+	got, _ := groups.LoadOrStore(t, name)
+	t.Cleanup(func() { groups.Delete(t) })
+	return got.(string)
+}
+
+// admin is an admin client of the cluster, closed when the test ends.
+func admin(t *testing.T, c *realkafka.Cluster) *kadm.Client {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(c.Bootstrap(), ",")...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	r := &rig{t: t, c: c, p: p, adm: kadm.NewClient(cl), roles: roles,
-		group: strings.NewReplacer("/", "-", "=", "-").Replace(t.Name()) + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)}
+	return kadm.NewClient(cl)
+}
+
+func newRig(t *testing.T, c *realkafka.Cluster, p protocol, members, roles int) *rig {
+	r := &rig{t: t, c: c, p: p, adm: admin(t, c), roles: roles, group: groupName(t)}
 	r.fleet = fleet.New(fleet.Options{
 		OnLine: func(l member.Line) {
 			if l.Event == member.EventError && !(r.stopping && strings.Contains(l.Info, goneli.ErrCloseTimeout.Error())) {
