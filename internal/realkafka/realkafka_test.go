@@ -101,7 +101,8 @@ func TestFastProfile(t *testing.T) {
 	checkConfigs(t, adm, 0, want)
 
 	// A record goes in and comes out.
-	topic := "realkafka-roundtrip"
+	// A topic of this run's own: -count runs the test again on the same shared cluster.
+	topic := fmt.Sprintf("realkafka-roundtrip-%d", time.Now().UnixNano())
 	ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
 	defer cancel()
 	if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goneli/goneli/internal/member"
 	"github.com/goneli/goneli/internal/realkafka"
 	"github.com/goneli/goneli/internal/verdict"
 )
@@ -98,14 +99,21 @@ func TestRoles(t *testing.T) {
 		r.settle("of every role in the settled group")
 		tm := r.groupTiming()
 
-		leaders := verdict.Leaders(r.fleet.Lines(), time.Now().Add(-150*time.Millisecond))
-		per := map[string]int{}
-		for _, who := range leaders {
-			per[who]++
-		}
+		// A cooperative rebalance is two: the group is Stable between the one that revokes roles for
+		// a newcomer and the one that gives them to it, so the spread is awaited in the members' acts.
+		var per map[string]int
+		since := time.Now()
+		_, _, err := r.fleet.WaitFor(0, awaitLimit, "every role led, by all three members", func(member.Line) bool {
+			leaders := verdict.Leaders(r.fleet.Lines(), since)
+			per = map[string]int{}
+			for _, who := range leaders {
+				per[who]++
+			}
+			return len(leaders) == roles && len(per) == 3
+		})
 		t.Logf("roles led per member: %v", per)
-		if len(leaders) != roles || len(per) != 3 {
-			t.Fatalf("%d of %d roles led, by %d members (%v), want every role led and all three members leading", len(leaders), roles, len(per), per)
+		if err != nil {
+			t.Fatal(err)
 		}
 		busiest, most := 0, -1
 		for slot, p := range r.procs {
@@ -117,7 +125,11 @@ func TestRoles(t *testing.T) {
 		r.start(busiest)
 		r.settle("of every role after a newcomer replaced the killed member")
 
-		rep := r.check(bounds(tm))
+		// Every role of the killed member must be led again, each by a successor that proves its
+		// own lease: some twenty of them, which on two loaded cores took up to twice the bound of
+		// one (6.7 s at a load average of 25 under KIP-848; 1.3 to 2.3 s on an idle machine).
+		one := bounds(tm)
+		rep := r.check(func(kind string) time.Duration { return 2 * one(kind) })
 		if len(rep.Roles) != roles {
 			t.Errorf("%d roles were led, want %d", len(rep.Roles), roles)
 		}
