@@ -40,18 +40,26 @@ func (r *rig) settle(what string) {
 	r.awaitAct(time.Now().Add(time.Second), "", "a leader "+what)
 }
 
+// elect starts members, one leader among them, and waits until one leads and the group has
+// settled; it returns the rig and the group's timing.
+func elect(t *testing.T, c *realkafka.Cluster, p protocol, members int, opts ...rigOption) (*rig, timing) {
+	t.Helper()
+	began := time.Now()
+	r := newRig(t, c, p, members, 0, opts...)
+	first := r.awaitAct(began, "", "a first leader")
+	t.Logf("the first leader acted %v after the members were started", first.Sub(began).Round(time.Millisecond))
+	r.settle("in the settled group")
+	tm := r.groupTiming()
+	t.Logf("group timing: heartbeat %v, session %v, assignment interval %v", tm.heartbeat, tm.session, tm.assignment)
+	return r, tm
+}
+
 // Three members elect one leader, which is then stopped gracefully, killed with SIGKILL and frozen
 // with SIGSTOP in turn: each time another member takes over within the documented bound, and at
 // no instant do two members act as leader.
 func TestElection(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, c *realkafka.Cluster, p protocol) {
-		began := time.Now()
-		r := newRig(t, c, p, 3, 0)
-		first := r.awaitAct(began, "", "a first leader")
-		t.Logf("the first leader acted %v after the members were started", first.Sub(began).Round(time.Millisecond))
-		r.settle("in the settled group")
-		tm := r.groupTiming()
-		t.Logf("group timing: heartbeat %v, session %v, assignment interval %v", tm.heartbeat, tm.session, tm.assignment)
+		r, tm := elect(t, c, p, 3)
 
 		slot := r.leader()
 		r.inject("sigterm", slot)

@@ -67,7 +67,11 @@ var (
 // eachProtocol runs f under the classic protocol and, where the cluster serves it to librdkafka,
 // KIP-848's, on the package's shared cluster with the fast profile.
 func eachProtocol(t *testing.T, f func(t *testing.T, c *realkafka.Cluster, p protocol)) {
-	c := realkafka.Shared(t, realkafka.Options{})
+	eachProtocolOn(t, realkafka.Shared(t, realkafka.Options{}), f)
+}
+
+// eachProtocolOn is eachProtocol on cluster c.
+func eachProtocolOn(t *testing.T, c *realkafka.Cluster, f func(t *testing.T, c *realkafka.Cluster, p protocol)) {
 	for _, p := range []protocol{classic, consumer} {
 		t.Run(p.name, func(t *testing.T) {
 			if p.name == consumer.name {
@@ -99,6 +103,29 @@ type rig struct {
 	gen      []int
 	faults   []verdict.Fault
 	stopping bool
+	// bootstrap is the bootstrap.servers of the member in a slot: the cluster's by default.
+	bootstrap func(slot int) string
+	// proxies, if set, relay each slot's connections (a fault "cut" cuts the slot's).
+	proxies []*realkafka.Proxy
+	args    []string // more member flags
+	env     []string // more environment for the members
+}
+
+// rigOption changes a rig before its members start.
+type rigOption func(*rig)
+
+// viaProxies has the member in slot i bootstrap through proxies[i], which a listener of the
+// member's own must advertise (realkafka.Proxy), so that a fault "cut" can cut it off.
+func viaProxies(proxies []*realkafka.Proxy) rigOption {
+	return func(r *rig) {
+		r.proxies = proxies
+		r.bootstrap = func(slot int) string { return proxies[slot].Addr() }
+	}
+}
+
+// withArgs adds member flags.
+func withArgs(args ...string) rigOption {
+	return func(r *rig) { r.args = append(r.args, args...) }
 }
 
 var groups struct {
@@ -125,8 +152,12 @@ func admin(t *testing.T, c *realkafka.Cluster) *kadm.Client {
 	return kadm.NewClient(cl)
 }
 
-func newRig(t *testing.T, c *realkafka.Cluster, p protocol, members, roles int) *rig {
+func newRig(t *testing.T, c *realkafka.Cluster, p protocol, members, roles int, opts ...rigOption) *rig {
 	r := &rig{t: t, c: c, p: p, adm: admin(t, c), roles: roles, group: groupName(t)}
+	r.bootstrap = func(int) string { return c.Bootstrap() }
+	for _, o := range opts {
+		o(r)
+	}
 	r.fleet = fleet.New(fleet.Options{
 		OnLine: func(l member.Line) {
 			if l.Event == member.EventError && !(r.stopping && strings.Contains(l.Info, goneli.ErrCloseTimeout.Error())) {
@@ -152,7 +183,7 @@ func (r *rig) start(slot int) {
 	r.gen[slot]++
 	name := fmt.Sprintf("m%d-%d", slot, r.gen[slot])
 	args := []string{
-		"-kafka", r.c.Bootstrap(), "-group", r.group, "-topic", r.group + ".neli", "-name", name,
+		"-kafka", r.bootstrap(slot), "-group", r.group, "-topic", r.group + ".neli", "-name", name,
 		"-heartbeat-timeout", lease.String(), "-min-poll-interval", pollInterval.String(),
 		"-task", "1ms", "-log-level", "info",
 		// Reconnect quickly; the default backoff adds seconds after a broker comes back.
@@ -162,10 +193,11 @@ func (r *rig) start(slot int) {
 		args = append(args, "-roles", strconv.Itoa(r.roles))
 	}
 	args = append(args, r.p.args...)
+	args = append(args, r.args...)
 	// GONELI_REALTEST_MEMBER_ARGS adds member flags, for example "-log-level debug -X debug=cgrp".
 	args = append(args, strings.Fields(os.Getenv("GONELI_REALTEST_MEMBER_ARGS"))...)
 	spec := fleet.Spec{
-		Name: name, Path: os.Args[0], Args: args, Env: []string{memberEnv + "=1"},
+		Name: name, Path: os.Args[0], Args: args, Env: append([]string{memberEnv + "=1"}, r.env...),
 		// The member ends itself at end of input, should this process die first (member.MainIfChild).
 		HoldStdin: true,
 	}
@@ -385,6 +417,12 @@ func (r *rig) inject(kind string, slot int) verdict.Fault {
 		f.At, err = r.fleet.Signal(p, syscall.SIGKILL)
 	case "sigstop":
 		f.At, err = r.fleet.Signal(p, syscall.SIGSTOP)
+	case "cut":
+		if r.proxies == nil {
+			r.t.Fatal("a cut needs a rig whose members go through proxies (viaProxies)")
+		}
+		f.At = time.Now()
+		r.proxies[slot].Cut()
 	default:
 		r.t.Fatalf("unknown fault %s", kind)
 	}
