@@ -66,6 +66,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	leaders map[string]topicLeaders // by topic: where Produce sends each partition
+	coords  map[string]int32        // by group: its coordinator, as last found (groupRequest)
 }
 
 // New makes a client from a librdkafka configuration, or returns an error wrapping ErrUnsupported
@@ -75,7 +76,7 @@ func New(conf kafka.ConfigMap, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}}
+	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}, coords: map[string]int32{}}
 	cl, err := kgo.NewClient(c.kgoOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("goneli's own connection: %w", err)
@@ -268,8 +269,80 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 
 // coordinatorNotReady reports whether err says to ask again shortly.
 func coordinatorNotReady(err error) bool {
+	var gone *coordinatorGone
 	return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator) ||
-		errors.Is(err, kerr.CoordinatorLoadInProgress)
+		errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.As(err, &gone)
+}
+
+// coordinatorGone is a request to a group's coordinator that got no answer (the broker cannot be
+// reached, or no longer exists): the group's coordinator is looked up again.
+type coordinatorGone struct{ err error }
+
+func (e *coordinatorGone) Error() string { return e.err.Error() }
+func (e *coordinatorGone) Unwrap() error { return e.err }
+
+// groupRequest sends req, a request about group alone, to the group's coordinator, and asks again
+// while the request gets no answer, or the answer (code gives the group's error code in it) says
+// that the coordinator is not ready or is another broker now, each time at the coordinator that
+// FindCoordinator names then. Other errors in the answer are the caller's to read.
+//
+// kgo would route the request itself, but it keeps the coordinators it has found and forgets one
+// only when it answers that it no longer coordinates the group, which a broker that died never
+// does: every description then went to the dead broker until it came back, long after the group
+// had moved (found on Apache Kafka 4.4, TestBrokerCrash; TestDescribeAfterTheCoordinatorDied).
+func (c *Client) groupRequest(ctx context.Context, group string, req kmsg.Request, code func(kmsg.Response) int16) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	var resp kmsg.Response
+	err := c.retry(ctx, func() error {
+		c.mu.Lock()
+		id, ok := c.coords[group]
+		c.mu.Unlock()
+		if !ok {
+			var err error
+			if id, err = c.FindCoordinator(ctx, GroupCoordinator, group); err != nil {
+				return err
+			}
+		}
+		forget := func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.coords[group] == id {
+				delete(c.coords, group)
+			}
+		}
+		r, err := c.cl.Broker(int(id)).Request(ctx, req)
+		if err != nil {
+			forget()
+			var ke *kerr.Error
+			if ctx.Err() != nil || c.Fallback() != nil || isTooOld(err) || errors.As(err, &ke) {
+				return err
+			}
+			return &coordinatorGone{err}
+		}
+		resp = r
+		if err := kerr.ErrorForCode(code(r)); coordinatorNotReady(err) {
+			forget()
+			return err
+		}
+		c.mu.Lock()
+		c.coords[group] = id
+		c.mu.Unlock()
+		return nil
+	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	var gone *coordinatorGone
+	switch {
+	case errors.As(err, &gone):
+		return nil, gone.err
+	case err != nil && resp != nil && coordinatorNotReady(err):
+		// The coordinator still was not ready when the retries ran out: the answer says so.
+		return resp, nil
+	}
+	return resp, err
 }
 
 // KafkaError makes a Kafka protocol error code a kafka.Error, whose codes are the protocol's for

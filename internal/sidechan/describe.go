@@ -95,7 +95,12 @@ func (c *Client) describeConsumer(ctx context.Context, group string) (kafka.Cons
 	desc := newDescription(group)
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{group}
-	resp, err := c.Request(ctx, req)
+	resp, err := c.groupRequest(ctx, group, req, func(r kmsg.Response) int16 {
+		if gs := r.(*kmsg.ConsumerGroupDescribeResponse).Groups; len(gs) == 1 {
+			return gs[0].ErrorCode
+		}
+		return 0
+	})
 	if err != nil {
 		if isTooOld(err) {
 			return desc, errNoConsumerGroupDescribe
@@ -155,7 +160,12 @@ func (c *Client) describeClassic(ctx context.Context, group string) (kafka.Consu
 	desc := newDescription(group)
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{group}
-	resp, err := c.Request(ctx, req)
+	resp, err := c.groupRequest(ctx, group, req, func(r kmsg.Response) int16 {
+		if gs := r.(*kmsg.DescribeGroupsResponse).Groups; len(gs) == 1 {
+			return gs[0].ErrorCode
+		}
+		return 0
+	})
 	if err != nil {
 		return desc, asKafkaError(err)
 	}
