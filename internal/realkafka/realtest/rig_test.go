@@ -24,7 +24,6 @@ import (
 	"github.com/goneli/goneli/internal/realkafka"
 	"github.com/goneli/goneli/internal/verdict"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 )
 
@@ -109,6 +108,9 @@ type rig struct {
 	proxies []*realkafka.Proxy
 	args    []string // more member flags
 	env     []string // more environment for the members
+	// mayResume are the fault kinds after which the leader may lead again itself: those of a
+	// broker, which leave every member as able to lead as the leader.
+	mayResume map[string]bool
 }
 
 // rigOption changes a rig before its members start.
@@ -144,12 +146,7 @@ func groupName(t *testing.T) string {
 
 // admin is an admin client of the cluster, closed when the test ends.
 func admin(t *testing.T, c *realkafka.Cluster) *kadm.Client {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(c.Bootstrap(), ",")...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return kadm.NewClient(cl)
+	return kadm.NewClient(client(t, c))
 }
 
 func newRig(t *testing.T, c *realkafka.Cluster, p protocol, members, roles int, opts ...rigOption) *rig {
@@ -348,6 +345,13 @@ type timing struct {
 	// group.consumer.assignment.interval.ms, which Kafka 4.3 added (1 s by default: assignments
 	// are computed in batches, off the coordinator's thread); 0 before 4.3 and for classic groups.
 	assignment time.Duration
+	// rebalance is how long a classic rebalance may wait for members to join: the rebalance
+	// timeout, max.poll.interval.ms, which goneli sets to the session timeout or twice the lease,
+	// whichever is longer; 0 under KIP-848, whose members keep their assignments across it.
+	rebalance time.Duration
+	// brokerSession is broker.session.timeout.ms: how long the controller waits for a broker's
+	// heartbeat before it fences the broker and moves its partitions' leadership elsewhere.
+	brokerSession time.Duration
 }
 
 // groupTiming reads what the broker applies: under the classic protocol the session goneli derives
@@ -389,9 +393,11 @@ func (r *rig) groupTiming() timing {
 	}
 	if r.p.name == consumer.name {
 		assignment, _ := lookup("group.consumer.assignment.interval.ms")
-		return timing{heartbeat: ms("group.consumer.heartbeat.interval.ms"), session: ms("group.consumer.session.timeout.ms"), assignment: assignment}
+		return timing{heartbeat: ms("group.consumer.heartbeat.interval.ms"), session: ms("group.consumer.session.timeout.ms"), assignment: assignment,
+			brokerSession: ms("broker.session.timeout.ms")}
 	}
-	return timing{heartbeat: lease / 10, session: max(goneli.SessionTimeout(lease), ms("group.min.session.timeout.ms"))}
+	session := max(goneli.SessionTimeout(lease), ms("group.min.session.timeout.ms"))
+	return timing{heartbeat: lease / 10, session: session, rebalance: max(session, 2*lease), brokerSession: ms("broker.session.timeout.ms")}
 }
 
 // inject hits the member in slot with kind and returns the fault as recorded, once another member
@@ -448,7 +454,11 @@ func (r *rig) check(bound func(kind string) time.Duration) verdict.Report {
 	}
 	for _, f := range rep.Faults {
 		r.t.Logf("%s of %s: %s in %v (bound %v)", f.Kind, f.Victim, f.Outcome, f.Failover.Round(time.Millisecond), bound(f.Kind))
-		if f.Outcome != verdict.FailedOver {
+		if f.Outcome == verdict.Resumed && r.mayResume[f.Kind] {
+			if f.Failover > bound(f.Kind) {
+				r.t.Errorf("%s while %s led: it led again in %v, beyond the bound %v", f.Kind, f.Victim, f.Failover, bound(f.Kind))
+			}
+		} else if f.Outcome != verdict.FailedOver {
 			r.t.Errorf("%s of the leader %s: %s, want another member to lead", f.Kind, f.Victim, f.Outcome)
 		} else if f.Failover > bound(f.Kind) {
 			r.t.Errorf("%s of the leader %s: failed over in %v, beyond the bound %v", f.Kind, f.Victim, f.Failover, bound(f.Kind))
