@@ -31,6 +31,9 @@ import (
 const memberEnv = "GONELI_REALTEST_MEMBER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(heldEnv) != "" {
+		os.Exit(heldWriter())
+	}
 	member.MainIfChild(memberEnv)
 	code := realkafka.Main(m)
 	if code == 0 {
@@ -108,6 +111,7 @@ type rig struct {
 	proxies []*realkafka.Proxy
 	args    []string // more member flags
 	env     []string // more environment for the members
+	idle    bool     // newRig starts no member (idle)
 	// mayResume are the fault kinds after which the leader may lead again itself: those of a
 	// broker, which leave every member as able to lead as the leader.
 	mayResume map[string]bool
@@ -170,7 +174,9 @@ func newRig(t *testing.T, c *realkafka.Cluster, p protocol, members, roles int, 
 	r.procs, r.gen = make([]*fleet.Proc, members), make([]int, members)
 	t.Cleanup(r.stopAll)
 	for slot := range members {
-		r.start(slot)
+		if !r.idle {
+			r.start(slot)
+		}
 	}
 	return r
 }
