@@ -18,15 +18,16 @@ import (
 
 // brokerBound is how soon leadership must be back after a broker that the group depends on
 // crashed. The controller moves the broker's leaderships only once it has fenced it, a broker
-// session (broker.session.timeout.ms) after its last heartbeat, and takes it out of the in-sync
-// replicas then: until that moment no write that waits for every in-sync replica (a heartbeat
-// produced with acks=all, an offset commit) completes on a partition it replicates, whichever
-// broker leads. Then the group goes on at its coordinator, perhaps a new one that has loaded it,
-// where the members may have to join again (a classic rebalance, within its timeout), a session
-// timeout later at most, or a KIP-848 assignment interval; two leases more for the new leader's
-// proof and the load, as in bounds.
+// session (broker.session.timeout.ms) after its last heartbeat, as its check of the sessions finds,
+// which runs every eighth of a session ("Registering periodic task maybeFenceStaleBroker to run
+// every 1125 ms", the controller logs), and takes it out of the in-sync replicas then: until that
+// moment no write that waits for every in-sync replica (a heartbeat produced with acks=all, an
+// offset commit) completes on a partition it replicates, whichever broker leads. Then the group goes
+// on at its coordinator, perhaps a new one that has loaded it, where the members may have to join
+// again (a classic rebalance, within its timeout), a session timeout later at most, or a KIP-848
+// assignment interval; two leases more for the new leader's proof and the load, as in bounds.
 func brokerBound(tm timing) time.Duration {
-	return tm.brokerSession + tm.session + tm.rebalance + tm.assignment + 2*lease
+	return tm.brokerSession*9/8 + tm.session + tm.rebalance + tm.assignment + 2*lease
 }
 
 // Three brokers; the broker that coordinates the group (leads the partition of
