@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,5 +130,33 @@ func TestProxy(t *testing.T) {
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// Listeners that Kafka would refuse, or that the cluster could not advertise, are refused before
+// any node starts, naming the field.
+func TestCheckListeners(t *testing.T) {
+	for _, tc := range []struct {
+		l    Listener
+		want string // in the error; empty: none
+	}{
+		{Listener{Name: "MEMBER0"}, ""},
+		{Listener{Name: "SASL", Protocol: "SASL_PLAINTEXT", Advertise: []string{"127.0.0.1:1"}}, ""},
+		{Listener{Name: "member0"}, "upper-case"},
+		{Listener{Name: ""}, "upper-case"},
+		{Listener{Name: "PLAINTEXT"}, "taken"},
+		{Listener{Name: "TLS", Protocol: "SSL"}, "Protocol"},
+		{Listener{Name: "TWO", Advertise: []string{"a:1", "b:2"}}, "2 addresses for 1 nodes"},
+	} {
+		err := checkListeners(Options{Nodes: 1, Listeners: []Listener{tc.l}})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.l, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Options.Listeners[0]")):
+			t.Errorf("%+v: %v, want an error naming Options.Listeners[0] and saying %q", tc.l, err, tc.want)
+		}
+	}
+	if err := checkListeners(Options{Nodes: 1, Listeners: []Listener{{Name: "A"}, {Name: "A"}}}); err == nil {
+		t.Error("two listeners named A were not refused")
 	}
 }

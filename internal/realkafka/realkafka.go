@@ -18,6 +18,10 @@
 //     controls nodes (kill, pause, restart) skips, since a cluster it did not start has none it may
 //     control. Its group timing is what that cluster was given.
 //
+// Options.Listeners adds client listeners of a test's own beside the harness's PLAINTEXT one: a
+// SASL_PLAINTEXT listener for principals an authorizer tells apart, or a listener per client
+// advertised at a Proxy's address, through which a test cuts that client off from the cluster.
+//
 // See docs/testing.md for what is fetched, how big it is and how long it takes.
 package realkafka
 
