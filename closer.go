@@ -77,7 +77,7 @@ func (n *neli) shutdown() {
 	d, life := n.d, n.life
 	deadline := d.now() + d.closeBound()
 	err := d.leave(deadline)
-	d.watchdog.wait()
+	d.alarm.wait()
 	n.events.stop()
 	// librdkafka may still log from a consumer that is finishing its close in the background;
 	// its logs keep flowing until it is done.
@@ -144,12 +144,13 @@ func (d *driver) leave(deadline time.Duration) error {
 	} else {
 		d.awaitLeft(deadline)
 	}
-	gate, commits := d.gate, d.commits
-	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { gate.close(); commits.close() }}}
+	commits := d.commits
+	d.machine(func(m *machine) { m.gate.close() })
+	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }}}
 	if d.observer != nil {
 		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
 	}
-	d.group.closing.Store(true)
+	d.closing.Store(true)
 	return errors.Join(d.closeConsumers(closing, deadline)...)
 }
 
@@ -163,16 +164,10 @@ func (d *driver) leave(deadline time.Duration) error {
 func (d *driver) endAll(deadline time.Duration) {
 	// Nothing stored is committed from here on: the tenures end, and the unassign that comes
 	// before the LeaveGroup would wait for the commit's answer.
-	clear(d.storeAsks)
-	d.gate.withdrawAll()
-	for _, p := range d.parts {
-		out := p.lease.revoke(false)
-		if dl := d.apply(p, out); dl != nil && out.release != nil {
-			d.releases = append(d.releases, release{p: p, marker: *out.release, done: dl, fresh: true})
-		}
-	}
+	var releases []release
+	d.machine(func(m *machine) { releases = m.endAll() })
 	var finals []*delivery
-	for _, r := range d.releases {
+	for _, r := range releases {
 		finals = append(finals, r.done)
 	}
 	if !awaitDeliveries(finals, d.timing.maxPoll, d.life.fromBarrier, d.now) {
@@ -184,7 +179,7 @@ func (d *driver) endAll(deadline time.Duration) {
 		}
 	}
 	var done, busy, unmarked []release
-	for _, r := range d.releases {
+	for _, r := range releases {
 		select {
 		case <-r.done.done:
 			r.marker.kind = kindReleased
@@ -196,7 +191,6 @@ func (d *driver) endAll(deadline time.Duration) {
 			}
 		}
 	}
-	d.releases = nil
 	limit := d.awaitHeartbeats()
 	if d.wire != nil {
 		d.wire.Close()
@@ -276,7 +270,7 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 		// Revoking partition 0 commits the offset stored last, and only once that commit is
 		// answered does librdkafka send the LeaveGroup; a close that comes first skips it, and
 		// the group then waits a session timeout for this member (librdkafka 2.11.1).
-		if !served && len(d.group.parts) == 0 && !d.group.owedCommit {
+		if !served && len(d.m.group.parts) == 0 && !d.m.group.owedCommit {
 			if topics, err := sr.Subscription(); err != nil || len(topics) == 0 {
 				return
 			}
@@ -298,18 +292,18 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 // Rebalance events are served by the callback from within Poll, which then returns nil, so they
 // are counted by the callback.
 func (d *driver) drainForClose() bool {
-	before := d.group.rebalances
+	before := d.m.group.rebalances
 	served := false
 	for i := 0; i < maxEventsPerCycle; i++ {
 		ev := d.consumer.Poll(0)
-		if ev == nil && d.group.rebalances == before {
+		if ev == nil && d.m.group.rebalances == before {
 			break
 		}
-		before = d.group.rebalances
+		before = d.m.group.rebalances
 		served = true
 		d.serve(ev)
 	}
-	return served || d.group.rebalances != before
+	return served || d.m.group.rebalances != before
 }
 
 // serve handles an event polled while closing: commit results, which awaitLeft waits for, and
@@ -317,7 +311,7 @@ func (d *driver) drainForClose() bool {
 func (d *driver) serve(ev kafka.Event) {
 	switch e := ev.(type) {
 	case kafka.OffsetsCommitted:
-		d.group.owedCommit = false
+		d.m.group.owedCommit = false
 	case kafka.Error:
 		d.log.D()("goneli %s: Kafka consumer while closing: %v", d.config.Name, e)
 	}

@@ -1,11 +1,8 @@
 package goneli
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
 // # One offset commit in flight
@@ -77,20 +74,21 @@ import (
 // withdraws what is stored first, so the unassign that precedes the LeaveGroup has nothing to
 // commit.
 type commitGate struct {
-	consumer KafkaConsumer
-	topic    *string
+	// storer stores offsets for librdkafka's auto-commit (StoreOffsets) and returns those it
+	// stored; an offset of OffsetInvalid (-1001) withdraws one. It returns at once: librdkafka
+	// only records the offset for its timer.
+	storer storer
 	// tick is auto.commit.interval.ms; hold how long an offset stays stored, a little less.
 	tick, hold time.Duration
 	// late is how long an answer may take before any has been seen: the group heartbeat interval,
-	// beyond which an answer counts as late (driver.holdCommits).
+	// beyond which an answer counts as late (machine.holdCommits).
 	late time.Duration
 	now  func() time.Duration
 
-	// mu guards what the withdrawal timer shares with the driver.
-	mu     sync.Mutex
 	closed bool
 	armed  *gateStore // stored and not withdrawn yet
-	timer  *time.Timer
+	// at is when the armed store's withdrawal, or its placement for a shifted one, is due (alarm).
+	at time.Duration
 	// stores are the recent stores, oldest first, that answers are matched with; an unsettled
 	// one keeps the gate busy.
 	stores []*gateStore
@@ -111,9 +109,23 @@ type commitGate struct {
 	// shift says that the next store after a presumption is shifted by half a tick: the store
 	// presumed last was not (store).
 	shift bool
-	// counts are the driver's, kept across its consumers' gates (Stats).
+	// counts are the instance's, kept across its consumers' gates (Stats).
 	counts *gateCounts
 }
+
+// storer is librdkafka's StoreOffsets as the gate needs it: what was stored, among offsets.
+type storer func(offsets []offsetRef) ([]offsetRef, error)
+
+// offsetRef is an offset of a partition of the leader topic, with the metadata a commit of it
+// carries (lease.confirmed.tag).
+type offsetRef struct {
+	partition int32
+	offset    int64
+	tag       string
+}
+
+// offsetInvalid is librdkafka's logical offset for "none": stored, it withdraws an offset.
+const offsetInvalid = -1001
 
 // gateCounts counts what the gates of an instance did.
 type gateCounts struct {
@@ -131,7 +143,7 @@ type gateTally struct {
 // gateStore is one store of offsets and what became of it.
 type gateStore struct {
 	// stored is what was stored, live what of it is still stored.
-	stored, live []kafka.TopicPartition
+	stored, live []offsetRef
 	at           time.Duration // before the store call
 	// withdrawn is when the withdrawal returned; zero while stored. sends bounds the automatic
 	// commits that may carry the offsets, answers counts those answered.
@@ -150,16 +162,13 @@ type gateStore struct {
 // gateHistory is how many stores and answer times the gate keeps.
 const gateHistory = 8
 
-func newCommitGate(c KafkaConsumer, topic *string, tick, late, most time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
-	return &commitGate{consumer: c, topic: topic, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, most: most, now: now, counts: counts}
+func newCommitGate(st storer, tick, late, most time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
+	return &commitGate{storer: st, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, most: most, now: now, counts: counts}
 }
 
 // busy reports whether a store may not be made now, presuming unsent the commits whose time has
-// passed, and returns the stores just presumed unsent, whose offsets may be stored again. Called
-// with the driver's lock held.
+// passed, and returns the stores just presumed unsent, whose offsets may be stored again.
 func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	var presumed []*gateStore
 	busy := g.armed != nil
 	for _, s := range g.stores {
@@ -183,17 +192,15 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 // store stores offsets for commit and arms their withdrawal, unless the gate has been closed, and
 // returns when it began (read before the StoreOffsets call), when its chain began, and what may now
 // be stored (lease.storedSince). hint is a latency the caller knows of. The caller has made sure
-// the gate is not busy. Called with the driver's lock held.
+// the gate is not busy.
 //
 // A store's chain began with it, or, if the stores since the last answer were all presumed unsent,
 // with the first of them: nothing answered shows how late the connection is meanwhile, and a
 // presumption can come up to a quarter lease after its store, more than the answer bound
 // (lease.heldAnswers), and again after every store presumed unsent in turn. An offset of the chain
 // anchors the window for explicit commits no later than its first store could have (commitWindow
-// gives the argument). An answer settles the chain: the next store starts a new one.
-func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (at, chain time.Duration, stored []kafka.TopicPartition, err error) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// gives the argument). An answer settles the chain: the next store starts another.
+func (g *commitGate) store(offsets []offsetRef, hint time.Duration) (at, chain time.Duration, stored []offsetRef, err error) {
 	if g.closed || len(offsets) == 0 {
 		return 0, 0, nil, nil
 	}
@@ -208,11 +215,11 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 		// a phase where its window holds a tick; shifting every other store after a presumption,
 		// not each, keeps a phase that missed from being shifted onto one that would too.
 		s.shifted = true
-		s.stored = append([]kafka.TopicPartition(nil), offsets...)
+		s.stored = append([]offsetRef(nil), offsets...)
 	} else if err = g.place(s, offsets); !s.placed {
 		return s.at, s.at, nil, err
 	}
-	s.live = append([]kafka.TopicPartition(nil), s.stored...)
+	s.live = append([]offsetRef(nil), s.stored...)
 	chain = s.at
 	if g.chained {
 		chain = min(chain, g.chainAt)
@@ -223,21 +230,44 @@ func (g *commitGate) store(offsets []kafka.TopicPartition, hint time.Duration) (
 	g.armed = s
 	g.remember(s)
 	if s.shifted {
-		g.timer = time.AfterFunc(g.tick/2, func() { g.placeShifted(s) })
+		g.at = s.at + g.tick/2
 	} else {
 		g.arm(s)
 	}
 	return s.at, chain, s.stored, err
 }
 
-// place makes the StoreOffsets call of s and records what it stored. Called with mu held.
-func (g *commitGate) place(s *gateStore, offsets []kafka.TopicPartition) error {
+// due is when the gate must act next (alarm): the armed store's withdrawal, or the placement of a
+// store shifted by half a tick. The shell calls alarm then, whatever else the instance is doing
+// (a poll in progress included): the withdrawal must come within a tick of the store.
+func (g *commitGate) due() (time.Duration, bool) {
+	if g.closed || g.armed == nil {
+		return 0, false
+	}
+	return g.at, true
+}
+
+// alarm withdraws the armed store, or places a shifted one, if its time has come.
+func (g *commitGate) alarm(now time.Duration) {
+	s := g.armed
+	if g.closed || s == nil || now < g.at {
+		return
+	}
+	if s.shifted && !s.placed {
+		g.placeShifted(s)
+		return
+	}
+	g.withdrawArmed(s.live)
+}
+
+// place makes the StoreOffsets call of s and records what it stored.
+func (g *commitGate) place(s *gateStore, offsets []offsetRef) error {
 	s.from = g.now()
-	stored, err := g.consumer.StoreOffsets(offsets)
+	stored, err := g.storer(offsets)
 	s.stored = nil
-	for _, tp := range stored {
-		if tp.Error == nil && tp.Offset >= 0 {
-			s.stored = append(s.stored, tp)
+	for _, o := range stored {
+		if o.offset >= 0 {
+			s.stored = append(s.stored, o)
 		}
 	}
 	if err != nil && len(stored) == 0 {
@@ -248,26 +278,19 @@ func (g *commitGate) place(s *gateStore, offsets []kafka.TopicPartition) error {
 	return err
 }
 
-// placeShifted makes the store s that was shifted by half a tick, on the timer's goroutine, unless
-// it has been withdrawn meanwhile. A store that stored nothing (its partitions no longer assigned)
-// ends with nothing in flight, and nothing is presumed of it: the lease's next renewal asks for a
-// store again.
+// placeShifted makes the store s that was shifted by half a tick, at its time (alarm). A store that
+// stored nothing (its partitions no longer assigned) ends with nothing in flight, and nothing is
+// presumed of it: the lease's next renewal asks for a store again.
 func (g *commitGate) placeShifted(s *gateStore) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed || g.armed != s {
-		return
-	}
-	g.timer = nil
-	if _ = g.place(s, append([]kafka.TopicPartition(nil), s.live...)); !s.placed {
+	if _ = g.place(s, append([]offsetRef(nil), s.live...)); !s.placed {
 		g.end(s)
 		return
 	}
-	s.live = append([]kafka.TopicPartition(nil), s.stored...)
+	s.live = append([]offsetRef(nil), s.stored...)
 	g.arm(s)
 }
 
-// arm arms the withdrawal of the store s, just placed. Called with mu held.
+// arm sets the withdrawal of the store s, just placed.
 func (g *commitGate) arm(s *gateStore) {
 	hold := g.hold
 	if len(g.latencies) == 0 {
@@ -278,11 +301,11 @@ func (g *commitGate) arm(s *gateStore) {
 		// lets happen, and is accounted for (sends) like a late withdrawal.
 		hold, s.long = g.tick+(g.tick-g.hold), true
 	}
-	g.timer = time.AfterFunc(s.from+hold-g.now(), func() { g.expire(s) })
+	g.at = s.from + hold
 }
 
 // settle ends the chain of stores (chainAt) once an answer has come and no store may still be
-// answered. Called with mu held.
+// answered.
 func (g *commitGate) settle() {
 	if g.armed != nil {
 		return
@@ -296,7 +319,7 @@ func (g *commitGate) settle() {
 }
 
 // remember adds s to the stores that answers are matched with, forgetting the oldest settled one
-// beyond gateHistory. Called with mu held.
+// beyond gateHistory.
 func (g *commitGate) remember(s *gateStore) {
 	g.stores = append(g.stores, s)
 	for len(g.stores) > gateHistory {
@@ -308,46 +331,36 @@ func (g *commitGate) remember(s *gateStore) {
 	}
 }
 
-// expire withdraws s when its hold is over, on the timer's goroutine.
-func (g *commitGate) expire(s *gateStore) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed || g.armed != s {
-		return
-	}
-	g.withdrawLocked(s.live)
-}
-
-// A withdrawal that its timer makes late by a tick or more (a process starved of CPU: a margin of
+// A withdrawal that its alarm makes late by a tick or more (a process starved of CPU: a margin of
 // half a tick would not have stopped the spikes of tens of milliseconds seen on a machine loaded
 // five times over, and it made every second store miss its tick) may let librdkafka send the offset
 // twice; end counts it (Stats.LateWithdrawals), and the gate then waits for both answers.
 
-// withdrawLocked withdraws offsets of the armed store, and ends the store when nothing of it is
-// stored any longer. Called with mu held.
-func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
+// withdrawArmed withdraws offsets of the armed store, and ends the store when nothing of it is
+// stored any longer.
+func (g *commitGate) withdrawArmed(offsets []offsetRef) {
 	s := g.armed
 	if s == nil || len(offsets) == 0 {
 		return
 	}
-	gone := make([]kafka.TopicPartition, 0, len(offsets))
-	for _, tp := range offsets {
-		gone = append(gone, kafka.TopicPartition{Topic: g.topic, Partition: tp.Partition, Offset: kafka.OffsetInvalid})
+	gone := make([]offsetRef, 0, len(offsets))
+	for _, o := range offsets {
+		gone = append(gone, offsetRef{partition: o.partition, offset: offsetInvalid})
 	}
 	if s.placed {
 		// An error leaves the offset stored: it is withdrawn again when the store ends, and a
 		// partition that is no longer assigned has nothing to commit anyway.
-		_, _ = g.consumer.StoreOffsets(gone)
+		_, _ = g.storer(gone)
 		g.counts.withdrawals.Add(1)
 	}
-	var kept []kafka.TopicPartition
-	for _, tp := range s.live {
+	var kept []offsetRef
+	for _, o := range s.live {
 		withdrawn := false
 		for _, w := range offsets {
-			withdrawn = withdrawn || w.Partition == tp.Partition
+			withdrawn = withdrawn || w.partition == o.partition
 		}
 		if !withdrawn {
-			kept = append(kept, tp)
+			kept = append(kept, o)
 		}
 	}
 	s.live = kept
@@ -357,12 +370,8 @@ func (g *commitGate) withdrawLocked(offsets []kafka.TopicPartition) {
 	g.end(s)
 }
 
-// end finishes the armed store s: its window is over. Called with mu held.
+// end finishes the armed store s: its window is over.
 func (g *commitGate) end(s *gateStore) {
-	if g.timer != nil {
-		g.timer.Stop()
-		g.timer = nil
-	}
 	g.armed = nil
 	now := g.now()
 	s.withdrawn = max(now, s.at+1, s.from+1)
@@ -381,11 +390,11 @@ func (g *commitGate) end(s *gateStore) {
 // time a commit took to be answered lately (or hint, a heartbeat's round trip, if longer), a
 // quarter more, and a tick; before any commit has been answered the gate guesses at least a group
 // heartbeat interval, the time beyond which goneli counts an answer as late anyway
-// (driver.holdCommits). Each store presumed unsent since the last answer doubles it, up to most.
+// (machine.holdCommits). Each store presumed unsent since the last answer doubles it, up to most.
 // It never exceeds twice most, half a lease, as no answer that late renews the lease anyway: a
 // poll loop that was paused sees an answer as late as the pause, and an answer time of seconds
 // kept the gate from storing for longer still after a missed tick (the simulation found a leader
-// that never renewed again so). Called with mu held.
+// that never renewed again so).
 func (g *commitGate) patience(hint time.Duration) time.Duration {
 	l := max(hint, g.tick)
 	if len(g.latencies) == 0 {
@@ -402,14 +411,12 @@ func (g *commitGate) patience(hint time.Duration) time.Duration {
 // coordinator, on the same connection, as the automatic ones. (A group check's round trip would
 // not do: a coordinator whose log appends are slow answers commits far later than descriptions.)
 func (g *commitGate) answered(took time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.sample(took)
 	g.doubt = 0
 	g.settle()
 }
 
-// sample records a commit's answer time. Called with mu held.
+// sample records a commit's answer time.
 func (g *commitGate) sample(d time.Duration) {
 	g.latencies = append(g.latencies, d)
 	if len(g.latencies) > gateHistory {
@@ -417,8 +424,8 @@ func (g *commitGate) sample(d time.Duration) {
 	}
 }
 
-// answer takes the answer to one of librdkafka's commits of stored offsets, seen in a poll after
-// one that found the queue empty at since (driver.drainedAt). Called with the driver's lock held.
+// answer takes the answer to one of librdkafka's commits of stored offsets, naming offsets, seen in
+// a poll after one that found the queue empty at since (machine.drainedAt).
 //
 // The answer came in somewhere after since. If the loop polled again promptly, now less the store
 // time is its answer time; after a loop that paused (the process stopped or starved of CPU for more
@@ -429,16 +436,14 @@ func (g *commitGate) sample(d time.Duration) {
 // tenure's first proof waits as long (the simulation found failovers past their bound so). Taking
 // an answer time too short costs at most one more commit in flight, whose answer, coming after its
 // store was presumed unsent, raises the time again.
-func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+func (g *commitGate) answer(offsets []offsetRef, since time.Duration) {
 	g.counts.answers.Add(1)
-	if a := g.armed; a != nil && !a.placed && answers(a, e) {
+	if a := g.armed; a != nil && !a.placed && answers(a, offsets) {
 		// A store shifted after a presumption waits to be placed, and the presumed commit of its
 		// offset has just been answered after all: there is nothing left for it to do.
-		g.withdrawLocked(a.live)
+		g.withdrawArmed(a.live)
 	}
-	s := g.match(e)
+	s := g.match(offsets)
 	if s == nil {
 		return
 	}
@@ -470,7 +475,7 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
 	if s == g.armed {
 		// Answered before its withdrawal: withdrawn now, as a failed commit leaves the offset
 		// above the committed one, where the next tick would send it again.
-		g.withdrawLocked(s.live)
+		g.withdrawArmed(s.live)
 	}
 	if s.answers < s.sends {
 		// A window that came out a tick or longer may have let a second commit go; if it did,
@@ -481,15 +486,15 @@ func (g *commitGate) answer(e kafka.OffsetsCommitted, since time.Duration) {
 	g.settle()
 }
 
-// match finds the store that e answers: of the stores that may still be answered, the oldest
+// match finds the store that an answer naming offsets answers: of the stores that may still be answered, the oldest
 // whose offset for a partition e names is e's; else the oldest presumed unsent with such an offset
 // (answered late); else the oldest that may still be answered. An offset stored again after its
 // first store was presumed unsent is ambiguous: the answer goes to the later store, which at worst
 // lets one more commit start while the earlier is still under way, as the wrong presumption
-// itself did. Called with mu held.
-func (g *commitGate) match(e kafka.OffsetsCommitted) *gateStore {
+// itself did.
+func (g *commitGate) match(offsets []offsetRef) *gateStore {
 	pending := func(s *gateStore) bool { return (s.withdrawn == 0 && s.placed) || s.answers < s.sends }
-	names := func(s *gateStore) bool { return answers(s, e) }
+	names := func(s *gateStore) bool { return answers(s, offsets) }
 	for _, pick := range []func(*gateStore) bool{
 		func(s *gateStore) bool { return pending(s) && names(s) },
 		func(s *gateStore) bool { return s.presumed && names(s) },
@@ -504,11 +509,11 @@ func (g *commitGate) match(e kafka.OffsetsCommitted) *gateStore {
 	return nil
 }
 
-// answers reports whether e names an offset that s stored.
-func answers(s *gateStore, e kafka.OffsetsCommitted) bool {
-	for _, tp := range s.stored {
-		for _, a := range e.Offsets {
-			if a.Partition == tp.Partition && a.Offset == tp.Offset {
+// answers reports whether offsets name an offset that s stored.
+func answers(s *gateStore, offsets []offsetRef) bool {
+	for _, o := range s.stored {
+		for _, a := range offsets {
+			if a.partition == o.partition && a.offset == o.offset {
 				return true
 			}
 		}
@@ -517,60 +522,46 @@ func answers(s *gateStore, e kafka.OffsetsCommitted) bool {
 }
 
 // withdraw withdraws whatever of partitions is stored, at once: the partitions are being revoked,
-// or their tenure stores nothing (lease.quiesce), or the instance is closing. Called with the
-// driver's lock held.
+// or their tenure stores nothing (lease.quiesce), or the instance is closing.
 func (g *commitGate) withdraw(partitions ...int32) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.closed || g.armed == nil {
 		return
 	}
-	var offsets []kafka.TopicPartition
-	for _, tp := range g.armed.live {
+	var offsets []offsetRef
+	for _, o := range g.armed.live {
 		for _, id := range partitions {
-			if tp.Partition == id {
-				offsets = append(offsets, tp)
+			if o.partition == id {
+				offsets = append(offsets, o)
 			}
 		}
 	}
-	g.withdrawLocked(offsets)
+	g.withdrawArmed(offsets)
 }
 
 // withdrawAll withdraws every stored offset.
 func (g *commitGate) withdrawAll() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.closed || g.armed == nil {
 		return
 	}
-	g.withdrawLocked(g.armed.live)
+	g.withdrawArmed(g.armed.live)
 }
 
 // holds reports whether an offset of partition is stored.
 func (g *commitGate) holds(partition int32) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.armed == nil || !g.armed.placed {
 		return false
 	}
-	for _, tp := range g.armed.live {
-		if tp.Partition == partition {
+	for _, o := range g.armed.live {
+		if o.partition == partition {
 			return true
 		}
 	}
 	return false
 }
 
-// close stops the gate before its consumer closes: no store or withdrawal reaches the consumer
-// after it returns.
+// close stops the gate before its consumer closes: it stores and withdraws nothing from then on.
 func (g *commitGate) close() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	g.closed = true
-	if g.timer != nil {
-		g.timer.Stop()
-		g.timer = nil
-	}
 }
 
 // snapshot returns the counts of the gates of the gate's instance.

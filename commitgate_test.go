@@ -6,17 +6,32 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-// gateConsumer takes stores, and nothing else.
-type gateConsumer struct {
-	KafkaConsumer
+// storeAll stores whatever it is asked to.
+func storeAll(offsets []offsetRef) ([]offsetRef, error) {
+	return offsets, nil
 }
 
-func (gateConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
-	return tps, nil
+// advance lets d pass, calling the gate's alarm at each of its deadlines as the driver's alarm does.
+func advance(g *commitGate, now func() time.Duration, d time.Duration) {
+	end := now() + d
+	for {
+		at, ok := g.due()
+		if !ok || at > end {
+			time.Sleep(end - now())
+			return
+		}
+		if wait := at - now(); wait > 0 {
+			time.Sleep(wait)
+		}
+		g.alarm(now())
+	}
+}
+
+// at is offset of partition 0.
+func at(offset int64) []offsetRef {
+	return []offsetRef{{partition: 0, offset: offset}}
 }
 
 // A store that the gate makes after the stores since its last answer were all presumed unsent
@@ -27,17 +42,16 @@ func (gateConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicParti
 func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const tick, late, most = 25 * time.Millisecond, 500 * time.Millisecond, 1250 * time.Millisecond
-		topic := "t"
 		start := time.Now()
 		now := func() time.Duration { return time.Since(start) + time.Second }
-		g := newCommitGate(gateConsumer{}, &topic, tick, late, most, now, &gateCounts{})
+		g := newCommitGate(storeAll, tick, late, most, now, &gateCounts{})
 		defer g.close()
 		g.answered(5 * time.Millisecond) // an answer time known: stores are held less than a tick
 		offset := int64(100)
 		// store returns when the store's chain began.
 		store := func() time.Duration {
 			offset++
-			at, chain, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0)
+			at, chain, stored, err := g.store(at(offset), 0)
 			if err != nil || len(stored) != 1 {
 				t.Fatalf("store of %d: %v, %v", offset, stored, err)
 			}
@@ -50,7 +64,7 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 		presume := func() time.Duration {
 			from := now()
 			for {
-				time.Sleep(time.Millisecond)
+				advance(g, now, time.Millisecond)
 				if busy, presumed := g.busy(now()); !busy {
 					if len(presumed) != 1 {
 						t.Fatalf("gate idle with %d stores presumed, want 1", len(presumed))
@@ -75,8 +89,8 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 			t.Errorf("presumptions took %v; want them to lengthen, up to a quarter lease and a hold", waits)
 		}
 		// The last store's commit is answered: the chain ends, and the next store counts from now.
-		time.Sleep(tick)
-		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
+		advance(g, now, tick)
+		g.answer(at(offset), now())
 		if busy, _ := g.busy(now()); busy {
 			t.Fatal("gate busy after the answer of its only store")
 		}
@@ -85,8 +99,8 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 		}
 		// A store presumed unsent whose commit is answered after all ends the chain too.
 		presume()
-		time.Sleep(10 * time.Millisecond)
-		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
+		advance(g, now, 10*time.Millisecond)
+		g.answer(at(offset), now())
 		if at := store(); at != now() {
 			t.Errorf("a store after a late answer is in a chain that began at %v, want now (%v)", at, now())
 		}
@@ -106,16 +120,15 @@ func TestGateAnswerAfterAPausedLoopKeepsItsPatience(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const tick, late, most = 25 * time.Millisecond, 500 * time.Millisecond, 1250 * time.Millisecond
-				topic := "t"
 				start := time.Now()
 				now := func() time.Duration { return time.Since(start) + time.Second }
-				g := newCommitGate(gateConsumer{}, &topic, tick, late, most, now, &gateCounts{})
+				g := newCommitGate(storeAll, tick, late, most, now, &gateCounts{})
 				defer g.close()
 				g.answered(5 * time.Millisecond)
 				offset := int64(100)
 				store := func() {
 					offset++
-					if _, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0); err != nil || len(stored) != 1 {
+					if _, _, stored, err := g.store(at(offset), 0); err != nil || len(stored) != 1 {
 						t.Fatalf("store of %d: %v, %v", offset, stored, err)
 					}
 				}
@@ -123,18 +136,18 @@ func TestGateAnswerAfterAPausedLoopKeepsItsPatience(t *testing.T) {
 				// The commit is answered within a few milliseconds, but the loop sees the answer only
 				// after a pause of two seconds, or at once.
 				drained := now()
-				time.Sleep(5 * time.Millisecond)
+				advance(g, now, 5*time.Millisecond)
 				if tc.paused {
-					time.Sleep(2 * time.Second)
+					advance(g, now, 2*time.Second)
 				} else {
 					drained = now()
 				}
-				g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, drained)
+				g.answer(at(offset), drained)
 				// The next store's tick is missed: how long until the gate presumes it unsent?
 				store()
 				from := now()
 				for {
-					time.Sleep(time.Millisecond)
+					advance(g, now, time.Millisecond)
 					if busy, _ := g.busy(now()); !busy {
 						break
 					}
@@ -149,21 +162,20 @@ func TestGateAnswerAfterAPausedLoopKeepsItsPatience(t *testing.T) {
 
 // recordingConsumer records when each offset was stored (not withdrawn), on the gate's clock.
 type recordingConsumer struct {
-	KafkaConsumer
 	now    func() time.Duration
 	mu     sync.Mutex
 	placed map[int64]time.Duration
 }
 
-func (c *recordingConsumer) StoreOffsets(tps []kafka.TopicPartition) ([]kafka.TopicPartition, error) {
+func (c *recordingConsumer) store(offsets []offsetRef) ([]offsetRef, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, tp := range tps {
-		if tp.Offset >= 0 {
-			c.placed[int64(tp.Offset)] = c.now()
+	for _, o := range offsets {
+		if o.offset >= 0 {
+			c.placed[o.offset] = c.now()
 		}
 	}
-	return tps, nil
+	return offsets, nil
 }
 
 func (c *recordingConsumer) placedAt(offset int64) (time.Duration, bool) {
@@ -183,22 +195,21 @@ func (c *recordingConsumer) placedAt(offset int64) (time.Duration, bool) {
 func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const tick, late, most = 25 * time.Millisecond, 500 * time.Millisecond, 1250 * time.Millisecond
-		topic := "t"
 		start := time.Now()
 		now := func() time.Duration { return time.Since(start) + time.Second }
 		c := &recordingConsumer{now: now, placed: map[int64]time.Duration{}}
-		g := newCommitGate(c, &topic, tick, late, most, now, &gateCounts{})
+		g := newCommitGate(c.store, tick, late, most, now, &gateCounts{})
 		defer g.close()
 		g.answered(5 * time.Millisecond)
 		offset := int64(100)
 		// store stores the next offset and returns how much later than asked it was stored.
 		store := func() time.Duration {
 			offset++
-			at, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0)
+			at, _, stored, err := g.store(at(offset), 0)
 			if err != nil || len(stored) != 1 || at != now() {
 				t.Fatalf("store of %d: %v, %v at %v; want it stored, as of now (%v)", offset, stored, err, at, now())
 			}
-			time.Sleep(tick)
+			advance(g, now, tick)
 			placed, ok := c.placedAt(offset)
 			if !ok {
 				t.Fatalf("offset %d never stored", offset)
@@ -213,7 +224,7 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 					}
 					return
 				}
-				time.Sleep(time.Millisecond)
+				advance(g, now, time.Millisecond)
 			}
 		}
 		var shifts []time.Duration
@@ -227,7 +238,7 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 			t.Errorf("stores made %v after they were asked for, want %v", shifts, want)
 		}
 		// An answer ends the doubt: the store after it is made at once.
-		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
+		g.answer(at(offset), now())
 		if d := store(); d != 0 {
 			t.Errorf("a store after an answer made %v late, want at once", d)
 		}
@@ -235,11 +246,11 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 		// has nothing in flight.
 		presume()
 		offset++
-		if _, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0); err != nil || len(stored) != 1 {
+		if _, _, stored, err := g.store(at(offset), 0); err != nil || len(stored) != 1 {
 			t.Fatalf("store of %d: %v, %v", offset, stored, err)
 		}
 		g.withdraw(0)
-		time.Sleep(tick)
+		advance(g, now, tick)
 		if at, ok := c.placedAt(offset); ok {
 			t.Errorf("offset %d withdrawn before it was placed was stored at %v", offset, at)
 		}
@@ -250,12 +261,12 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 		// shifted time: nothing is stored.
 		store() // made at once: the store presumed before was shifted
 		presume()
-		if _, _, stored, err := g.store([]kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}, 0); err != nil || len(stored) != 1 {
+		if _, _, stored, err := g.store(at(offset), 0); err != nil || len(stored) != 1 {
 			t.Fatalf("store of %d again: %v, %v", offset, stored, err)
 		}
 		before, _ := c.placedAt(offset)
-		g.answer(kafka.OffsetsCommitted{Offsets: []kafka.TopicPartition{{Topic: &topic, Partition: 0, Offset: kafka.Offset(offset)}}}, now())
-		time.Sleep(tick)
+		g.answer(at(offset), now())
+		advance(g, now, tick)
 		if at, _ := c.placedAt(offset); at != before {
 			t.Errorf("offset %d stored again at %v after its commit was answered", offset, at)
 		}

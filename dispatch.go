@@ -24,6 +24,21 @@ type delivery struct {
 	done chan struct{}
 }
 
+// newDelivery makes a delivery for a call not posted yet (postAs).
+func newDelivery() *delivery {
+	return &delivery{done: make(chan struct{})}
+}
+
+// delivered reports whether the call has returned.
+func (dl *delivery) delivered() bool {
+	select {
+	case <-dl.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func newDispatcher() *dispatcher {
 	d := &dispatcher{wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go d.run()
@@ -35,18 +50,30 @@ func (d *dispatcher) post(calls ...func()) *delivery {
 	if len(calls) == 0 {
 		return nil
 	}
-	var last *delivery
+	last := newDelivery()
+	d.postAs(last, calls...)
+	return last
+}
+
+// postAs queues calls, the last one's delivery being last.
+func (d *dispatcher) postAs(last *delivery, calls ...func()) {
+	if len(calls) == 0 {
+		return
+	}
 	d.mu.Lock()
-	for _, c := range calls {
-		last = &delivery{call: c, done: make(chan struct{})}
-		d.queue = append(d.queue, last)
+	for i, c := range calls {
+		dl := last
+		if i < len(calls)-1 {
+			dl = newDelivery()
+		}
+		dl.call = c
+		d.queue = append(d.queue, dl)
 	}
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
 	default:
 	}
-	return last
 }
 
 // inCall reports whether an application call is under way at this moment.

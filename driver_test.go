@@ -611,7 +611,7 @@ func TestDriverSequences(t *testing.T) {
 			if !r.pulse(scriptLease, true) {
 				t.Fatalf("no leadership within a lease; events %s", r.seen())
 			}
-			if got := r.n.d.check.count.Load(); got < 2 {
+			if got := r.n.d.m.check.count.Load(); got < 2 {
 				t.Errorf("%d group checks, want New's and the tenure's", got)
 			}
 			r.close()
@@ -623,7 +623,7 @@ func TestDriverSequences(t *testing.T) {
 			r.n.d.confs.admin = nil
 			r.n.config.KafkaAdminProvider = func(*KafkaConfigMap) (KafkaAdmin, error) { return nil, errors.New("no admin") }
 			r.n.d.config.KafkaAdminProvider = r.n.config.KafkaAdminProvider
-			r.n.d.check.alone = true
+			r.n.d.m.check.alone = true
 			r.assign()
 			if r.pulse(3*scriptLease, true) {
 				t.Fatal("led without a group check")
@@ -793,9 +793,11 @@ func TestDriverSequences(t *testing.T) {
 			// and the LeaveGroup waits for no commit's answer.
 			d := r.n.d
 			d.mu.Lock()
-			stored := r.consumer.tps([]int32{0})
-			stored[0].Offset = 1 << 40 // above any committed offset
-			if _, _, _, err := d.gate.store(stored, 0); err != nil {
+			stored := []offsetRef{{partition: 0, offset: 1 << 40}} // above any committed offset
+			d.mm.Lock()
+			_, _, _, err := d.m.gate.store(stored, 0)
+			d.mm.Unlock()
+			if err != nil {
 				t.Fatal(err)
 			}
 			d.mu.Unlock()
@@ -915,7 +917,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		if n := explicit(); n != 1 {
 			t.Fatalf("%d explicit commits, want the slow one alone", n)
 		}
-		if !r.n.d.commitsHeld {
+		if !r.n.d.m.commitsHeld {
 			t.Fatal("explicit commits not held after one waited three group heartbeat intervals")
 		}
 
@@ -924,10 +926,10 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		// presumed unanswered (commitgate.go).
 		setAuto(true, 0)
 		resumed := r.n.d.now()
-		for end := time.Now().Add(scriptLease); r.n.d.commitsHeld && time.Now().Before(end); {
+		for end := time.Now().Add(scriptLease); r.n.d.m.commitsHeld && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if r.n.d.commitsHeld {
+		if r.n.d.m.commitsHeld {
 			t.Fatal("explicit commits still held a lease after librdkafka's commits came back")
 		}
 		// The first offset accepted after the slow answers may anchor the window at the first store
@@ -1006,7 +1008,7 @@ func TestDriverOneCommitInFlight(t *testing.T) {
 				r.consumer.mu.Lock()
 				a, explicit := r.consumer.auto, len(r.consumer.commits)
 				r.consumer.mu.Unlock()
-				counts := r.n.d.gate.snapshot()
+				counts := r.n.d.m.gate.snapshot()
 				t.Logf("%d automatic commits, %d explicit; at most %d in flight, %d sent again unanswered; gate %+v",
 					a.sent, explicit, a.maxFlying, a.resent, counts)
 				if a.maxFlying > tc.maxFlying || a.resent > 0 || counts.strays > uint64(tc.maxFlying-1) {
@@ -1043,10 +1045,10 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		r.consumer.mu.Lock()
 		r.consumer.noAuto, r.consumer.commitDelay = true, 3*hb
 		r.consumer.mu.Unlock()
-		for end := time.Now().Add(scriptLease); !r.n.d.commitsHeld && time.Now().Before(end); {
+		for end := time.Now().Add(scriptLease); !r.n.d.m.commitsHeld && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if !r.n.d.commitsHeld {
+		if !r.n.d.m.commitsHeld {
 			t.Fatal("explicit commits not held after a slow one")
 		}
 		// The broker comes back with an empty log, and the heartbeats written to it come back;
@@ -1058,12 +1060,12 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		r.consumer.mu.Lock()
 		r.consumer.noAuto, r.consumer.commitDelay = false, 0
 		r.consumer.mu.Unlock()
-		for end := time.Now().Add(2 * scriptLease); (r.n.d.commitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
+		for end := time.Now().Add(2 * scriptLease); (r.n.d.m.commitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if r.n.d.commitsHeld || !r.n.IsLeader() {
+		if r.n.d.m.commitsHeld || !r.n.IsLeader() {
 			t.Fatalf("held %v, leader %v two leases after the log restarted; want a leader renewing on automatic commits; events %s",
-				r.n.d.commitsHeld, r.n.IsLeader(), r.seen())
+				r.n.d.m.commitsHeld, r.n.IsLeader(), r.seen())
 		}
 		r.close()
 	})

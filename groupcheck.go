@@ -54,50 +54,42 @@ type groupVerdict struct {
 // only one with this client.id. Any other member's nameless partition makes the verdict a conflict
 // (Unnamed), so that the tenure does not lead: counting it as the own topic is what let a member on
 // another topic lead beside this one.
-func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID, member string, partition int32) groupVerdict {
+func judgeGroup(d groupDesc, topic, clientID, member string, partition int32) groupVerdict {
 	var v groupVerdict
 	selves := 0
-	for _, m := range d.Members {
-		if m.ClientID == clientID {
+	for _, m := range d.members {
+		if m.clientID == clientID {
 			selves++
 		}
 	}
-	for _, m := range d.Members {
-		parts := m.Assignment.TopicPartitions
-		if m.TargetAssignment != nil {
-			parts = append(append([]kafka.TopicPartition(nil), parts...), m.TargetAssignment.TopicPartitions...)
-		}
-		self := m.ClientID == clientID && (member == "" || m.ConsumerID == member)
+	for _, m := range d.members {
+		self := m.clientID == clientID && (member == "" || m.memberID == member)
 		var foreign []string
 		var unnamed []int32
-		for _, tp := range parts {
-			name := ""
-			if tp.Topic != nil {
-				name = *tp.Topic
-			}
+		for _, tp := range m.parts {
 			switch {
-			case name != "" && name != topic:
-				if !slices.Contains(foreign, name) {
-					foreign = append(foreign, name)
+			case tp.topic != "" && tp.topic != topic:
+				if !slices.Contains(foreign, tp.topic) {
+					foreign = append(foreign, tp.topic)
 				}
-			case name == "" && !(self && (member != "" || selves == 1)):
-				if !slices.Contains(unnamed, tp.Partition) {
-					unnamed = append(unnamed, tp.Partition)
+			case tp.topic == "" && !(self && (member != "" || selves == 1)):
+				if !slices.Contains(unnamed, tp.partition) {
+					unnamed = append(unnamed, tp.partition)
 				}
-			case self && tp.Partition == partition:
+			case self && tp.partition == partition:
 				v.sawSelf = true
 			}
 		}
-		otherRoles := rolesDigestOf(m.ClientID) != rolesDigestOf(clientID)
+		otherRoles := rolesDigestOf(m.clientID) != rolesDigestOf(clientID)
 		if len(foreign) > 0 || len(unnamed) > 0 || otherRoles {
 			if v.conflict == nil {
-				v.conflict = &GroupConflictError{Group: d.GroupID, Topic: topic, Roles: rolesDigestOf(clientID)}
+				v.conflict = &GroupConflictError{Group: d.group, Topic: topic, Roles: rolesDigestOf(clientID)}
 			}
 			sort.Strings(foreign)
 			slices.Sort(unnamed)
-			fm := ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign, Unnamed: unnamed}
+			fm := ForeignMember{ClientID: m.clientID, Host: m.host, Topics: foreign, Unnamed: unnamed}
 			if otherRoles {
-				fm.Roles = rolesDigestOf(m.ClientID)
+				fm.Roles = rolesDigestOf(m.clientID)
 				if fm.Roles == "" {
 					fm.Roles = singleRole
 				}
@@ -106,6 +98,28 @@ func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID, member string
 		}
 	}
 	return v
+}
+
+// describedOf reads librdkafka's description of a group for judgeGroup: each member's current
+// assignment and, under KIP-848, its target assignment too.
+func describedOf(d kafka.ConsumerGroupDescription) groupDesc {
+	out := groupDesc{group: d.GroupID}
+	for _, m := range d.Members {
+		gm := groupMember{clientID: m.ClientID, memberID: m.ConsumerID, host: m.Host}
+		parts := m.Assignment.TopicPartitions
+		if m.TargetAssignment != nil {
+			parts = append(append([]kafka.TopicPartition(nil), parts...), m.TargetAssignment.TopicPartitions...)
+		}
+		for _, tp := range parts {
+			name := ""
+			if tp.Topic != nil {
+				name = *tp.Topic
+			}
+			gm.parts = append(gm.parts, topicPart{topic: name, partition: tp.Partition})
+		}
+		out.members = append(out.members, gm)
+	}
+	return out
 }
 
 // Members of one group must agree on which role each partition stands for: two instances whose

@@ -35,10 +35,8 @@ type priorityState struct {
 	standbyFrom time.Duration
 	standbyNext time.Duration
 	leave       leaveCheck
-	// asked is a TransferTo for the next cycle to carry out; tagging is the target that the
-	// release markers of the tenures ending now name (tagRelease).
-	asked   atomic.Pointer[pendingTransfer]
-	tagging string
+	// asked is a TransferTo for the next cycle to carry out.
+	asked atomic.Pointer[pendingTransfer]
 	// hops are transfers to other members found on this instance's partitions, by partition.
 	hops map[int32]*hop
 	// requests are transfer requests read from partitions this instance leads.
@@ -125,7 +123,7 @@ func (d *driver) holdOut() {
 		d.takeAsked()
 	}
 	l := &d.prio.leave
-	if !d.yield.unsubscribed || d.yield.requested.Load() || time.Duration(d.yield.until.Load()) > d.now() {
+	if !d.m.yield.unsubscribed || d.m.yield.requested.Load() || time.Duration(d.m.yield.until.Load()) > d.now() {
 		l.holding = false
 		return
 	}
@@ -149,8 +147,8 @@ func (d *driver) holdOut() {
 // endHold ends at once a yield that holdOut extended, rather than a recheck later; a yield of
 // the application's (longer, or asked for since) stands.
 func (d *driver) endHold(now time.Duration) {
-	if until := time.Duration(d.yield.until.Load()); !d.yield.requested.Load() && until > now && until <= now+d.recheck() {
-		d.yield.until.CompareAndSwap(int64(until), int64(now))
+	if until := time.Duration(d.m.yield.until.Load()); !d.m.yield.requested.Load() && until > now && until <= now+d.recheck() {
+		d.m.yield.until.CompareAndSwap(int64(until), int64(now))
 	}
 }
 
@@ -160,17 +158,17 @@ func (d *driver) wantWatch(now time.Duration) bool {
 	if l := pr.leave; l.member != "" && now >= l.next {
 		return true
 	}
-	if pr.standby && d.yield.unsubscribed && now >= pr.standbyNext {
+	if pr.standby && d.m.yield.unsubscribed && now >= pr.standbyNext {
 		return true
 	}
 	if len(pr.requests) > 0 || slices.ContainsFunc(d.parts, func(p *part) bool { return d.hopDue(p) }) {
 		return true
 	}
-	if d.yield.unsubscribed || !d.leadsAny() {
+	if d.m.yield.unsubscribed || !d.leadsAny() {
 		return false
 	}
 	settle := prioritySettle(*d.config.HeartbeatTimeout)
-	return !w.described || w.lastRebalances != d.group.rebalances ||
+	return !w.described || w.lastRebalances != d.m.group.rebalances ||
 		(!d.timing.classic && now-w.last >= settle/2) || (pr.wake != 0 && now >= pr.wake)
 }
 
@@ -192,7 +190,7 @@ func (d *driver) watchGroup() {
 	if !d.live() || now < w.retryAt || !d.wantWatch(now) {
 		return
 	}
-	if d.check.troubled && now-d.check.troubleAt < checkQuiet {
+	if d.troubled() {
 		return
 	}
 	desc, release, err := d.watchDescriber()
@@ -204,7 +202,7 @@ func (d *driver) watchGroup() {
 	if w.done == nil {
 		w.done = make(chan describedGroup, 1)
 	}
-	w.busy, w.began, w.rebalances = true, now, d.group.rebalances
+	w.busy, w.began, w.rebalances = true, now, d.m.group.rebalances
 	d.prio.descriptions.Add(1)
 	// The group checker's context and wait group, so that Close stops this description with
 	// the group check's (closer.go).
@@ -276,7 +274,7 @@ func (d *driver) watched(res describedGroup, now time.Duration) {
 	}
 	d.serveHops(cs, now)
 	d.serveRequests(cs, now)
-	if d.yield.unsubscribed || !d.leadsAny() {
+	if d.m.yield.unsubscribed || !d.leadsAny() {
 		return
 	}
 	w.described, w.last, w.lastRebalances = true, now, w.rebalances
@@ -326,7 +324,7 @@ func (d *driver) handOverForPriority(to contender, now time.Duration) {
 	pr.isStandby.Store(true)
 	pr.watch.described = false
 	d.extendYield(d.recheck())
-	d.yield.requested.Store(true)
+	d.m.yield.requested.Store(true)
 	d.applyYield()
 }
 
@@ -343,7 +341,7 @@ func (d *driver) standbyAtJoin(desc kafka.ConsumerGroupDescription) {
 	pr := &d.prio
 	pr.standby, pr.standbyFrom, pr.standbyNext = true, now, now+*d.config.HeartbeatTimeout
 	pr.isStandby.Store(true)
-	d.yield.unsubscribed = true
+	d.m.yield.unsubscribed = true
 	d.extendYield(d.recheck())
 	d.log.I()("goneli %s: a member of group %s has a priority above %d; standing by until none is left",
 		d.config.Name, d.config.LeaderGroupID, d.config.Priority)

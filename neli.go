@@ -188,30 +188,20 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		n.barrier = barrier[0]
 	}
 	base := clk.Now()
-	for i, role := range roles {
-		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
-			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(config), ticks: len(roles) > 1, recheck: !timing.classic,
-			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
-		})})
-	}
+	n.parts = newParts(config, timing, roles, clk, base)
 	d := &driver{
 		config:     config,
 		timing:     timing,
 		log:        config.Scribe,
 		topic:      config.LeaderTopic,
 		key:        []byte(config.Name),
-		parts:      n.parts,
-		life:       n.life,
-		deliver:    n.deliver,
-		clock:      clk,
-		base:       base,
-		commitAsks: map[int32]commitAsk{},
-		storeAsks:  map[int32]commitAsk{},
-		resets:     map[int32]bool{},
-		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
+		parts:     n.parts,
+		life:      n.life,
+		deliverTo: n.deliver,
+		clock:     clk,
+		base:      base,
 	}
-	d.group.parts = map[int32]bool{}
+	d.m = newMachine(config, timing, n.parts, d, clk, base)
 	d.throttle.every = 10 * time.Second
 	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
 	if digest != "" {
@@ -225,6 +215,7 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	adminConf["log_level"] = 0
 	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
 	d.clientID = fmt.Sprint(consumerConf["client.id"])
+	d.m.clientID = d.clientID
 	d.check.checker = newGroupChecker()
 	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: *config.HeartbeatTimeout,
 		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
@@ -236,12 +227,26 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	} else {
 		d.log.I()("goneli %s: %s", config.Name, viaLibrdkafka(err))
 	}
-	d.watchdog = newWatchdog(d.now, d.expireLeases, n.life.closing)
+	d.alarm = newWatchdog(d.now, d.ring, n.life.closing)
 	n.d = d
 	return n
 }
 
 // startDispatchers gives every part the goroutine that calls the application with its events.
+// newParts makes the parts of roles, each with its lease, for config and timing as New derived
+// them, on the clock clk from base. The simulation makes its members' parts here too.
+func newParts(config Config, timing groupTiming, roles []string, clk clock, base time.Time) []*part {
+	var parts []*part
+	for i, role := range roles {
+		parts = append(parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
+			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
+			window: timing.commitWindow(config), ticks: len(roles) > 1, recheck: !timing.classic,
+			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
+		})})
+	}
+	return parts
+}
+
 func (n *neli) startDispatchers() {
 	for _, p := range n.parts {
 		p.events = newDispatcher()
@@ -385,7 +390,7 @@ func (n *neli) runCycle(limit time.Duration) (err error) {
 // deliver posts the events of a transition of p's lease to the application, in order.
 // LeaderAcquired becomes visible to IsLeader once its barrier call has returned. It returns the
 // delivery of the last event, if any.
-func (n *neli) deliver(p *part, events []Event) *delivery {
+func (n *neli) deliver(p *part, events []Event, dl *delivery) {
 	var calls []func()
 	for _, e := range events {
 		n.log.I()("goneli %s: %v", n.config.Name, e)
@@ -411,7 +416,7 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 		}
 		calls = append(calls, call)
 	}
-	return p.events.post(calls...)
+	p.events.postAs(dl, calls...)
 }
 
 // acquisitionStands reports, from within the barrier's call for a LeaderAcquired of role, whether

@@ -87,7 +87,7 @@ func (d *driver) noteDelivery(err error) {
 		d.heart.ok, d.heart.delivered = now, now
 		return
 	}
-	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.releases) > 0 || (d.check.checker.busy() && !d.viaSide() && !d.check.alone) {
+	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.m.releases) > 0 || (d.check.checker.busy() && !d.viaSide() && !d.m.check.alone) {
 		// A release marker still on its way, or a group check through the producer's own
 		// admin handle, needs this handle; the next failed heartbeat tries again.
 		return
@@ -133,15 +133,17 @@ func (d *driver) sendHeartbeats() {
 					Made: b.h.sentMono, Of: b}
 			}
 			if d.wire.Start(batch) {
-				for _, b := range beats {
-					b.p.lease.sent()
-				}
+				d.machine(func(*machine) {
+					for _, b := range beats {
+						b.p.lease.sent()
+					}
+				})
 				return
 			}
 		}
 	}
 	for _, b := range beats {
-		d.produce(b.p, b.h)
+		d.sendOne(b.p, b.h)
 	}
 }
 
@@ -193,12 +195,12 @@ func (d *driver) awaitHeartbeats() time.Duration {
 	return max(limit-(d.now()-start), 0)
 }
 
-func (d *driver) produce(p *part, h *heartbeat) {
+func (d *driver) sendOne(p *part, h *heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		return
 	}
-	p.lease.sent()
+	d.machine(func(*machine) { p.lease.sent() })
 }
 
 // produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report

@@ -18,9 +18,10 @@ func TestPollFor(t *testing.T) {
 	)
 	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	newDriver := func() *driver {
-		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now,
-			timing: groupTiming{classic: true, interval: heartbeat}}
+		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll), HeartbeatTimeout: Duration(time.Second)},
+			clock: clk, base: clk.now, timing: groupTiming{classic: true, interval: heartbeat}}
 		d.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
+		d.m = newMachine(d.config, d.timing, d.parts, d, clk, clk.now)
 		return d
 	}
 	for _, tc := range []struct {
@@ -35,8 +36,8 @@ func TestPollFor(t *testing.T) {
 		{"idle, within Pulse's timeout", func(*driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
 		{"idle, timeout spent", func(*driver) {}, 0, pollDuration},
 		{"holds a partition", func(d *driver) { d.parts[0].lease.assign(false) }, -1, pollDuration},
-		{"owes a released marker", func(d *driver) { d.releases = []release{{}} }, -1, pollDuration},
-		{"yielding", func(d *driver) { d.yield.requested.Store(true) }, -1, pollDuration},
+		{"owes a released marker", func(d *driver) { d.m.releases = []release{{}} }, -1, pollDuration},
+		{"yielding", func(d *driver) { d.m.yield.requested.Store(true) }, -1, pollDuration},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDriver()

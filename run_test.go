@@ -154,7 +154,9 @@ type runRig struct {
 func newRunRig(t *testing.T) *runRig {
 	r := &runRig{rig: newRig(t), calls: make(chan uint64, 4), entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
 	r.p = &part{lease: r.l, events: newDispatcher(), signal: make(chan struct{}, 1)}
-	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), life: newLifecycle(), d: &driver{clock: r.clock, base: r.clock.now},
+	d := &driver{clock: r.clock, base: r.clock.now}
+	d.m = &machine{clock: r.clock, base: r.clock.now}
+	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), life: newLifecycle(), d: d,
 		parts: []*part{r.p}, events: dispatchers{r.p.events}, leaderSignal: make(chan struct{}, 1)}
 	r.tr = newTenureRunner(context.Background(), func(ctx context.Context, _ string) {
 		r.calls <- r.l.load().epoch
@@ -178,7 +180,11 @@ func newRunRig(t *testing.T) *runRig {
 // post hands the events the lease has produced since the last post to the dispatcher, as the
 // driver does, and returns the delivery of the last.
 func (r *runRig) post() *delivery {
-	d := r.n.deliver(r.p, r.events)
+	if len(r.events) == 0 {
+		return nil
+	}
+	d := newDelivery()
+	r.n.deliver(r.p, r.events, d)
 	r.events = nil
 	return d
 }

@@ -269,10 +269,7 @@ func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
 		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",
 			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
 		d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
-		for _, p := range d.parts {
-			p.lease.useCommitWindow(d.timing.commitWindow(d.config))
-			p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
-		}
+		d.machine(func(m *machine) { m.useTiming(d.timing) })
 	}
 	return nil
 }

@@ -128,7 +128,12 @@ func (a *simAdversary) plan() {
 	}
 	w.coordClock = &simClock{w: w, ppm: ppm(), zero: time.Unix(1_600_000_000, 0)}
 	if p.classic {
-		w.coord = newSimClassic(w, w.coordClock)
+		c := newSimClassic(w, w.coordClock)
+		// Apache Kafka 4.0's group coordinator describes a classic member's assignment in every
+		// state of the group (ClassicGroupMember.describeNoMetadata), 3.x's only while it is
+		// Stable: both are drawn.
+		c.describeAll = w.chance(0.7)
+		w.coord = c
 	} else {
 		w.coord = newSimCG(w, w.coordClock)
 	}
@@ -193,6 +198,11 @@ func (a *simAdversary) draw() *simFault {
 		f.dur = w.between(0, p.session)
 	case faultJoinFail:
 		f.count = 1 + w.rng.IntN(3)
+		if w.chance(0.3) {
+			// Until the coordinator removes the member for not rejoining (issue 46's JoinGroup
+			// failures: a member that keeps its leases on explicit commits meanwhile).
+			f.count = 1 << 20
+		}
 		f.err = errUnknownServerError
 		if w.chance(0.3) {
 			f.err = errCoordinatorLoadInProgress
@@ -263,7 +273,7 @@ func (a *simAdversary) leader() *simMember {
 		if m.alive && m.leading {
 			return m
 		}
-		if m.alive && m.lease.view().leading {
+		if m.alive && m.view().leading {
 			last = m
 		}
 	}
@@ -309,7 +319,17 @@ func (a *simAdversary) fire(f *simFault) {
 	}
 	switch f.kind {
 	case faultPause:
-		m.pause(f.dur, f.flag)
+		if f.flag {
+			// Inside a cycle: the loop's next rebalance callback stalls between the machine's
+			// judgement of the assignment and librdkafka's assign call (a process starved of CPU,
+			// or the wait for the partitions' ends).
+			m.stallAssign = f.dur
+			if w.tracing() {
+				w.note(m.name, "the next rebalance callback stalls for %s before the assign call", fmtDur(f.dur))
+			}
+		} else {
+			m.pause(f.dur)
+		}
 	case faultStop:
 		m.stop(f.dur)
 	case faultCrash:

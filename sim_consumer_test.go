@@ -94,13 +94,14 @@ func (c *simConsumer) giveBack() {
 	c.stored = -1
 }
 
-// store is StoreOffsets.
-func (c *simConsumer) store(off int64, tag string) {
+// store is StoreOffsets: it reports whether the offset was stored (the partition is assigned).
+func (c *simConsumer) store(off int64, tag string) bool {
 	if !c.assignedP0 {
-		return
+		return false
 	}
 	c.stored, c.storedTag = off, tag
 	c.armTick()
+	return true
 }
 
 // withdraw stores the logical offset, which commits nothing (driver.withdraw).

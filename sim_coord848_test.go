@@ -57,9 +57,18 @@ func (c *simCG) member(id int) *simCGMember {
 	return nil
 }
 
-func (c *simCG) owns(id int) bool {
-	m := c.member(id)
-	return m != nil && m.assigned
+// describe is ConsumerGroupDescribe: every member with its assigned partitions, whatever the
+// group's epoch (Apache Kafka describes a consumer group's assignments in every state).
+func (c *simCG) describe() groupDesc {
+	d := groupDesc{group: c.w.prof.config.LeaderGroupID}
+	for _, m := range c.members {
+		gm := groupMember{clientID: m.inst.name, memberID: fmt.Sprintf("m%d", m.id)}
+		if m.assigned {
+			gm.parts = []topicPart{{topic: c.w.prof.config.LeaderTopic, partition: 0}}
+		}
+		d.members = append(d.members, gm)
+	}
+	return d
 }
 
 func (c *simCG) note(format string, args ...any) {
@@ -75,7 +84,7 @@ func (c *simCG) serve(r *simReq) {
 	case reqCommit:
 		c.commit(r)
 	case reqDescribe:
-		r.sawSelf = c.owns(r.member)
+		r.desc = c.describe()
 		r.conn.answer(r)
 	default:
 		panic("KIP-848 coordinator: unexpected " + r.kind.String())

@@ -9,9 +9,8 @@ import (
 // coordinator connection, and answers the group check's descriptions.
 type simCoordinator interface {
 	serve(r *simReq)
-	// owns reports whether a description of the group made now shows member id holding partition
-	// 0 (what the group check's sawSelf needs; groupcheck.go, judgeGroup).
-	owns(id int) bool
+	// describe is the group's description made now, as the group check reads it (groupDesc).
+	describe() groupDesc
 }
 
 // simClassic is the group coordinator of the classic protocol, written from Apache Kafka's
@@ -40,6 +39,11 @@ type simClassic struct {
 	// owner is the member that the current generation's assignment gives partition 0, once the
 	// group leader's SyncGroup has set it; 0 for none.
 	owner int
+	// describeAll says that descriptions show assignments in every state of the group, as Apache
+	// Kafka 4.0's coordinator does (ClassicGroupMember.describeNoMetadata sets the member's
+	// assignment, which only the next SyncGroup replaces); else only while it is Stable, as 3.x's
+	// did (GroupMetadata.summaryNoMetadata).
+	describeAll bool
 }
 
 type simGroupState uint8
@@ -116,8 +120,16 @@ func (c *simClassic) allJoined() bool {
 	return true
 }
 
-func (c *simClassic) owns(id int) bool {
-	return c.state == groupStable && c.owner != 0 && c.owner == id
+func (c *simClassic) describe() groupDesc {
+	d := groupDesc{group: c.w.prof.config.LeaderGroupID}
+	for _, m := range c.members {
+		gm := groupMember{clientID: m.inst.name, memberID: fmt.Sprintf("m%d", m.id)}
+		if c.owner == m.id && (c.state == groupStable || c.describeAll) {
+			gm.parts = []topicPart{{topic: c.w.prof.config.LeaderTopic, partition: 0}}
+		}
+		d.members = append(d.members, gm)
+	}
+	return d
 }
 
 func (c *simClassic) note(format string, args ...any) {
@@ -139,7 +151,7 @@ func (c *simClassic) serve(r *simReq) {
 	case reqLeave:
 		c.leave(r)
 	case reqDescribe:
-		r.sawSelf = c.owns(r.member)
+		r.desc = c.describe()
 		r.conn.answer(r)
 	default:
 		panic("classic coordinator: unexpected " + r.kind.String())

@@ -20,6 +20,9 @@ func (m *simMember) loop() {
 		m.wakeLoop(m.pausedUntil)
 		return
 	}
+	if m.blocked {
+		return // the wait under way goes on with the cycle when it is over
+	}
 	if m.closing {
 		m.cycleClosing()
 		return
@@ -29,16 +32,16 @@ func (m *simMember) loop() {
 	case now >= m.deadlineAt+m.prof.minPoll:
 		m.deadlineAt = now
 		m.cycle(m.pollFor())
-	case m.proving():
+	case m.mach.proving():
 		m.cycle(m.prof.pollDuration)
 	default:
 		m.wakeLoop(m.clock.trueAt(m.deadlineAt + m.prof.minPoll))
 	}
 }
 
-// pollFor is driver.pollFor.
+// pollFor is driver.pollFor, with the driver's idle poll of MinPollInterval.
 func (m *simMember) pollFor() time.Duration {
-	if len(m.releases) > 0 || m.yielding() || m.lease.active() {
+	if m.mach.busyLoop() {
 		return m.prof.pollDuration
 	}
 	return m.prof.minPoll
@@ -46,19 +49,18 @@ func (m *simMember) pollFor() time.Duration {
 
 // idle reports whether a cycle would do nothing but poll (see cycle).
 func (m *simMember) idle() bool {
-	return !m.lease.active() && len(m.releases) == 0 && !m.yielding() && !m.unsubscribed && m.commitAns == nil &&
-		m.checkAns == nil && !m.commitBusy && !m.checkBusy && m.commitAsk == 0 && !m.wantCheck
+	return !m.mach.busyLoop() && !m.mach.yield.unsubscribed && m.commitAns == nil && m.checkAns == nil &&
+		!m.mach.explicit.busy && !m.mach.check.busy && len(m.mach.commitAsks) == 0 && !m.part.wantCheck
 }
 
-// proving is driver.proving.
-func (m *simMember) proving() bool {
-	v := m.lease.view()
-	return v.proveBy > m.dnow() && !v.releasing
-}
-
-// cycle is driver.cycle: poll, then the rest (finish).
+// cycle is driver.cycle: a yield applied, a poll, then the rest (finish).
 func (m *simMember) cycle(wait time.Duration) {
-	m.applyYield()
+	w, then := m.mach.applyYield()
+	m.wait(w, then, func() { m.poll(wait) })
+}
+
+// poll is the cycle's poll.
+func (m *simMember) poll(wait time.Duration) {
 	m.lastPoll = m.clock.local(m.w.now)
 	m.rdk.polled()
 	if len(m.queue) == 0 && wait > 0 {
@@ -112,22 +114,22 @@ func (m *simMember) push(e simAppEvent) {
 	}
 }
 
-// drain handles the polled events, then finishes the cycle.
+// drain handles the polled events, then finishes the cycle. A rebalance callback that waits
+// (blocked) goes on with drain when its wait is over.
 func (m *simMember) drain() {
 	for n := 0; n < maxEventsPerCycle && len(m.queue) > 0 && !m.blocked; n++ {
 		e := m.queue[0]
 		m.queue = m.queue[1:]
 		m.handle(e)
 	}
-	if len(m.queue) == 0 {
-		m.polledAt = m.dnow() // driver.drainedAt: a Poll found the queue empty
-	}
 	if m.blocked {
 		return
 	}
+	m.mach.polled(len(m.queue) == 0)
 	m.finish()
 }
 
+// finish is the rest of driver.cycle once the poll is over.
 func (m *simMember) finish() {
 	if m.closing {
 		m.afterClosingCycle()
@@ -135,33 +137,26 @@ func (m *simMember) finish() {
 	}
 	m.collectCommits()
 	m.collectGroupCheck()
-	m.finishReleases()
-	if !m.closing {
-		m.lease.due(m.mayProduce())
-		m.checkHandOver()
-		m.startGroupCheck()
-		m.startCommits()
-	}
-	m.watchPending()
-	next := m.clock.trueAt(m.deadlineAt + m.prof.minPoll)
-	if m.proving() {
-		next = min(next, m.clock.afterLocal(proofPoll))
-	}
-	m.wakeLoop(next)
+	m.mach.finishReleases()
+	m.mach.tick(m.mayProduce())
+	m.sendBeats()
+	w, then := m.mach.checkHandOver(false)
+	m.wait(w, then, func() {
+		if !m.closing {
+			m.mach.startGroupCheck()
+			m.mach.startCommits()
+		}
+		m.watchPending()
+		next := m.clock.trueAt(m.deadlineAt + m.prof.minPoll)
+		if m.mach.proving() {
+			next = min(next, m.clock.afterLocal(proofPoll))
+		}
+		m.wakeLoop(next)
+	})
 }
 
 func (m *simMember) cycleClosing() {
 	m.lastPoll = m.clock.local(m.w.now)
 	m.rdk.polled()
 	m.drain()
-}
-
-func (m *simMember) afterClosingCycle() {
-	m.finishReleases()
-	if m.rdk.left() && len(m.releases) == 0 {
-		m.note("closed")
-		m.exit()
-		return
-	}
-	m.wakeLoop(m.clock.afterLocal(m.prof.minPoll))
 }

@@ -6,63 +6,66 @@ import (
 
 // simMember is one goneli instance contending for the single role (New): a process with its own
 // clock, librdkafka's group client (simGroupClient), the heartbeat producer, the fetcher, goneli's
-// own connection for the group check, and a model of the driver (driver.go) around the real lease
-// (through simLease, the adapter). What is modelled of the driver, and how:
+// own connection for the group check, and the instance's machine (machine.go), the very type the
+// driver runs, which makes every decision. Around the machine the member carries out what the
+// driver's shell does (sim_shell_test.go): it hands the machine librdkafka's events, makes the
+// machine's effects happen on the models, and makes the waits the machine leaves to the shell.
 //
-//   - The pulse loop (neli.pulse, Background): a full cycle when the poll deadline of
+// What the shell does, and how it is modelled:
+//
+//   - The pulse loop (neli.pulse, Background, driver.cycle): a full cycle when the poll deadline of
 //     MinPollInterval has expired, else a step every proofPoll while a tenure proves its first
-//     lease; a cycle polls (PollDuration while it holds a partition), handles at most
-//     maxEventsPerCycle events, then collects the explicit commit's answer and the group check's,
-//     finishes releases, lets the lease see the time (due), checks the hand-over, starts the group
-//     check and the explicit commit, and aims the watchdog (driver.cycle).
-//   - The rebalance callback (driver.rebalanced): membership, tenures begun and ended with their
-//     release markers (the revocation waits for the releasing marker's delivery, up to
-//     HeartbeatTimeout/2, or for the barrier), then the assign or unassign librdkafka waits for.
-//   - The committer (commit.go): one explicit commit at a time, its answer collected by the next
-//     cycle. The group check (groupcheck.go): one description at a time over a connection of its
-//     own, answered from the coordinator's state (sawSelf while the group, settled, shows this
-//     member holding partition 0), collected by the next cycle. The watchdog (watchdog.go): a
-//     timer on the lease end; expireLeases waits for the loop when a pause holds the driver's lock.
+//     lease; a cycle applies a yield, polls (PollDuration while it holds a partition), handles at
+//     most maxEventsPerCycle events, then hands the machine the explicit commit's answer and the
+//     group check's, lets it finish releases and see the time (tick), sends the heartbeats it
+//     produced, lets it check the hand-over and start the group check and the commits, and aims the
+//     alarm.
+//   - The rebalance callback (driver.rebalanced): the machine's assign, takeAt and taken around
+//     librdkafka's assign call, or revoke, the waits it leaves (the releasing markers' delivery, up
+//     to HeartbeatTimeout/2, or the barrier's return, up to the rebalance timeout) and the unassign.
+//     The adversary can stall the callback between the machine's judgement and the assign call
+//     (a process starved of CPU, or the wait for the partitions' ends).
+//   - The committer (commit.go): one explicit commit at a time, its answer handed to the machine
+//     by the next cycle. The group check (groupcheck.go): one description at a time over a
+//     connection of its own, answered from the coordinator's state as Apache Kafka describes it
+//     (simCoordinator.describe), judged by the machine (judgeGroup), by the next cycle. The
+//     heartbeat producer: one round in flight (driver.mayProduce). The alarm (watchdog.go): the
+//     machine's deadline, which fences leases and withdraws stored offsets whatever the loop does.
 //     The dispatcher (dispatch.go): the barrier's calls one at a time, each taking a while, and
 //     IsLeader only once the LeaderAcquired call has returned (neli.deliver).
-//   - The commit gate (commitgate.go): one store or explicit commit at a time, the store withdrawn
-//     a little less than a tick after it was made and counted as in flight until an answer or a
-//     presumption, the presumed store's newest offset stored again; one round of heartbeats in
-//     flight (driver.mayProduce). What of the gate is simplified is said at simMember.store.
-//   - Hand-over and yield (handover.go, yield.go): the real handover type decides; the instance
-//     leaves the group and rejoins after the back-off.
-//   - Close (closer.go): IsLeader turns false, the tenure ends, the consumer unsubscribes and the
-//     process exits once its LeaveGroup is out.
+//   - Close (closer.go): IsLeader turns false, the machine ends the tenure (endAll), the released
+//     or releasing markers are written, the consumer unsubscribes and the process exits once its
+//     LeaveGroup is out.
 //
-// Simplified, and why none of it can hide an overlap:
+// Not modelled, and why none of it can hide an overlap (docs/testing.md lists them):
 //
 //   - A cycle takes no virtual time. A slower cycle is a pause of the loop, which the adversary
-//     draws from a millisecond up, with the driver's lock held or not.
+//     draws from a millisecond up.
 //   - A member with no tenure, no release, no yield and nothing under way waits in its poll until
 //     the next event comes (loop), where the driver would go round every MinPollInterval: such a
 //     cycle finds nothing to do but take what the poll brings.
-//   - The group check is answered from the coordinator's state at the moment the description
-//     arrives. A real description can also fail or come back inconclusive, which only delays
-//     leading (and a slow check connection is among the adversary's faults); every member uses
-//     the one leader topic, so the check never finds a conflict. Its wait for broker connections
-//     to settle (checkQuiet) only delays it too.
-//   - Left out: the consumer's replacement when it reads nothing back (checkReadBack) and the
-//     producer's recycling, which only leave the group or lose heartbeats; reachability, logs,
-//     metrics and the observer, which decide nothing; and roles: the simulation runs New's one
-//     role. Each role's lease is the same machine on a partition of its own, renewed on shared
-//     ticks (renewalTick), which changes when heartbeats go out, not what renews a lease.
+//   - The consumer's replacement when it reads nothing back (driver.renewConsumer), the producer's
+//     recycling, goneli's own connection giving way to librdkafka, and the check's wait for broker
+//     connections to settle (checkQuiet): each only leaves the group, loses heartbeats or delays a
+//     check. Reachability, logs, metrics and the observer decide nothing. Priorities and transfers
+//     (groupwatch.go, transfer.go) are not drawn; what they do to a tenure is a yield, which is.
+//   - Roles: the simulation runs New's one role. Each role's lease is the same machine on a
+//     partition of its own, renewed on shared ticks (renewalTick), which changes when heartbeats go
+//     out, not what renews a lease.
 type simMember struct {
 	w     *simWorld
 	idx   int
 	name  string
 	prof  *simProfile
 	clock *simClock
-	lease simLease
 	rdk   simGroupClient
+	// mach is the instance's machine, and part its one role.
+	mach *machine
+	part *part
 
 	coordConn, prodConn, checkConn *simConn
 	fetchLink                      *simLink
-	leaseBase                      time.Duration // the lease's origin on the member's clock
+	leaseBase                      time.Duration // the machine's origin on the member's clock
 
 	alive, frozen bool
 	deferred      []func() // member events that came while the process was stopped
@@ -71,64 +74,27 @@ type simMember struct {
 
 	// The pulse loop.
 	pausedUntil  time.Duration // true time until which goneli's loop is paused
-	holdsLock    bool          // the pause holds the driver's lock (the watchdog waits for it)
 	lastPoll     time.Duration // the member's clock at its last poll (max.poll.interval.ms)
 	deadlineAt   time.Duration // the member's clock at the last full cycle (the poll deadline)
 	loopTok      int
 	polling      bool
 	pollTok      int
-	blocked      bool // a revocation waits for its releasing marker or the barrier
+	blocked      bool // the loop waits in a rebalance callback, or for a yield's releases
 	blockedSince time.Duration
 	queue        []simAppEvent
 
-	// The driver's state.
-	groupP0 bool // d.group.parts[0]
-	// The commit gate (commitgate.go), for the one partition: storeAsk waits for it (storeAsked);
-	// gateArmed says an offset is stored and its withdrawal due (gateTok names that store);
-	// gatePending that a withdrawn store may have been sent and is unanswered until gatePresumeBy.
-	// gateAt is when the store was made; gateLatencies the latest answer times, gateDoubt the
-	// stores presumed unsent since the last answer, which learn and double the patience; gateChainAt
-	// the time of the first store since the last answer (gateChained), which the stores after
-	// presumptions anchor at (lease.storedSince). lastBeat is the newest heartbeat produced, for
-	// driver.mayProduce.
-	storeAsk               commitAsk
-	storeAsked             bool
-	gateArmed, gatePending bool
-	gatePresumed           bool // the last store was presumed unsent and is unanswered
-	gateTok                int
-	gateAt, gatePresumeBy  time.Duration
-	gateLatencies          []time.Duration
-	gateDoubt              int
-	gateChainAt            time.Duration
-	gateChained            bool
-	// gateShifted says the store under way is made half a tick late and gatePlaced whether it has
-	// been made yet (at gateAt, then); gateShift that the next store after a presumption is.
-	gateShifted, gatePlaced, gateShift bool
-	lastBeat                           *simReq
-	lastBeatAt                         time.Duration
-	owedCommit                         bool
-	member                             membership
-	partMember                         int // the member id under which the tenure began
-	wantCheck                          bool
-	commitAsk                          int64
-	commitTag                          string
-	commitBusy                         bool
-	// commitSent is when the explicit commit under way started, and commitsHeld driver.commitsHeld.
-	commitSent  time.Duration
-	commitsHeld bool
-	// polledAt is driver.polledAt: when the last Poll returned, on the driver's clock.
-	polledAt                  time.Duration
-	commitAns                 *simAnswer
-	checkBusy                 bool
-	checkTenure               uint64
-	checkAns                  *simAnswer
-	releases                  []simRelease
-	unwatched                 bool
-	watchTok                  int
-	handover                  handover
-	yieldUntil                time.Duration // on the driver's scale
-	yieldAsked                bool
-	unsubscribed, handingOver bool
+	// The shell's state: the heartbeats the machine produced in this cycle, the round in flight
+	// (driver.mayProduce), the answers waiting for the next cycle, the alarm, the releases Close
+	// left, and librdkafka's view of partition 0.
+	beats        []*heartbeat
+	lastBeat     *simReq
+	lastBeatAt   time.Duration
+	commitAns    *simAnswer
+	checkAns     *simAnswer
+	checkTenures map[int32]uint64
+	alarmTok     int
+	finals       []release
+	groupP0      bool
 
 	// The dispatcher.
 	disp     []*simDelivery
@@ -138,9 +104,11 @@ type simMember struct {
 	barrierSlowUntil time.Duration
 	barrierSlowBy    time.Duration
 
-	// The adversary's hold on this instance's JoinGroups.
+	// The adversary's hold on this instance's JoinGroups, and its stall of the next rebalance
+	// callback between the machine's judgement and librdkafka's assign call.
 	failJoins   int
 	failJoinErr simErr
+	stallAssign time.Duration
 
 	// For the oracle and the adversary's triggers.
 	leading bool // IsLeader at the last check
@@ -155,6 +123,23 @@ type simMember struct {
 	restartedAsk                        int64
 	tracedEnd                           time.Duration
 	storedCount                         int
+}
+
+// simAnswer is an answer waiting to be collected by a cycle: an explicit commit's or a group check's.
+type simAnswer struct {
+	offset int64
+	tag    string
+	err    simErr
+	desc   groupDesc
+	failed bool
+}
+
+// simDelivery is one call of the barrier (dispatch.go's delivery).
+type simDelivery struct {
+	dl       *delivery
+	acquired bool
+	epoch    uint64
+	what     string
 }
 
 // simAppEvent is an event in the consumer's queue, which goneli reads with Poll.
@@ -189,7 +174,7 @@ type simGroupClient interface {
 	answer(q *simReq)
 	assigned(p0 bool)
 	unassigned()
-	store(off int64, tag string)
+	store(off int64, tag string) bool
 	withdraw()
 	commit(off int64, tag string)
 	id() int
@@ -200,7 +185,8 @@ type simGroupClient interface {
 	describe() string
 }
 
-// startMember starts a goneli instance now: its process, clock and connections, then New's
+// startMember starts a goneli instance now: its process, clock and connections, its machine as
+// New makes it (newParts, newMachine, and the broker's timing as join reads it), then New's
 // subscribe.
 func (w *simWorld) startMember(name string, ppm int64) *simMember {
 	p := &w.prof
@@ -209,8 +195,18 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 	m.leaseBase = m.clock.local(w.now)
 	m.lastPoll = m.clock.local(w.now)
 	m.deadlineAt = m.lastPoll - p.minPoll
-	m.lease = newSimLease(m)
-	m.handover = newHandover(p.ht, p.handOverAfter)
+	base := m.clock.Now()
+	parts := newParts(p.config, p.timing, []string{""}, m.clock, base)
+	m.part = parts[0]
+	// Tenure ids come from the schedule's random source rather than crypto/rand.
+	m.part.lease.random = w.rng.Uint64
+	config := p.config
+	config.Name = name
+	fx := simFx{m}
+	m.mach = newMachine(config, p.timing, parts, fx, m.clock, base)
+	m.mach.clientID = name
+	m.mach.useTiming(p.timing)
+	m.mach.newGate(fx.storeOffsets)
 	m.barrier = w.between(0, 2*time.Millisecond)
 	lat := func() *simLink {
 		return newSimLink(w, w.between(100*time.Microsecond, 2*time.Millisecond), w.between(0, time.Millisecond))
@@ -323,17 +319,16 @@ func (m *simMember) stop(d time.Duration) {
 	})
 }
 
-// pause stalls goneli's pulse loop for d (a GC pause, a slow call); holdsLock says that it stalls
-// inside a cycle, with the driver's lock held, so that the watchdog waits too.
-func (m *simMember) pause(d time.Duration, holdsLock bool) {
+// pause stalls goneli's pulse loop for d (a GC pause of its goroutine, a slow call). The alarm
+// and the dispatcher go on: they wait for no lock the loop holds (driver.go).
+func (m *simMember) pause(d time.Duration) {
 	if !m.alive {
 		return
 	}
-	m.w.note(m.name, "goneli's loop paused for %s (lock held: %v)", fmtDur(d), holdsLock)
+	m.w.note(m.name, "goneli's loop paused for %s", fmtDur(d))
 	until := m.w.now + d
 	if until > m.pausedUntil {
 		m.pausedUntil = until
-		m.holdsLock = holdsLock || m.polling
 	}
 	m.w.at(until, func() {
 		if m.alive && m.w.now >= m.pausedUntil {
@@ -346,14 +341,23 @@ func (m *simMember) pause(d time.Duration, holdsLock bool) {
 
 // isLeader is IsLeader: Live, not yielding, the lease announced and not run out.
 func (m *simMember) isLeader() bool {
-	if !m.alive || m.closing || m.yielding() {
+	if !m.alive || m.closing || m.mach.yielding() {
 		return false
 	}
-	v := m.lease.view()
-	return m.lease.announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.end
+	l := m.part.lease
+	v := l.load()
+	return l.announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.end
 }
+
+// view is what the lease publishes.
+func (m *simMember) view() *leaseView { return m.part.lease.load() }
 
 // leaseEnd is the true time at which the current lease runs out.
 func (m *simMember) leaseEnd() time.Duration {
-	return m.clock.trueAt(m.leaseBase + m.lease.view().end)
+	return m.clock.trueAt(m.leaseBase + m.view().end)
+}
+
+// leaseEndNote renders the lease end in true time, for the timeline.
+func (m *simMember) leaseEndNote() string {
+	return fmtDur(m.leaseEnd())
 }

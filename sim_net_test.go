@@ -112,7 +112,7 @@ type simReq struct {
 	members   []simJoinedMember // JoinGroup, to the group leader
 	hasP0     bool              // SyncGroup and ConsumerGroupHeartbeat: the assignment includes partition 0
 	assigns   bool              // ConsumerGroupHeartbeat: the answer carries an assignment
-	sawSelf   bool              // DescribeGroups for the group check
+	desc      groupDesc         // DescribeGroups for the group check
 	interval  time.Duration     // ConsumerGroupHeartbeat: the heartbeat interval
 	answered  bool
 	// acceptedAt is when the coordinator accepted an OffsetCommit (true time), for the timeline's
@@ -161,6 +161,9 @@ const (
 	errStaleMemberEpoch
 	errFencedMemberEpoch
 )
+
+// Error makes a simErr the error of a commit's answer (machine.commitAnswer).
+func (e simErr) Error() string { return e.String() }
 
 func (e simErr) String() string {
 	return [...]string{"NONE", "UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS", "MEMBER_ID_REQUIRED",

@@ -215,10 +215,10 @@ func (n *neli) statsOf(p *part) Stats {
 		StaleHeartbeats:     c.stale,
 		LateHeartbeats:      c.late,
 		CommitRejections:    c.rejected,
-		GroupChecks:         n.d.check.count.Load(),
-		CommitStoresMissed:  n.d.gateCounts.presumed.Load(),
-		LateWithdrawals:     n.d.gateCounts.doubled.Load(),
-		HandOvers:           n.d.handOvers.Load(),
+		GroupChecks:         n.d.m.check.count.Load(),
+		CommitStoresMissed:  n.d.m.gateCounts.presumed.Load(),
+		LateWithdrawals:     n.d.m.gateCounts.doubled.Load(),
+		HandOvers:           n.d.m.handOvers.Load(),
 		GroupDescriptions:   n.d.prio.descriptions.Load(),
 		Transfers:           n.d.prio.transfers.Load(),
 		Standby:             n.d.prio.isStandby.Load(),
@@ -247,7 +247,7 @@ func (n *neli) statsOf(p *part) Stats {
 	if !s.Leader {
 		s.LeaseRemaining = 0
 	}
-	if y := time.Duration(n.d.yield.until.Load()); y > now {
+	if y := time.Duration(n.d.m.yield.until.Load()); y > now {
 		s.YieldRemaining = y - now
 	}
 	return s

@@ -32,10 +32,7 @@ func (d *driver) join() error {
 	}
 	// What New read of the broker's session (fitSession, checkConsumerGroupSession) bounds how long
 	// a lease may renew on explicit commits.
-	for _, p := range d.parts {
-		p.lease.useCommitWindow(d.timing.commitWindow(d.config))
-		p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
-	}
+	d.machine(func(m *machine) { m.useTiming(d.timing) })
 	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
@@ -48,7 +45,7 @@ func (d *driver) join() error {
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
-	d.gate = d.newGate(consumer)
+	d.machine(func(m *machine) { m.newGate(d.storerOf(consumer)) })
 	return nil
 }
 
@@ -80,7 +77,7 @@ func (d *driver) prepareGroup() error {
 	}
 	d.brokers = brokers
 	d.fitSession(admin, brokers)
-	d.check.count.Add(1)
+	d.m.check.count.Add(1)
 	if !d.timing.classic {
 		if err := d.checkConsumerGroupSession(admin, brokers); err != nil {
 			return err
@@ -94,7 +91,7 @@ func (d *driver) prepareGroup() error {
 		return nil
 	}
 	d.standbyAtJoin(desc)
-	if v := judgeGroup(desc, d.topic, d.clientID, "", 0); v.conflict != nil {
+	if v := judgeGroup(describedOf(desc), d.topic, d.clientID, "", 0); v.conflict != nil {
 		if v.conflict.definite() {
 			return v.conflict
 		}

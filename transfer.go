@@ -228,7 +228,7 @@ func (d *driver) takeAsked() {
 // held.
 func (d *driver) carryOut(t pendingTransfer, by string) {
 	v := d.parts[0].lease.load()
-	if !v.leading || v.tenure != t.tenure || d.yield.unsubscribed {
+	if !v.leading || v.tenure != t.tenure || d.m.yield.unsubscribed {
 		d.log.I()("goneli %s: no longer leads; not handing over to %s", d.config.Name, t.to)
 		return
 	}
@@ -237,19 +237,12 @@ func (d *driver) carryOut(t pendingTransfer, by string) {
 	}
 	d.prio.transfers.Add(1)
 	d.log.I()("goneli %s: handing over to %s%s; staying out of the group for %v", d.config.Name, t.to, by, t.hold)
-	d.prio.tagging = t.to
+	// The release markers of the tenures that end now name the target (machine.endTenures).
+	d.machine(func(m *machine) { m.tagging = t.to })
 	d.extendYield(t.hold)
-	d.yield.requested.Store(true)
+	d.m.yield.requested.Store(true)
 	d.applyYield()
-	d.prio.tagging = ""
-}
-
-// tagRelease makes a release marker of a tenure that ends now name the target of the transfer
-// under way, if any (endTenures).
-func (d *driver) tagRelease(marker *heartbeat) {
-	if marker != nil {
-		marker.to = d.prio.tagging
-	}
+	d.machine(func(m *machine) { m.tagging = "" })
 }
 
 // foreignRecord takes a record of another tenure from p's partition (driver.onMessage): a
@@ -271,7 +264,7 @@ func (d *driver) foreignRecord(p *part, key string, h heartbeat) {
 			d.cancelHop(p)
 		}
 	}
-	d.apply(p, p.lease.foreign(h))
+	d.machine(func(m *machine) { m.foreign(p, h) })
 }
 
 // transferAsked takes a transfer request. Only a tenure that leads as it reads the request acts
@@ -300,7 +293,7 @@ func (d *driver) serveRequests(cs []contender, now time.Duration) {
 		}
 		p := d.parts[r.partition]
 		v := p.lease.load()
-		if !v.leading || v.tenure != r.tenure || d.yield.unsubscribed {
+		if !v.leading || v.tenure != r.tenure || d.m.yield.unsubscribed {
 			continue
 		}
 		if wait := d.settleLeft(v); wait > 0 {
@@ -336,7 +329,7 @@ func (d *driver) transferSeen(p *part, h heartbeat) {
 	d.cancelHop(p)
 	hp := &hop{to: h.to, tenure: v.tenure, from: h.tenure, sentinel: h.tenure ^ hopSentinel, at: d.now(), confirmed: v.counts.confirmed}
 	d.prio.hops[p.id] = hp
-	d.apply(p, p.lease.foreign(heartbeat{tenure: hp.sentinel, kind: kindReleasing, role: p.name}))
+	d.machine(func(m *machine) { m.foreign(p, heartbeat{tenure: hp.sentinel, kind: kindReleasing, role: p.name}) })
 }
 
 // cancelHop lets p's tenure go on as if no transfer had been found.
@@ -346,7 +339,7 @@ func (d *driver) cancelHop(p *part) {
 		return
 	}
 	delete(d.prio.hops, p.id)
-	d.apply(p, p.lease.foreign(heartbeat{tenure: hp.sentinel, kind: kindReleased, role: p.name}))
+	d.machine(func(m *machine) { m.foreign(p, heartbeat{tenure: hp.sentinel, kind: kindReleased, role: p.name}) })
 }
 
 // hopDue reports whether p's hop waits for a description: once an own heartbeat of the tenure has
@@ -373,7 +366,7 @@ func (d *driver) serveHops(cs []contender, now time.Duration) {
 			continue
 		}
 		v := p.lease.load()
-		if !v.assigned || v.tenure != hp.tenure || v.leading || d.yield.unsubscribed {
+		if !v.assigned || v.tenure != hp.tenure || v.leading || d.m.yield.unsubscribed {
 			d.cancelHop(p)
 			continue
 		}
@@ -387,7 +380,7 @@ func (d *driver) serveHops(cs []contender, now time.Duration) {
 			d.config.Name, p.id, hp.to, hold)
 		delete(d.prio.hops, p.id)
 		d.extendYield(hold)
-		d.yield.requested.Store(true)
+		d.m.yield.requested.Store(true)
 		d.applyYield()
 		return
 	}

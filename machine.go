@@ -1,0 +1,331 @@
+package goneli
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// machine is every decision an instance makes about its roles' tenures: what an assignment, a
+// revocation, a record read back, a commit's answer, a group check's answer, a poll, a yield or a
+// hand-over means for each role, and when to produce, store, commit, describe the group, read the
+// ends of partitions or call the barrier. It holds the leases (lease.go), the commit gate
+// (commitgate.go) and the bookkeeping between them, and it is the same code under the driver
+// (driver.go), which carries librdkafka's and kgo's events in and its effects out, and under the
+// simulation (sim_*_test.go), whose models of librdkafka, the coordinator and the network do.
+//
+// It starts no goroutine, takes no lock and reads the time only through the clock it is given:
+// its caller serialises every call (the driver holds its lock). What it asks of the world goes
+// through effects: quick calls into librdkafka that return at once (storing an offset, taking or
+// giving back an assignment, subscribing), and work the shell starts and answers later with
+// another call (an explicit commit, a group check, a heartbeat's produce). Whatever waits on the
+// network or on the application in the middle of a decision (the rebalance callback's read of the
+// partitions' ends, its wait for release markers or the barrier) is split at the wait: the machine
+// returns what to wait for, and the caller calls it again when the wait is over.
+//
+// Other goroutines read only what the leases publish (leaseView) and the atomic fields below.
+type machine struct {
+	name   string // Config.Name, for notes
+	topic  string
+	timing groupTiming
+	config Config // the derived settings the decisions use (HeartbeatTimeout and the intervals)
+	fx     effects
+	clock  clock
+	base   time.Time
+
+	// parts are the roles, by partition number.
+	parts []*part
+
+	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
+	// offsets the leases asked to store, by partition, until the gate lets them be stored.
+	gate       *commitGate
+	gateCounts gateCounts
+	storeAsks  map[int32]commitAsk
+	// commitAsks gathers the explicit commits the leases asked for during a cycle, by partition,
+	// for one request at its end; explicit is that request while it waits for its answer.
+	commitAsks map[int32]commitAsk
+	explicit   struct {
+		busy   bool
+		sentAt time.Duration
+	}
+	// resets are the partitions whose explicit commit asked for in this cycle is to reset
+	// librdkafka's committed offset below a log that restarted (leaseOut.restarted); resetting
+	// says that the commit under way is only such a reset, sent while explicit commits are held.
+	resets    map[int32]bool
+	resetting bool
+	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
+	// again.
+	commitsHeld bool
+	// unwatched says that a lease changed since the deadline was last read (watchPending).
+	unwatched bool
+	group     groupState
+	// drainedAt is when a Poll last found the consumer's queue empty (heldAssignment): whatever a
+	// later Poll returns was queued after it.
+	drainedAt time.Duration
+	releases  []release // tenures whose released marker waits for the barrier
+	check     checkBook
+	yield     yieldState
+	handover  handover      // when to hand the roles over (handover.go)
+	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	renewals  consumerRenewals
+	// tagging is the member a hand-over of the single leader goes to (transfer.go): its release
+	// markers name it.
+	tagging string
+	// assignment is the assignment the rebalance callback is taking (assign, takeAt, taken).
+	assignment []int32
+	// clientID is the consumer's client.id, by which the group check finds this instance.
+	clientID string
+}
+
+// effects are what the machine asks of the world. The driver carries them out on Kafka's clients,
+// the simulation on its models; each returns before the machine goes on.
+type effects interface {
+	// storeOffsets is librdkafka's StoreOffsets: it returns the offsets it stored.
+	storeOffsets(offsets []offsetRef) ([]offsetRef, error)
+	// produce hands a heartbeat of p to the producer (sent once the cycle ends:
+	// driver.sendHeartbeats), which reports p.lease.sent once it has it; writeMarker writes a
+	// released marker of p.
+	produce(p *part, h *heartbeat)
+	writeMarker(p *part, h *heartbeat)
+	// commit starts an explicit commit of offsets; its answer comes back as explicitAnswered.
+	commit(offsets []offsetRef)
+	// describe starts a check of the group for tenures, by partition; its answer comes back as
+	// checked. An error says that it could not start.
+	describe(tenures map[int32]uint64) error
+	// deliver posts events of p to the barrier; dl is done once the barrier has returned from the
+	// last of them.
+	deliver(p *part, events []Event, dl *delivery)
+	// note logs a line; key, if not empty, throttles lines of one kind.
+	note(level logLevel, key, format string, args ...any)
+	// unsubscribe leaves the group, subscribe joins it again.
+	unsubscribe() error
+	subscribe() error
+	// left says that this instance left the group as member (groupwatch.go checks it is gone).
+	left(member string)
+	// live reports whether Close has yet to begin.
+	live() bool
+}
+
+// logLevel is a note's severity.
+type logLevel uint8
+
+const (
+	levelDebug logLevel = iota
+	levelInfo
+	levelWarn
+	levelError
+)
+
+// checkBook is what the machine keeps of group checks: the one under way, and the troubles of the
+// brokers' connections that defer the next.
+type checkBook struct {
+	busy bool
+	// alone is set after a group check failed: the next one goes through an admin client of its
+	// own rather than the producer's (driver.describer).
+	alone bool
+	count atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
+	// troubled says that a client has seen a broker connection fail, last at troubleAt; deferSince
+	// is since when a group check has waited for the connections to settle (startGroupCheck).
+	troubled              bool
+	troubleAt, deferSince time.Duration
+	deferring             bool
+}
+
+// newMachine makes the machine of parts, whose leases are made, for config and timing as New
+// derived them.
+func newMachine(config Config, timing groupTiming, parts []*part, fx effects, clk clock, base time.Time) *machine {
+	m := &machine{
+		name:       config.Name,
+		topic:      config.LeaderTopic,
+		timing:     timing,
+		config:     config,
+		fx:         fx,
+		clock:      clk,
+		base:       base,
+		parts:      parts,
+		commitAsks: map[int32]commitAsk{},
+		storeAsks:  map[int32]commitAsk{},
+		resets:     map[int32]bool{},
+		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
+	}
+	m.group.parts = map[int32]bool{}
+	return m
+}
+
+// now is the time on the machine's clock, the monotonic scale that leases, yields and deadlines
+// are measured in. Safe without the caller's lock.
+func (m *machine) now() time.Duration {
+	return m.clock.Now().Sub(m.base)
+}
+
+// newGate makes the commit gate of a consumer whose StoreOffsets st is (commitgate.go), for
+// librdkafka's auto-commit interval in whole milliseconds, as the consumer's configuration has it.
+func (m *machine) newGate(st storer) {
+	tick := time.Duration(m.timing.commit.Milliseconds()) * time.Millisecond
+	m.gate = newCommitGate(st, tick, m.timing.heartbeat(), *m.config.HeartbeatTimeout/4, m.now, &m.gateCounts)
+}
+
+// useTiming replaces the group timing once New, or a group check under KIP-848, has read the
+// broker's; the leases' window and answer bound follow it.
+func (m *machine) useTiming(t groupTiming) {
+	m.timing = t
+	for _, p := range m.parts {
+		p.lease.useCommitWindow(t.commitWindow(m.config))
+		p.lease.useAnswerBound(t.answerBound(m.config), t.heartbeat())
+	}
+}
+
+// apply carries out what p's lease asked for after a transition, and returns the delivery of its
+// last event. A group check it asks for is started by the cycle, together with any others.
+func (m *machine) apply(p *part, out leaseOut) *delivery {
+	if out.heartbeat != nil {
+		m.fx.produce(p, out.heartbeat)
+	}
+	if out.store != 0 {
+		m.storeAsks[p.id] = commitAsk{out.store, out.tag}
+	}
+	if out.commit != 0 {
+		if out.restarted {
+			m.fx.note(levelWarn, "", "goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
+				m.name, p.id, out.commit)
+		}
+		m.commitAsks[p.id] = commitAsk{out.commit, out.tag}
+		if out.restarted {
+			m.resets[p.id] = true
+		}
+	}
+	if out.check {
+		p.wantCheck = true
+	}
+	// The deadline is read once the cycle is over (watchPending) rather than after every lease's
+	// transition: reading it walks every lease, and a cycle of an instance that leads N roles
+	// makes a few transitions per role.
+	m.unwatched = true
+	return m.deliver(p, out.events)
+}
+
+// deliver posts events of p to the barrier and returns the delivery of the last one, nil if none.
+func (m *machine) deliver(p *part, events []Event) *delivery {
+	if len(events) == 0 {
+		return nil
+	}
+	dl := newDelivery()
+	m.fx.deliver(p, events, dl)
+	return dl
+}
+
+// tick lets the leases act on the time that has passed: due heartbeats (beats says whether the
+// producer may take more: driver.mayProduce), fences, stalled commits, group checks. Called once a
+// cycle.
+func (m *machine) tick(beats bool) {
+	for _, p := range m.parts {
+		m.apply(p, p.lease.due(beats))
+	}
+}
+
+// polled records that a Poll found the consumer's queue empty.
+func (m *machine) polled(empty bool) {
+	if empty {
+		m.drainedAt = m.now()
+	}
+}
+
+// readBack takes an own heartbeat of p read back at offset.
+func (m *machine) readBack(p *part, h heartbeat, offset int64) {
+	m.apply(p, p.lease.readBack(h, offset))
+}
+
+// foreign takes another instance's record of p, or an earlier tenure's.
+func (m *machine) foreign(p *part, h heartbeat) {
+	m.apply(p, p.lease.foreign(h))
+}
+
+// fail fences every lease for a reason found outside the protocol (a fatal client error).
+func (m *machine) fail(reason string) {
+	for _, p := range m.parts {
+		m.apply(p, p.lease.fail(reason))
+	}
+}
+
+// partition returns the part of partition id, or nil if this instance does not contend for it.
+func (m *machine) partition(id int32) *part {
+	if id < 0 || int(id) >= len(m.parts) {
+		return nil
+	}
+	return m.parts[id]
+}
+
+// deadline is when the machine must be called next (alarm) whatever else happens: the earliest
+// end of a lease held, or the commit gate's next withdrawal. The driver's alarm and the
+// simulation call alarm then.
+func (m *machine) deadline() (time.Duration, bool) {
+	end, ok := time.Duration(0), false
+	for _, p := range m.parts {
+		if e, leading := p.lease.deadline(); leading && (!ok || e < end) {
+			end, ok = e, true
+		}
+	}
+	if m.gate != nil {
+		if at, armed := m.gate.due(); armed && (!ok || at < end) {
+			end, ok = at, true
+		}
+	}
+	return end, ok
+}
+
+// alarm fences every lease that has run out and lets the commit gate withdraw or place what is
+// due. The driver calls it from its alarm goroutine, the watchdog, at the deadline, without waiting
+// for the poll loop, so that LeaderFenced arrives even when nobody pulses and an offset is
+// withdrawn within its tick.
+func (m *machine) alarm() {
+	for _, p := range m.parts {
+		m.deliver(p, p.lease.expire().events)
+	}
+	if m.gate != nil {
+		m.gate.alarm(m.now())
+	}
+}
+
+// watchPending reports whether a lease or the gate changed since the deadline was last read, and
+// clears it: the driver aims its alarm again.
+func (m *machine) watchPending() bool {
+	pending := m.unwatched
+	m.unwatched = false
+	return pending
+}
+
+// proving reports whether a tenure is proving its first lease: assigned, not acquired yet, not
+// waiting for a predecessor to release the partition, and within one HeartbeatTimeout of its
+// assignment, so that a tenure that cannot lead (a group conflict, say) does not keep the instance
+// polling fast.
+func (m *machine) proving() bool {
+	now := m.now()
+	for _, p := range m.parts {
+		if v := p.lease.load(); v.proveBy > now && !v.releasing {
+			return true
+		}
+	}
+	return false
+}
+
+// active reports whether any role's tenure is under way, or a release or a yield needs the loop.
+func (m *machine) busyLoop() bool {
+	if len(m.releases) > 0 || m.yielding() {
+		return true
+	}
+	for _, p := range m.parts {
+		if p.lease.active() {
+			return true
+		}
+	}
+	return false
+}
+
+// leadsAny reports whether the protocol has any role of this instance leading.
+func (m *machine) leadsAny() bool {
+	for _, p := range m.parts {
+		if p.lease.load().leading {
+			return true
+		}
+	}
+	return false
+}

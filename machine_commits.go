@@ -1,0 +1,252 @@
+package goneli
+
+import (
+	"slices"
+	"time"
+)
+
+// commitAsk is an offset a lease asked to have committed, stored or explicitly: the offset and its
+// metadata (confirmed.tag).
+type commitAsk struct {
+	offset int64
+	tag    string
+}
+
+// commitAnswer is a commit's answer as the machine needs it: each partition's offset, metadata and
+// outcome, or, if the whole commit failed, why (err and outcome).
+type commitAnswer struct {
+	offsets []committed
+	err     error
+	outcome commitOutcome
+}
+
+// committed is one partition of a commit's answer.
+type committed struct {
+	offsetRef
+	err     error
+	outcome commitOutcome
+}
+
+// commitOutcome sorts a commit's error by what it means for the lease.
+type commitOutcome uint8
+
+const (
+	commitOK commitOutcome = iota
+	// commitNoOffset: nothing new was committed (NO_OFFSET).
+	commitNoOffset
+	// commitGone: the member is gone from the group (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
+	// FENCED_MEMBER_EPOCH).
+	commitGone
+	// commitGeneration: the member's generation is over (ILLEGAL_GENERATION).
+	commitGeneration
+	// commitNotAccepted: any other error of Kafka's (REBALANCE_IN_PROGRESS, KIP-848's
+	// STALE_MEMBER_EPOCH, which says the member is still in the group at a newer epoch, ...):
+	// the commit renews nothing.
+	commitNotAccepted
+	// commitFailed: the commit failed before Kafka answered (a client error).
+	commitFailed
+)
+
+// offsetsOf returns the offsets an answer names.
+func (a commitAnswer) offsetsOf() []offsetRef {
+	out := make([]offsetRef, len(a.offsets))
+	for i, c := range a.offsets {
+		out[i] = c.offsetRef
+	}
+	return out
+}
+
+// autoCommitted takes an answer to one of librdkafka's automatic commits (an OffsetsCommitted
+// event): the gate learns that its commit was answered, each lease what was committed, and an
+// accepted one ends a hold on explicit commits.
+func (m *machine) autoCommitted(a commitAnswer) {
+	m.group.owedCommit = false
+	m.gate.answer(a.offsetsOf(), m.drainedAt)
+	m.onCommit(a, false)
+	if !m.commitsHeld || a.err != nil || slices.ContainsFunc(m.parts, func(p *part) bool { return p.lease.holding() }) {
+		// An answer seen while the leases count the connection as holding answers back may be
+		// one of those held: it shows librdkafka steady again only once that is over.
+		return
+	}
+	for _, c := range a.offsets {
+		if c.err == nil && c.offset >= 0 && m.partition(c.partition) != nil {
+			m.commitsHeld = false
+			return
+		}
+	}
+}
+
+// withdraw takes back the offset stored for p, if any, so that librdkafka's auto-commit does not
+// send it and the partition's revocation commits nothing (lease.quiesce, a revocation), and drops
+// one waiting to be stored: librdkafka commits only a stored offset above the one it committed
+// last, and on revocation only a stored offset that is not a logical one (librdkafka 2.11.1,
+// rd_kafka_assignment_serve_removals).
+func (m *machine) withdraw(p *part) {
+	delete(m.storeAsks, p.id)
+	m.gate.withdraw(p.id)
+}
+
+func (m *machine) onCommit(a commitAnswer, explicit bool) {
+	if a.err != nil {
+		// The whole commit failed: it carried every partition's offset.
+		for _, p := range m.parts {
+			m.onCommitError(p, a.err, a.outcome)
+		}
+		return
+	}
+	for _, c := range a.offsets {
+		p := m.partition(c.partition)
+		if p == nil {
+			continue
+		}
+		if c.err != nil {
+			m.onCommitError(p, c.err, c.outcome)
+			continue
+		}
+		m.apply(p, p.lease.committed(c.offset, c.tag, explicit))
+	}
+}
+
+func (m *machine) onCommitError(p *part, err error, outcome commitOutcome) {
+	switch outcome {
+	case commitNoOffset:
+	case commitGone, commitGeneration:
+		m.apply(p, p.lease.rejected(err.Error()))
+	case commitFailed:
+		m.fx.note(levelWarn, "commit", "goneli %s: heartbeat offset commit failed: %v", m.name, err)
+	default:
+		// Includes REBALANCE_IN_PROGRESS, and KIP-848's STALE_MEMBER_EPOCH, which says the member
+		// is still in the group at a newer epoch: the lease simply goes unrenewed by this commit.
+		m.fx.note(levelDebug, "commit:"+err.Error(), "goneli %s: heartbeat offset commit not accepted: %v", m.name, err)
+	}
+}
+
+// startCommits starts what the leases asked for in this cycle, as long as the consumer has no
+// commit in flight (commitgate.go): the explicit commits as one request, unless explicit commits
+// are held (holdCommits), or else the offsets to store for librdkafka's auto-commit. Explicit
+// commits go first: a lease asks for one only when an offset it stored has waited for its
+// automatic commit for the stall (lease.stalled). An explicit commit that cannot start now is
+// dropped, and its lease asks again after the stall; an offset to store waits for the gate.
+func (m *machine) startCommits() {
+	now := m.now()
+	busy, presumed := m.gate.busy(now)
+	for _, s := range presumed {
+		// Presumed never committed (its tick fell after the withdrawal, or librdkafka was
+		// rejoining): the newest offset each of its partitions waits for is stored again.
+		for _, o := range s.stored {
+			if p := m.partition(o.partition); p != nil {
+				if _, asked := m.storeAsks[p.id]; !asked {
+					if ask, ok := p.lease.newestPending(); ok {
+						m.storeAsks[p.id] = ask
+					}
+				}
+			}
+		}
+	}
+	busy = busy || m.explicit.busy
+	if len(m.commitAsks) > 0 {
+		if m.explicit.busy && now-m.explicit.sentAt > m.timing.heartbeat() {
+			m.holdCommits(now - m.explicit.sentAt)
+		}
+		if !busy {
+			// While explicit commits are held, only those that reset librdkafka's committed offset
+			// below a restarted log go out, and their answers renew nothing (explicitAnswered):
+			// librdkafka auto-commits only offsets above the one it committed last, so without
+			// them no automatic commit could ever be accepted again to end the hold.
+			offsets := make([]offsetRef, 0, len(m.commitAsks))
+			for id, ask := range m.commitAsks {
+				if !m.commitsHeld || m.resets[id] {
+					offsets = append(offsets, offsetRef{partition: id, offset: ask.offset, tag: ask.tag})
+				}
+			}
+			if len(offsets) > 0 {
+				slices.SortFunc(offsets, func(a, b offsetRef) int { return int(a.partition - b.partition) })
+				busy, m.resetting = true, m.commitsHeld
+				m.explicit.busy, m.explicit.sentAt = true, now
+				m.fx.commit(offsets)
+				// An offset sent in an explicit commit has been handed to librdkafka: its answer's
+				// lateness counts from now (lease.storedAt, heldAnswers).
+				for _, o := range offsets {
+					m.parts[o.partition].lease.storedAt(o.offset, now)
+				}
+				m.fx.note(levelDebug, "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", m.name, offsets)
+			}
+		}
+		clear(m.commitAsks)
+		clear(m.resets)
+	}
+	if busy || len(m.storeAsks) == 0 {
+		return
+	}
+	offsets := make([]offsetRef, 0, len(m.storeAsks))
+	var hint time.Duration
+	for id, ask := range m.storeAsks {
+		p := m.parts[id]
+		if !p.lease.storable(ask.offset) {
+			continue
+		}
+		offsets = append(offsets, offsetRef{partition: id, offset: ask.offset, tag: ask.tag})
+		hint = max(hint, p.lease.load().rtt)
+	}
+	clear(m.storeAsks)
+	slices.SortFunc(offsets, func(a, b offsetRef) int { return int(a.partition - b.partition) })
+	// The store time is read by the gate before its StoreOffsets call and recorded for what the call
+	// may have stored, with the time its chain of stores began (lease.storedAt and storedSince give
+	// the argument).
+	at, chain, stored, err := m.gate.store(offsets, hint)
+	for _, o := range stored {
+		m.parts[o.partition].lease.storedSince(o.offset, at, chain)
+	}
+	if err != nil {
+		m.fx.note(levelWarn, "store", "goneli %s: cannot store heartbeat offsets: %v", m.name, err)
+	}
+	m.unwatched = true // the gate's withdrawal is due within a tick
+}
+
+// explicitAnswered takes the answer to the explicit commit under way.
+func (m *machine) explicitAnswered(a commitAnswer) {
+	took := m.now() - m.explicit.sentAt
+	m.explicit.busy = false
+	m.gate.answered(took)
+	if took > m.timing.heartbeat() {
+		m.holdCommits(took)
+	}
+	if a.err != nil && a.outcome == commitGeneration {
+		// An explicit commit can go out behind the JoinGroup that ends the rebalance, still
+		// carrying the generation it was made with, and reach the coordinator after the new one
+		// began: the member is in the group all the same, unlike when librdkafka's own commit is
+		// refused so. It renews nothing, and the lease runs out on its own if nothing else renews it.
+		m.fx.note(levelDebug, "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", m.name, a.err)
+		return
+	}
+	if m.resetting {
+		m.resetting = false
+		for _, c := range a.offsets {
+			if p := m.partition(c.partition); p != nil && c.err == nil && a.err == nil {
+				p.lease.resetCommitted(c.offset)
+			}
+		}
+		return
+	}
+	m.onCommit(a, true)
+}
+
+// holdCommits stops explicit commits because one waited for its answer for longer than a group
+// heartbeat interval, until librdkafka's auto-commit is accepted again (autoCommitted).
+//
+// The window for explicit commits (commitWindow in lease.go) leaves one group heartbeat interval
+// for the answer that tells librdkafka of a rebalance, since it auto-commits until that answer
+// comes. librdkafka shows goneli neither its group heartbeats nor their answers, but it sends them
+// on the connection to the coordinator that carries goneli's explicit commits, and a broker answers
+// a connection's requests in order: a commit answered late means that whatever went before it on
+// that connection, group heartbeats included, may have been answered as late. Explicit commits
+// then stop, and the lease lives on librdkafka's own commits, whose acceptance shows it steady in
+// the group again. What goneli cannot see is a heartbeat's answer held up while no explicit commit
+// was under way; the package doc states that assumption.
+func (m *machine) holdCommits(took time.Duration) {
+	if !m.commitsHeld {
+		m.commitsHeld = true
+		m.fx.note(levelDebug, "", "goneli %s: an explicit commit has waited %v for its answer, more than a group heartbeat interval (%v): no explicit commits until librdkafka's own is accepted",
+			m.name, took.Round(time.Millisecond), m.timing.heartbeat())
+	}
+}
