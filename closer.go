@@ -181,7 +181,7 @@ func (d *driver) endAll(deadline time.Duration) {
 	var done, busy, unmarked []release
 	for _, r := range releases {
 		select {
-		case <-r.done.done:
+		case <-r.done.wait():
 			r.marker.kind = kindReleased
 			done = append(done, r)
 		default:

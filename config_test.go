@@ -302,7 +302,7 @@ func TestDerivedGroupTiming(t *testing.T) {
 		if got := SessionTimeout(tc.lease); got != tc.session {
 			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)
 		}
-		if got := timing.commitWindow(c); got != tc.window {
+		if got := timing.commitWindow(c.settings()); got != tc.window {
 			t.Errorf("lease %v: explicit commits may renew for %v after the last automatic one, want %v", tc.lease, got, tc.window)
 		}
 		if timing.session < tc.lease+2*timing.interval {

@@ -11,32 +11,17 @@ import (
 // Close) without deadlock.
 type dispatcher struct {
 	mu      sync.Mutex
-	queue   []*delivery
+	queue   []queued
 	wake    chan struct{}
 	busy    bool // a call is under way
 	stopped bool // stop was called: exit once the queue is empty
 	done    chan struct{}
 }
 
-// delivery is one call into the application. done is closed once it has returned.
-type delivery struct {
+// queued is a call posted, and the delivery that says it has returned.
+type queued struct {
 	call func()
-	done chan struct{}
-}
-
-// newDelivery makes a delivery for a call not posted yet (postAs).
-func newDelivery() *delivery {
-	return &delivery{done: make(chan struct{})}
-}
-
-// delivered reports whether the call has returned.
-func (dl *delivery) delivered() bool {
-	select {
-	case <-dl.done:
-		return true
-	default:
-		return false
-	}
+	dl   *delivery
 }
 
 func newDispatcher() *dispatcher {
@@ -66,8 +51,7 @@ func (d *dispatcher) postAs(last *delivery, calls ...func()) {
 		if i < len(calls)-1 {
 			dl = newDelivery()
 		}
-		dl.call = c
-		d.queue = append(d.queue, dl)
+		d.queue = append(d.queue, queued{call: c, dl: dl})
 	}
 	d.mu.Unlock()
 	select {
@@ -92,7 +76,7 @@ func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) boo
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
-	case <-dl.done:
+	case <-dl.wait():
 		return true
 	case <-t.C:
 	case <-abort:
@@ -137,16 +121,16 @@ func (d *dispatcher) run() {
 			<-d.wake
 			continue
 		}
-		dl := d.queue[0]
-		d.queue[0] = nil
+		q := d.queue[0]
+		d.queue[0] = queued{}
 		d.queue = d.queue[1:]
 		d.busy = true
 		d.mu.Unlock()
-		dl.call()
+		q.call()
 		d.mu.Lock()
 		d.busy = false
 		d.mu.Unlock()
-		close(dl.done)
+		q.dl.finish()
 	}
 }
 

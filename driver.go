@@ -116,18 +116,13 @@ func (d *driver) machine(f func(m *machine)) {
 	f(d.m)
 }
 
-// part is one role: a partition of the leader topic that this instance contends for, its lease,
-// the dispatcher that calls the barrier with its events, and what the machine keeps beside them.
-// The driver finds parts by partition (partOf) and walks them in order (neli.parts).
+// part is one role as the API and the shell see it: the machine's role (its partition, its lease,
+// what the machine keeps beside it), the dispatcher that calls the barrier with its events, and
+// what the API keeps beside them. The driver finds parts by partition (partOf) and walks them in
+// order (neli.parts).
 type part struct {
-	id     int32
-	name   string // the role's name; empty for the single leader of New
-	lease  *lease
+	*role
 	events *dispatcher
-	// wantCheck says that the lease asked for a group check that has not been started yet.
-	wantCheck bool
-	// member is the member id under which the current tenure was assigned, if known.
-	member string
 	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
 	signal chan struct{}
 	// acquiring is the epoch of the newest LeaderAcquired whose barrier call has begun
@@ -292,7 +287,7 @@ func (d *driver) onMessage(msg *kafka.Message) {
 		return
 	}
 	if h.kind == kindHeartbeat && string(msg.Key) == d.config.Name {
-		d.machine(func(m *machine) { m.readBack(p, h, int64(msg.TopicPartition.Offset)) })
+		d.machine(func(m *machine) { m.readBack(p.role, h, int64(msg.TopicPartition.Offset)) })
 		return
 	}
 	d.foreignRecord(p, string(msg.Key), h)
@@ -677,11 +672,11 @@ func (d *driver) storeOffsets(offsets []offsetRef) ([]offsetRef, error) {
 	return d.storerOf(d.consumer)(offsets)
 }
 
-func (d *driver) produce(p *part, h *heartbeat) {
-	d.beats = append(d.beats, wireBeat{p: p, h: h})
+func (d *driver) produce(r *role, h *heartbeat) {
+	d.beats = append(d.beats, wireBeat{p: r, h: h})
 }
 
-func (d *driver) writeMarker(p *part, h *heartbeat) {
+func (d *driver) writeMarker(p *role, h *heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, p.id, err)
 	}
@@ -700,8 +695,8 @@ func (d *driver) describe(tenures map[int32]uint64) error {
 	return nil
 }
 
-func (d *driver) deliver(p *part, events []Event, dl *delivery) {
-	d.deliverTo(p, events, dl)
+func (d *driver) deliver(r *role, events []tenureEvent, dl *delivery) {
+	d.deliverTo(d.parts[r.id], publicEvents(events), dl)
 }
 
 func (d *driver) note(level logLevel, key, format string, args ...any) {

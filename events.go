@@ -116,3 +116,19 @@ type LeaderFenced struct {
 func (e LeaderFenced) String() string {
 	return fmt.Sprintf("LeaderFenced[%sTenure=%s, Reason=%s, LeaseAge=%v]", roleField(e.Role), e.Tenure, e.Reason, e.LeaseAge)
 }
+
+// publicEvents are the events of a tenure as the application sees them.
+func publicEvents(events []tenureEvent) []Event {
+	out := make([]Event, len(events))
+	for i, e := range events {
+		switch e := e.(type) {
+		case acquired:
+			out[i] = LeaderAcquired{Role: e.role, Tenure: e.tenure, Token: e.token, Since: e.since}
+		case fenced:
+			out[i] = LeaderFenced{Role: e.role, Tenure: e.tenure, Token: e.token, Reason: e.reason, LeaseAge: e.leaseAge}
+		case revoked:
+			out[i] = LeaderRevoked{Role: e.role, Tenure: e.tenure, Token: e.token}
+		}
+	}
+	return out
+}

@@ -180,7 +180,7 @@ type leaseView struct {
 
 // leaseOut is what the driver must do after a transition.
 type leaseOut struct {
-	events    []Event
+	events    []tenureEvent
 	heartbeat *heartbeat // produce it
 	store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
@@ -943,7 +943,7 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 	l.t.next = 0
 	l.c.acquired++
 	l.epoch++
-	out.events = append(out.events, LeaderAcquired{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Since: l.t.since})
+	out.events = append(out.events, acquired{role: l.role, tenure: l.t.name(), token: l.t.token, since: l.t.since})
 }
 
 // # 7. Fencing
@@ -1009,7 +1009,7 @@ func (l *lease) fence(out *leaseOut, reason string) {
 	if l.recheck {
 		l.t.verified, l.t.checkAt, l.t.checkDelay = false, l.now(), 0
 	}
-	out.events = append(out.events, LeaderFenced{Role: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.now() - l.t.renewedSent})
+	out.events = append(out.events, fenced{role: l.role, tenure: l.t.name(), token: l.t.token, reason: reason, leaseAge: l.now() - l.t.renewedSent})
 }
 
 // # 8. Revocation
@@ -1033,7 +1033,7 @@ func (l *lease) revoke(lost bool) leaseOut {
 	l.t.leading, l.t.active = false, false
 	if l.t.acquired {
 		l.c.revoked++
-		out.events = append(out.events, LeaderRevoked{Role: l.role, Tenure: l.t.name(), Token: l.t.token})
+		out.events = append(out.events, revoked{role: l.role, tenure: l.t.name(), token: l.t.token})
 		if !lost {
 			// A lost assignment went to a successor already; an orderly one may wait for the
 			// barrier, and says so to the successor (see foreign).

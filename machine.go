@@ -27,13 +27,13 @@ type machine struct {
 	name   string // Config.Name, for notes
 	topic  string
 	timing groupTiming
-	config Config // the derived settings the decisions use (HeartbeatTimeout and the intervals)
+	config settings // what the decisions need of the Config
 	fx     effects
 	clock  clock
 	base   time.Time
 
-	// parts are the roles, by partition number.
-	parts []*part
+	// roles are the roles, by partition number.
+	roles []*role
 
 	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
 	// offsets the leases asked to store, by partition, until the gate lets them be stored.
@@ -76,6 +76,19 @@ type machine struct {
 	clientID string
 }
 
+// role is one role of the instance as the machine sees it: a partition of the leader topic that the
+// instance contends for, its lease, and what the machine keeps beside it.
+type role struct {
+	id   int32
+	name string // the role's name; empty for the single leader of New
+	// lease is the role's lease (lease.go).
+	lease *lease
+	// wantCheck says that the lease asked for a group check that has not been started yet.
+	wantCheck bool
+	// member is the member id under which the current tenure was assigned, if known.
+	member string
+}
+
 // effects are what the machine asks of the world. The driver carries them out on Kafka's clients,
 // the simulation on its models; each returns before the machine goes on.
 type effects interface {
@@ -84,8 +97,8 @@ type effects interface {
 	// produce hands a heartbeat of p to the producer (sent once the cycle ends:
 	// driver.sendHeartbeats), which reports p.lease.sent once it has it; writeMarker writes a
 	// released marker of p.
-	produce(p *part, h *heartbeat)
-	writeMarker(p *part, h *heartbeat)
+	produce(p *role, h *heartbeat)
+	writeMarker(p *role, h *heartbeat)
 	// commit starts an explicit commit of offsets; its answer comes back as explicitAnswered.
 	commit(offsets []offsetRef)
 	// describe starts a check of the group for tenures, by partition; its answer comes back as
@@ -93,7 +106,7 @@ type effects interface {
 	describe(tenures map[int32]uint64) error
 	// deliver posts events of p to the barrier; dl is done once the barrier has returned from the
 	// last of them.
-	deliver(p *part, events []Event, dl *delivery)
+	deliver(p *role, events []tenureEvent, dl *delivery)
 	// note logs a line; key, if not empty, throttles lines of one kind.
 	note(level logLevel, key, format string, args ...any)
 	// unsubscribe leaves the group, subscribe joins it again.
@@ -130,22 +143,36 @@ type checkBook struct {
 	deferring             bool
 }
 
-// newMachine makes the machine of parts, whose leases are made, for config and timing as New
+// newRoles makes the roles, each with its lease, for config and timing as New derived them, on the
+// clock clk from base. The simulation makes its members' roles here too.
+func newRoles(config settings, timing groupTiming, names []string, clk clock, base time.Time) []*role {
+	var roles []*role
+	for i, name := range names {
+		roles = append(roles, &role{id: int32(i), name: name, lease: newLease(leaseConfig{
+			role: name, timeout: config.lease, interval: config.renew, poll: config.minPoll, releaseWait: timing.maxPoll,
+			window: timing.commitWindow(config), ticks: len(names) > 1, recheck: !timing.classic,
+			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
+		})})
+	}
+	return roles
+}
+
+// newMachine makes the machine of roles, whose leases are made, for config and timing as New
 // derived them.
-func newMachine(config Config, timing groupTiming, parts []*part, fx effects, clk clock, base time.Time) *machine {
+func newMachine(config settings, timing groupTiming, roles []*role, fx effects, clk clock, base time.Time) *machine {
 	m := &machine{
-		name:       config.Name,
-		topic:      config.LeaderTopic,
+		name:       config.name,
+		topic:      config.topic,
 		timing:     timing,
 		config:     config,
 		fx:         fx,
 		clock:      clk,
 		base:       base,
-		parts:      parts,
+		roles:      roles,
 		commitAsks: map[int32]commitAsk{},
 		storeAsks:  map[int32]commitAsk{},
 		resets:     map[int32]bool{},
-		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
+		handover:   newHandover(config.lease, config.handOverAfter),
 	}
 	m.group.parts = map[int32]bool{}
 	return m
@@ -161,14 +188,14 @@ func (m *machine) now() time.Duration {
 // librdkafka's auto-commit interval in whole milliseconds, as the consumer's configuration has it.
 func (m *machine) newGate(st storer) {
 	tick := time.Duration(m.timing.commit.Milliseconds()) * time.Millisecond
-	m.gate = newCommitGate(st, tick, m.timing.heartbeat(), *m.config.HeartbeatTimeout/4, m.now, &m.gateCounts)
+	m.gate = newCommitGate(st, tick, m.timing.heartbeat(), m.config.lease/4, m.now, &m.gateCounts)
 }
 
 // useTiming replaces the group timing once New, or a group check under KIP-848, has read the
 // broker's; the leases' window and answer bound follow it.
 func (m *machine) useTiming(t groupTiming) {
 	m.timing = t
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		p.lease.useCommitWindow(t.commitWindow(m.config))
 		p.lease.useAnswerBound(t.answerBound(m.config), t.heartbeat())
 	}
@@ -176,7 +203,7 @@ func (m *machine) useTiming(t groupTiming) {
 
 // apply carries out what p's lease asked for after a transition, and returns the delivery of its
 // last event. A group check it asks for is started by the cycle, together with any others.
-func (m *machine) apply(p *part, out leaseOut) *delivery {
+func (m *machine) apply(p *role, out leaseOut) *delivery {
 	if out.heartbeat != nil {
 		m.fx.produce(p, out.heartbeat)
 	}
@@ -204,7 +231,7 @@ func (m *machine) apply(p *part, out leaseOut) *delivery {
 }
 
 // deliver posts events of p to the barrier and returns the delivery of the last one, nil if none.
-func (m *machine) deliver(p *part, events []Event) *delivery {
+func (m *machine) deliver(p *role, events []tenureEvent) *delivery {
 	if len(events) == 0 {
 		return nil
 	}
@@ -217,7 +244,7 @@ func (m *machine) deliver(p *part, events []Event) *delivery {
 // producer may take more: driver.mayProduce), fences, stalled commits, group checks. Called once a
 // cycle.
 func (m *machine) tick(beats bool) {
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		m.apply(p, p.lease.due(beats))
 	}
 }
@@ -230,28 +257,28 @@ func (m *machine) polled(empty bool) {
 }
 
 // readBack takes an own heartbeat of p read back at offset.
-func (m *machine) readBack(p *part, h heartbeat, offset int64) {
+func (m *machine) readBack(p *role, h heartbeat, offset int64) {
 	m.apply(p, p.lease.readBack(h, offset))
 }
 
 // foreign takes another instance's record of p, or an earlier tenure's.
-func (m *machine) foreign(p *part, h heartbeat) {
+func (m *machine) foreign(p *role, h heartbeat) {
 	m.apply(p, p.lease.foreign(h))
 }
 
 // fail fences every lease for a reason found outside the protocol (a fatal client error).
 func (m *machine) fail(reason string) {
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		m.apply(p, p.lease.fail(reason))
 	}
 }
 
 // partition returns the part of partition id, or nil if this instance does not contend for it.
-func (m *machine) partition(id int32) *part {
-	if id < 0 || int(id) >= len(m.parts) {
+func (m *machine) partition(id int32) *role {
+	if id < 0 || int(id) >= len(m.roles) {
 		return nil
 	}
-	return m.parts[id]
+	return m.roles[id]
 }
 
 // deadline is when the machine must be called next (alarm) whatever else happens: the earliest
@@ -259,7 +286,7 @@ func (m *machine) partition(id int32) *part {
 // simulation call alarm then.
 func (m *machine) deadline() (time.Duration, bool) {
 	end, ok := time.Duration(0), false
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if e, leading := p.lease.deadline(); leading && (!ok || e < end) {
 			end, ok = e, true
 		}
@@ -277,7 +304,7 @@ func (m *machine) deadline() (time.Duration, bool) {
 // for the poll loop, so that LeaderFenced arrives even when nobody pulses and an offset is
 // withdrawn within its tick.
 func (m *machine) alarm() {
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		m.deliver(p, p.lease.expire().events)
 	}
 	if m.gate != nil {
@@ -299,7 +326,7 @@ func (m *machine) watchPending() bool {
 // polling fast.
 func (m *machine) proving() bool {
 	now := m.now()
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if v := p.lease.load(); v.proveBy > now && !v.releasing {
 			return true
 		}
@@ -312,7 +339,7 @@ func (m *machine) busyLoop() bool {
 	if len(m.releases) > 0 || m.yielding() {
 		return true
 	}
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if p.lease.active() {
 			return true
 		}
@@ -322,7 +349,7 @@ func (m *machine) busyLoop() bool {
 
 // leadsAny reports whether the protocol has any role of this instance leading.
 func (m *machine) leadsAny() bool {
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if p.lease.load().leading {
 			return true
 		}

@@ -63,7 +63,7 @@ func (m *machine) autoCommitted(a commitAnswer) {
 	m.group.owedCommit = false
 	m.gate.answer(a.offsetsOf(), m.drainedAt)
 	m.onCommit(a, false)
-	if !m.commitsHeld || a.err != nil || slices.ContainsFunc(m.parts, func(p *part) bool { return p.lease.holding() }) {
+	if !m.commitsHeld || a.err != nil || slices.ContainsFunc(m.roles, func(p *role) bool { return p.lease.holding() }) {
 		// An answer seen while the leases count the connection as holding answers back may be
 		// one of those held: it shows librdkafka steady again only once that is over.
 		return
@@ -81,7 +81,7 @@ func (m *machine) autoCommitted(a commitAnswer) {
 // one waiting to be stored: librdkafka commits only a stored offset above the one it committed
 // last, and on revocation only a stored offset that is not a logical one (librdkafka 2.11.1,
 // rd_kafka_assignment_serve_removals).
-func (m *machine) withdraw(p *part) {
+func (m *machine) withdraw(p *role) {
 	delete(m.storeAsks, p.id)
 	m.gate.withdraw(p.id)
 }
@@ -89,7 +89,7 @@ func (m *machine) withdraw(p *part) {
 func (m *machine) onCommit(a commitAnswer, explicit bool) {
 	if a.err != nil {
 		// The whole commit failed: it carried every partition's offset.
-		for _, p := range m.parts {
+		for _, p := range m.roles {
 			m.onCommitError(p, a.err, a.outcome)
 		}
 		return
@@ -107,7 +107,7 @@ func (m *machine) onCommit(a commitAnswer, explicit bool) {
 	}
 }
 
-func (m *machine) onCommitError(p *part, err error, outcome commitOutcome) {
+func (m *machine) onCommitError(p *role, err error, outcome commitOutcome) {
 	switch outcome {
 	case commitNoOffset:
 	case commitGone, commitGeneration:
@@ -167,7 +167,7 @@ func (m *machine) startCommits() {
 				// An offset sent in an explicit commit has been handed to librdkafka: its answer's
 				// lateness counts from now (lease.storedAt, heldAnswers).
 				for _, o := range offsets {
-					m.parts[o.partition].lease.storedAt(o.offset, now)
+					m.roles[o.partition].lease.storedAt(o.offset, now)
 				}
 				m.fx.note(levelDebug, "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", m.name, offsets)
 			}
@@ -181,7 +181,7 @@ func (m *machine) startCommits() {
 	offsets := make([]offsetRef, 0, len(m.storeAsks))
 	var hint time.Duration
 	for id, ask := range m.storeAsks {
-		p := m.parts[id]
+		p := m.roles[id]
 		if !p.lease.storable(ask.offset) {
 			continue
 		}
@@ -195,7 +195,7 @@ func (m *machine) startCommits() {
 	// the argument).
 	at, chain, stored, err := m.gate.store(offsets, hint)
 	for _, o := range stored {
-		m.parts[o.partition].lease.storedSince(o.offset, at, chain)
+		m.roles[o.partition].lease.storedSince(o.offset, at, chain)
 	}
 	if err != nil {
 		m.fx.note(levelWarn, "store", "goneli %s: cannot store heartbeat offsets: %v", m.name, err)

@@ -26,7 +26,7 @@ type consumerRenewals struct {
 // release is a tenure that gave its partition up while the barrier still had its LeaderRevoked:
 // once the barrier has returned from it (done), the released marker is written.
 type release struct {
-	p      *part
+	p      *role
 	marker heartbeat
 	done   *delivery
 	fresh  bool // made by Close: its releasing marker has not been written yet
@@ -47,6 +47,14 @@ type releaseWait struct {
 // waits on a marker writes one heartbeat until the wait is over, so the marker stays in reach
 // through a chain of fifteen successors that came and went while it waited.
 const releaseLookback = 16
+
+// batchTailsFrom is the least number of partitions taken at once whose starts goneli reads itself.
+// librdkafka resolves a logical offset such as OffsetTail with one ListOffsets request per
+// partition, and a broker answers a connection's requests one at a time: an
+// instance with a thousand roles that joins again sends a thousand of them, and on a broker that
+// answers in a second they take it minutes. One partition costs librdkafka one request as it does
+// goneli, and librdkafka's is not waited for in the rebalance callback, so a lone role keeps it.
+const batchTailsFrom = 2
 
 // offsetTail is librdkafka's logical offset for n records before the end of a partition
 // (RD_KAFKA_OFFSET_TAIL, kafka.OffsetTail).
@@ -127,7 +135,7 @@ func (m *machine) taken(err error) {
 	// unheeded, and must count.
 	m.heldAssignment()
 	for _, id := range m.assignment {
-		m.beginTenure(m.parts[id])
+		m.beginTenure(m.roles[id])
 	}
 }
 
@@ -155,7 +163,7 @@ func (m *machine) taken(err error) {
 func (m *machine) heldAssignment() {
 	now := m.now()
 	bound := m.timing.answerBound(m.config)
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		from := m.drainedAt
 		if stored, ok := p.lease.oldestPending(); ok && stored < from {
 			from = stored
@@ -167,7 +175,7 @@ func (m *machine) heldAssignment() {
 }
 
 // beginTenure starts p's tenure.
-func (m *machine) beginTenure(p *part) {
+func (m *machine) beginTenure(p *role) {
 	if p.lease.active() {
 		return
 	}
@@ -185,7 +193,7 @@ func (m *machine) beginTenure(p *part) {
 // applies the change itself.
 func (m *machine) revoke(partitions []int32, lost, cooperative bool) (wait *releaseWait, back []int32, give bool) {
 	m.group.rebalances++
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if m.group.parts[p.id] && (!cooperative || slices.Contains(partitions, p.id)) {
 			// What is stored is withdrawn, so that the revocation commits nothing: the commit
 			// would renew no tenure, and the unassign (and a LeaveGroup after it) would wait
@@ -207,7 +215,7 @@ func (m *machine) revoke(partitions []int32, lost, cooperative bool) (wait *rele
 	if !m.fx.live() {
 		return nil, nil, false
 	}
-	var ending []*part
+	var ending []*role
 	for _, id := range partitions {
 		if p := m.partition(id); p != nil {
 			ending = append(ending, p)
@@ -231,9 +239,9 @@ func (m *machine) revoke(partitions []int32, lost, cooperative bool) (wait *rele
 // renew, and its markers would most likely be as late as its heartbeats, so the revocation is held
 // back at once rather than after the markers' wait. That holds up nothing else, as the instance
 // is leaving the group with every role.
-func (m *machine) endTenures(parts []*part, lost, markers bool) *releaseWait {
+func (m *machine) endTenures(roles []*role, lost, markers bool) *releaseWait {
 	var pending []release
-	for _, p := range parts {
+	for _, p := range roles {
 		out := p.lease.revoke(lost)
 		if out.release != nil {
 			out.release.to = m.tagging
@@ -277,7 +285,7 @@ func (m *machine) finishReleases() {
 func (m *machine) endAll() []release {
 	clear(m.storeAsks)
 	m.gate.withdrawAll()
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		out := p.lease.revoke(false)
 		if dl := m.apply(p, out); dl != nil && out.release != nil {
 			m.releases = append(m.releases, release{p: p, marker: *out.release, done: dl, fresh: true})
@@ -318,7 +326,7 @@ type topicPart struct {
 // (groupcheck.go), though never longer than checkQuietMax: a description sent as the
 // coordinator's connection drops can abort the process.
 func (m *machine) startGroupCheck() {
-	if m.check.busy || !slices.ContainsFunc(m.parts, func(p *part) bool { return p.wantCheck }) {
+	if m.check.busy || !slices.ContainsFunc(m.roles, func(p *role) bool { return p.wantCheck }) {
 		return
 	}
 	now := m.now()
@@ -335,7 +343,7 @@ func (m *machine) startGroupCheck() {
 	m.check.deferring = false
 	m.check.count.Add(1)
 	tenures := map[int32]uint64{}
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if p.wantCheck {
 			p.wantCheck = false
 			tenures[p.id], _ = p.lease.tenure()
@@ -344,7 +352,7 @@ func (m *machine) startGroupCheck() {
 	if err := m.fx.describe(tenures); err != nil {
 		m.fx.note(levelWarn, "check", "goneli %s: cannot check the group's members: %v", m.name, err)
 		for _, id := range sortedKeys(tenures) {
-			p := m.parts[id]
+			p := m.roles[id]
 			m.apply(p, p.lease.checked(tenures[id], groupCheck{err: err}))
 		}
 		return
@@ -371,7 +379,7 @@ func (m *machine) checked(tenures map[int32]uint64, desc groupDesc, err error, f
 		}
 	}
 	for _, id := range sortedKeys(tenures) {
-		p := m.parts[id]
+		p := m.roles[id]
 		c := groupCheck{err: err}
 		if err == nil {
 			c.verdict = judgeGroup(desc, m.topic, m.clientID, p.member, id)
@@ -415,17 +423,17 @@ func sortedKeys[V any](m map[int32]V) []int32 {
 
 // consumerRenewBackoff is the least time between two replacements of an instance's consumer.
 func (m *machine) consumerRenewBackoff() time.Duration {
-	return 4 * *m.config.HeartbeatTimeout
+	return 4 * m.config.lease
 }
 
 // stuckConsumer returns why the consumer should be replaced, if a tenure reads nothing back
 // although the producer delivers (delivering: it delivered a heartbeat within the last lease).
 func (m *machine) stuckConsumer(delivering bool) (string, bool) {
-	lease := *m.config.HeartbeatTimeout
+	lease := m.config.lease
 	if !m.mayRenewConsumer(m.now(), delivering) {
 		return "", false
 	}
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if unread := p.lease.unread(); unread > 2*lease {
 			return fmt.Sprintf("partition %d has read back no own heartbeat for %v while the producer delivers them",
 				p.id, unread.Round(time.Millisecond)), true
@@ -445,8 +453,8 @@ func (m *machine) mayRenewConsumer(now time.Duration, delivering bool) bool {
 // hand-over: p has read back none of its heartbeats for a lease although the producer delivers
 // them, so the consumer itself is suspect, and leaving the group on the same handle would not mend
 // it.
-func (m *machine) consumerSuspect(p *part, now time.Duration, delivering bool) bool {
-	return m.mayRenewConsumer(now, delivering) && p.lease.unread() > *m.config.HeartbeatTimeout
+func (m *machine) consumerSuspect(p *role, now time.Duration, delivering bool) bool {
+	return m.mayRenewConsumer(now, delivering) && p.lease.unread() > m.config.lease
 }
 
 // replacingConsumer ends every tenure before the consumer is replaced (driver.renewConsumer), and
@@ -454,7 +462,7 @@ func (m *machine) consumerSuspect(p *part, now time.Duration, delivering bool) b
 func (m *machine) replacingConsumer() *releaseWait {
 	m.renewals.last = m.now()
 	m.renewals.count++
-	w := m.endTenures(m.parts, false, true)
+	w := m.endTenures(m.roles, false, true)
 	m.group.member.left()
 	// Nothing the old consumer holds is to be committed any more, and nothing is stored on it
 	// from now on.

@@ -64,7 +64,7 @@ func (m *machine) applyYield() (*releaseWait, func()) {
 	yielding := m.yield.until.Load() > int64(m.now())
 	switch {
 	case (yielding || m.yield.requested.Load()) && !m.yield.unsubscribed:
-		w := m.endTenures(m.parts, false, !m.yield.handingOver)
+		w := m.endTenures(m.roles, false, !m.yield.handingOver)
 		m.yield.handingOver = false
 		return w, func() { m.leave(yielding) }
 	case !yielding && m.yield.unsubscribed:
@@ -103,7 +103,7 @@ func (m *machine) leave(yielding bool) {
 // yield that could not leave the group (the unsubscribe failed), or one that ended too soon for
 // the rebalance to take effect.
 func (m *machine) resumeTenure() {
-	for _, p := range m.parts {
+	for _, p := range m.roles {
 		if !p.lease.active() && m.group.parts[p.id] {
 			m.fx.note(levelInfo, "", "goneli %s: still assigned partition %d after yielding; contending again", m.name, p.id)
 			m.beginTenure(p)
@@ -121,8 +121,8 @@ func (m *machine) checkHandOver(delivering bool) (*releaseWait, func()) {
 		return nil, nil
 	}
 	now := m.now()
-	roles := make([]roleLease, len(m.parts))
-	for i, p := range m.parts {
+	roles := make([]roleLease, len(m.roles))
+	for i, p := range m.roles {
 		v := p.lease.load()
 		r := roleLease{assigned: v.assigned, leading: v.leading, fresh: v.token == 0, since: v.idle}
 		if v.leading {
@@ -145,7 +145,7 @@ func (m *machine) checkHandOver(delivering bool) (*releaseWait, func()) {
 	var stuck []string
 	for i, r := range roles {
 		if m.handover.stuck(now, r) {
-			stuck = append(stuck, fmt.Sprintf("partition %d for %v", m.parts[i].id, (now-r.since).Round(time.Millisecond)))
+			stuck = append(stuck, fmt.Sprintf("partition %d for %v", m.roles[i].id, (now-r.since).Round(time.Millisecond)))
 		}
 	}
 	m.fx.note(levelWarn, "", "goneli %s: assigned but not leading (%s): handing over, and contending again in %v",

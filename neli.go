@@ -87,8 +87,6 @@ type Neli interface {
 	Background(task LeaderTask) (Pulser, error)
 }
 
-// maxEventsPerCycle bounds the work one Pulse does when a backlog has built up in the consumer.
-const maxEventsPerCycle = 1000
 
 // neli is the instance behind the Neli, Curator and Roles interfaces. It keeps what the API needs:
 // the parts whose leases IsLeader, Token and Stats read, the dispatchers that call the application,
@@ -190,18 +188,18 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	base := clk.Now()
 	n.parts = newParts(config, timing, roles, clk, base)
 	d := &driver{
-		config:     config,
-		timing:     timing,
-		log:        config.Scribe,
-		topic:      config.LeaderTopic,
-		key:        []byte(config.Name),
+		config:    config,
+		timing:    timing,
+		log:       config.Scribe,
+		topic:     config.LeaderTopic,
+		key:       []byte(config.Name),
 		parts:     n.parts,
 		life:      n.life,
 		deliverTo: n.deliver,
 		clock:     clk,
 		base:      base,
 	}
-	d.m = newMachine(config, timing, n.parts, d, clk, base)
+	d.m = newMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
 	d.throttle.every = 10 * time.Second
 	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
 	if digest != "" {
@@ -234,17 +232,22 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 
 // startDispatchers gives every part the goroutine that calls the application with its events.
 // newParts makes the parts of roles, each with its lease, for config and timing as New derived
-// them, on the clock clk from base. The simulation makes its members' parts here too.
+// them, on the clock clk from base.
 func newParts(config Config, timing groupTiming, roles []string, clk clock, base time.Time) []*part {
 	var parts []*part
-	for i, role := range roles {
-		parts = append(parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
-			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(config), ticks: len(roles) > 1, recheck: !timing.classic,
-			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
-		})})
+	for _, r := range newRoles(config.settings(), timing, roles, clk, base) {
+		parts = append(parts, &part{role: r, signal: make(chan struct{}, 1)})
 	}
 	return parts
+}
+
+// rolesOf returns the machine's roles of parts.
+func rolesOf(parts []*part) []*role {
+	out := make([]*role, len(parts))
+	for i, p := range parts {
+		out[i] = p.role
+	}
+	return out
 }
 
 func (n *neli) startDispatchers() {
@@ -366,10 +369,6 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 	return nil
 }
 
-// proofPoll is the poll interval of an instance with a tenure that proves its first lease. The
-// proof is a chain of round trips (the heartbeat produced, fetched back, its offset committed, the
-// group described), each of which would otherwise wait for the next MinPollInterval to be seen.
-const proofPoll = 2 * time.Millisecond
 
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {

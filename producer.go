@@ -11,7 +11,7 @@ import (
 
 // wireBeat is a heartbeat that a lease produced in a cycle, for sendHeartbeats at its end.
 type wireBeat struct {
-	p *part
+	p *role
 	h *heartbeat
 }
 
@@ -195,7 +195,7 @@ func (d *driver) awaitHeartbeats() time.Duration {
 	return max(limit-(d.now()-start), 0)
 }
 
-func (d *driver) sendOne(p *part, h *heartbeat) {
+func (d *driver) sendOne(p *role, h *heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		return
@@ -205,12 +205,12 @@ func (d *driver) sendOne(p *part, h *heartbeat) {
 
 // produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
 // comes through the producer's events.
-func (d *driver) produceRecord(p *part, h *heartbeat) error {
+func (d *driver) produceRecord(p *role, h *heartbeat) error {
 	return d.produceRecordTo(p, h, nil)
 }
 
 // produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
-func (d *driver) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) error {
+func (d *driver) produceRecordTo(p *role, h *heartbeat, reports chan kafka.Event) error {
 	if !d.ensureProducer() {
 		return errors.New("no producer")
 	}

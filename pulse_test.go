@@ -18,10 +18,10 @@ func TestPollFor(t *testing.T) {
 	)
 	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	newDriver := func() *driver {
-		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll), HeartbeatTimeout: Duration(time.Second)},
+		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll), HeartbeatTimeout: Duration(time.Second), RenewInterval: Duration(minPoll)},
 			clock: clk, base: clk.now, timing: groupTiming{classic: true, interval: heartbeat}}
-		d.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
-		d.m = newMachine(d.config, d.timing, d.parts, d, clk, clk.now)
+		d.parts = []*part{{role: &role{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}}
+		d.m = newMachine(d.config.settings(), d.timing, rolesOf(d.parts), d, clk, clk.now)
 		return d
 	}
 	for _, tc := range []struct {
@@ -54,7 +54,7 @@ func TestPollFor(t *testing.T) {
 func TestProving(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	l := newLease(leaseConfig{timeout: time.Second, interval: 100 * time.Millisecond, releaseWait: 2 * time.Second, clock: clk, base: clk.now})
-	n := &driver{clock: clk, base: clk.now, parts: []*part{{lease: l}}}
+	n := &driver{clock: clk, base: clk.now, parts: []*part{{role: &role{lease: l}}}}
 	if n.proving() {
 		t.Fatal("proving without a tenure")
 	}

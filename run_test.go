@@ -153,7 +153,7 @@ type runRig struct {
 
 func newRunRig(t *testing.T) *runRig {
 	r := &runRig{rig: newRig(t), calls: make(chan uint64, 4), entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
-	r.p = &part{lease: r.l, events: newDispatcher(), signal: make(chan struct{}, 1)}
+	r.p = &part{role: &role{lease: r.l}, events: newDispatcher(), signal: make(chan struct{}, 1)}
 	d := &driver{clock: r.clock, base: r.clock.now}
 	d.m = &machine{clock: r.clock, base: r.clock.now}
 	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), life: newLifecycle(), d: d,
@@ -184,7 +184,7 @@ func (r *runRig) post() *delivery {
 		return nil
 	}
 	d := newDelivery()
-	r.n.deliver(r.p, r.events, d)
+	r.n.deliver(r.p, publicEvents(r.events), d)
 	r.events = nil
 	return d
 }

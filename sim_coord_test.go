@@ -121,11 +121,11 @@ func (c *simClassic) allJoined() bool {
 }
 
 func (c *simClassic) describe() groupDesc {
-	d := groupDesc{group: c.w.prof.config.LeaderGroupID}
+	d := groupDesc{group: c.w.prof.group}
 	for _, m := range c.members {
 		gm := groupMember{clientID: m.inst.name, memberID: fmt.Sprintf("m%d", m.id)}
 		if c.owner == m.id && (c.state == groupStable || c.describeAll) {
-			gm.parts = []topicPart{{topic: c.w.prof.config.LeaderTopic, partition: 0}}
+			gm.parts = []topicPart{{topic: c.w.prof.topic, partition: 0}}
 		}
 		d.members = append(d.members, gm)
 	}

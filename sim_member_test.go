@@ -61,7 +61,7 @@ type simMember struct {
 	rdk   simGroupClient
 	// mach is the instance's machine, and part its one role.
 	mach *machine
-	part *part
+	part *role
 
 	coordConn, prodConn, checkConn *simConn
 	fetchLink                      *simLink
@@ -196,14 +196,14 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 	m.lastPoll = m.clock.local(w.now)
 	m.deadlineAt = m.lastPoll - p.minPoll
 	base := m.clock.Now()
-	parts := newParts(p.config, p.timing, []string{""}, m.clock, base)
-	m.part = parts[0]
+	roles := newRoles(p.settings, p.timing, []string{""}, m.clock, base)
+	m.part = roles[0]
 	// Tenure ids come from the schedule's random source rather than crypto/rand.
 	m.part.lease.random = w.rng.Uint64
-	config := p.config
-	config.Name = name
+	config := p.settings
+	config.name = name
 	fx := simFx{m}
-	m.mach = newMachine(config, p.timing, parts, fx, m.clock, base)
+	m.mach = newMachine(config, p.timing, roles, fx, m.clock, base)
 	m.mach.clientID = name
 	m.mach.useTiming(p.timing)
 	m.mach.newGate(fx.storeOffsets)

@@ -32,29 +32,34 @@ type simProfile struct {
 	// window and tail shape a schedule: faults are drawn over window after the first leader, and
 	// the schedule runs tail beyond the last.
 	faultWindow, tail time.Duration
-	// config is the Config the profile was derived from, defaults applied.
-	config Config
+	// settings are what the machine needs of the profile's Config, its defaults applied.
+	settings settings
+	// group and topic name the group and its leader topic.
+	group, topic string
 }
+
+// kip848 is a configuration's group.protocol=consumer.
+var kip848 = timingOverrides{consumerProtocol: true}
 
 // simProfiles are the settings of issue 38: the default lease, and the short leases with which the
 // hole was measured, under both group protocols where they apply.
 func simProfiles() []simProfile {
 	return []simProfile{
-		newSimProfile("default", 5*time.Second, nil, 0, 0, 0),
-		newSimProfile("ht500ms", 500*time.Millisecond, nil, 0, 0, 0),
-		newSimProfile("ht1s-session2s", time.Second, KafkaConfigMap{"session.timeout.ms": 2000}, 0, 0, 0),
-		newSimProfile("ht1s-brokermin6s", time.Second, nil, 6*time.Second, 0, 0),
+		newSimProfile("default", 5*time.Second, timingOverrides{}, 0, 0, 0),
+		newSimProfile("ht500ms", 500*time.Millisecond, timingOverrides{}, 0, 0, 0),
+		newSimProfile("ht1s-session2s", time.Second, timingOverrides{session: 2 * time.Second}, 0, 0, 0),
+		newSimProfile("ht1s-brokermin6s", time.Second, timingOverrides{}, 6*time.Second, 0, 0),
 		// KIP-848: the broker's session and heartbeat interval. At the default lease, Apache
 		// Kafka's defaults (group.consumer.session.timeout.ms 45 s, heartbeat 5 s); for the short
 		// leases, a broker set as the classic sessions above are.
-		newSimProfile("default-848", 5*time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 0, 45*time.Second, 5*time.Second),
-		newSimProfile("ht500ms-848", 500*time.Millisecond, KafkaConfigMap{"group.protocol": "consumer"}, 0, time.Second, 100*time.Millisecond),
-		newSimProfile("ht1s-session2s-848", time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 0, 2*time.Second, 100*time.Millisecond),
-		newSimProfile("ht1s-session6s-848", time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 0, 6*time.Second, 100*time.Millisecond),
+		newSimProfile("default-848", 5*time.Second, kip848, 0, 45*time.Second, 5*time.Second),
+		newSimProfile("ht500ms-848", 500*time.Millisecond, kip848, 0, time.Second, 100*time.Millisecond),
+		newSimProfile("ht1s-session2s-848", time.Second, kip848, 0, 2*time.Second, 100*time.Millisecond),
+		newSimProfile("ht1s-session6s-848", time.Second, kip848, 0, 6*time.Second, 100*time.Millisecond),
 		// The least session New accepts under KIP-848 (session848.go, judge): HeartbeatTimeout plus
 		// two group heartbeat intervals plus the margin for clock rates (issue 38; without the
 		// margin, 1200 ms, the search found two leaders).
-		newSimProfile("ht1s-minsession-848", time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 0, 1250*time.Millisecond, 100*time.Millisecond),
+		newSimProfile("ht1s-minsession-848", time.Second, kip848, 0, 1250*time.Millisecond, 100*time.Millisecond),
 	}
 }
 
@@ -67,12 +72,15 @@ func simProfileNamed(name string) (simProfile, bool) {
 	return simProfile{}, false
 }
 
-// newSimProfile derives a profile as New would: kafka is the user's KafkaConfig, brokerMin the
-// brokers' group.min.session.timeout.ms (classic; 0 for Kafka's default, which New does not need
-// to read at sessions of 6 s and more), and session848 and interval848 the broker's KIP-848 timing.
-func newSimProfile(name string, ht time.Duration, kafka KafkaConfigMap, brokerMin, session848, interval848 time.Duration) simProfile {
-	c := Config{HeartbeatTimeout: Duration(ht), KafkaConfig: kafka, LeaderGroupID: "sim", Name: "sim"}
-	c, t, err := c.prepare()
+// newSimProfile derives a profile as New would, with the derivations New uses (the defaults of
+// SetDefaults, deriveTiming): o is what the configuration sets of the timing, brokerMin the brokers'
+// group.min.session.timeout.ms (classic; 0 for Kafka's default, which New does not need to read at
+// sessions of 6 s and more), and session848 and interval848 the broker's KIP-848 timing.
+func newSimProfile(name string, ht time.Duration, o timingOverrides, brokerMin, session848, interval848 time.Duration) simProfile {
+	minPoll := defaultMinPollInterval(ht)
+	s := settings{name: "sim", topic: "sim.neli", lease: ht, renew: defaultRenewInterval(ht, minPoll), minPoll: minPoll,
+		handOverAfter: handOverBound(ht)}
+	t, err := deriveTiming(ht, minPoll, o)
 	if err != nil {
 		panic(fmt.Sprintf("simulation profile %s: %v", name, err))
 	}
@@ -85,13 +93,13 @@ func newSimProfile(name string, ht time.Duration, kafka KafkaConfigMap, brokerMi
 		// checkConsumerGroupSession
 		t.brokerSession, t.brokerInterval = session848, interval848
 	}
-	p := simProfile{name: name, classic: t.classic, timing: t, ht: ht, renew: *c.RenewInterval, minPoll: *c.MinPollInterval,
-		pollDuration: *c.PollDuration, session: t.session, hbInterval: t.interval, maxPoll: t.maxPoll, commitInterval: t.commit,
-		handOverAfter: c.handOverAfter(), window: t.commitWindow(c), config: c}
+	p := simProfile{name: name, classic: t.classic, timing: t, ht: ht, renew: s.renew, minPoll: s.minPoll,
+		pollDuration: defaultPollDuration, session: t.session, hbInterval: t.interval, maxPoll: t.maxPoll, commitInterval: t.commit,
+		handOverAfter: s.handOverAfter, window: t.commitWindow(s), settings: s, group: "sim", topic: s.topic}
 	if !t.classic {
 		p.session, p.hbInterval = session848, interval848
 	}
-	p.rateBound = int64(sessionMargin(ht)) * 1_000_000 / int64(SessionTimeout(ht))
+	p.rateBound = int64(sessionMargin(ht)) * 1_000_000 / int64(sessionTimeout(ht))
 	join := time.Duration(0)
 	if p.classic {
 		join = time.Second

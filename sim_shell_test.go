@@ -322,7 +322,7 @@ func (m *simMember) dispatch() {
 			m.note("barrier returned from LeaderAcquired: leads until %s", m.leaseEndNote())
 		}
 		if d.dl != nil {
-			close(d.dl.done)
+			d.dl.finish()
 		}
 		m.dispBusy = false
 		m.dispatch()
@@ -418,11 +418,11 @@ func (f simFx) storeOffsets(offsets []offsetRef) ([]offsetRef, error) {
 	return stored, nil
 }
 
-func (f simFx) produce(p *part, h *heartbeat) {
+func (f simFx) produce(p *role, h *heartbeat) {
 	f.m.beats = append(f.m.beats, h)
 }
 
-func (f simFx) writeMarker(p *part, h *heartbeat) {
+func (f simFx) writeMarker(p *role, h *heartbeat) {
 	f.m.produceRecord(*h)
 }
 
@@ -441,23 +441,23 @@ func (f simFx) describe(tenures map[int32]uint64) error {
 	return nil
 }
 
-func (f simFx) deliver(p *part, events []Event, dl *delivery) {
+func (f simFx) deliver(p *role, events []tenureEvent, dl *delivery) {
 	m := f.m
 	for i, e := range events {
 		d := &simDelivery{what: fmt.Sprint(e)}
 		if i == len(events)-1 {
 			d.dl = dl
 		}
-		if _, ok := e.(LeaderAcquired); ok {
+		if _, ok := e.(acquired); ok {
 			d.acquired, d.epoch = true, p.lease.newestEpoch()
 		}
 		if m.w.tracing() {
 			switch e := e.(type) {
-			case LeaderAcquired:
+			case acquired:
 				m.note("LeaderAcquired (lease to %s)", m.leaseEndNote())
-			case LeaderFenced:
-				m.note("LeaderFenced: %s", e.Reason)
-			case LeaderRevoked:
+			case fenced:
+				m.note("LeaderFenced: %s", e.reason)
+			case revoked:
 				m.note("LeaderRevoked")
 			}
 		}

@@ -5,13 +5,6 @@ import (
 	"time"
 )
 
-// batchTailsFrom is the least number of partitions taken at once whose starts goneli reads itself.
-// librdkafka resolves a logical offset such as OffsetTail with one ListOffsets request per
-// partition, and a broker answers a connection's requests one at a time: an
-// instance with a thousand roles that joins again sends a thousand of them, and on a broker that
-// answers in a second they take it minutes. One partition costs librdkafka one request as it does
-// goneli, and librdkafka's is not waited for in the rebalance callback, so a lone role keeps it.
-const batchTailsFrom = 2
 
 // tailsWait is the longest the rebalance callback waits for the ends of the partitions it takes:
 // half a lease, 2.5 s by default, which covers a broker that answers a second late and the

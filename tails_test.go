@@ -170,7 +170,7 @@ func TestAssignmentTakenAfterTheWaitHoldsRenewals(t *testing.T) {
 		d := r.n.d
 		d.mu.Lock()
 		taken := len(r.consumer.taken)
-		bound := d.timing.answerBound(d.config)
+		bound := d.timing.answerBound(d.config.settings())
 		type hold struct{ from, until, storeFrom, storeUntil time.Duration }
 		var holds []hold
 		for _, p := range d.parts {

@@ -264,7 +264,7 @@ func (d *driver) foreignRecord(p *part, key string, h heartbeat) {
 			d.cancelHop(p)
 		}
 	}
-	d.machine(func(m *machine) { m.foreign(p, h) })
+	d.machine(func(m *machine) { m.foreign(p.role, h) })
 }
 
 // transferAsked takes a transfer request. Only a tenure that leads as it reads the request acts
@@ -329,7 +329,7 @@ func (d *driver) transferSeen(p *part, h heartbeat) {
 	d.cancelHop(p)
 	hp := &hop{to: h.to, tenure: v.tenure, from: h.tenure, sentinel: h.tenure ^ hopSentinel, at: d.now(), confirmed: v.counts.confirmed}
 	d.prio.hops[p.id] = hp
-	d.machine(func(m *machine) { m.foreign(p, heartbeat{tenure: hp.sentinel, kind: kindReleasing, role: p.name}) })
+	d.machine(func(m *machine) { m.foreign(p.role, heartbeat{tenure: hp.sentinel, kind: kindReleasing, role: p.name}) })
 }
 
 // cancelHop lets p's tenure go on as if no transfer had been found.
@@ -339,7 +339,7 @@ func (d *driver) cancelHop(p *part) {
 		return
 	}
 	delete(d.prio.hops, p.id)
-	d.machine(func(m *machine) { m.foreign(p, heartbeat{tenure: hp.sentinel, kind: kindReleased, role: p.name}) })
+	d.machine(func(m *machine) { m.foreign(p.role, heartbeat{tenure: hp.sentinel, kind: kindReleased, role: p.name}) })
 }
 
 // hopDue reports whether p's hop waits for a description: once an own heartbeat of the tenure has
