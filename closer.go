@@ -125,7 +125,7 @@ func (n *neli) Await() {
 // closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout
 // (Config.CloseBound, with the session New fitted to the brokers).
 func (d *driver) closeBound() time.Duration {
-	return d.timing.closeBound(*d.config.HeartbeatTimeout)
+	return d.timing.CloseBound(*d.config.HeartbeatTimeout)
 }
 
 // leave ends every tenure, leaves the group and closes the consumers, by deadline (on the driver's
@@ -145,7 +145,7 @@ func (d *driver) leave(deadline time.Duration) error {
 		d.awaitLeft(deadline)
 	}
 	commits := d.commits
-	d.machine(func(m *machine) { m.gate.close() })
+	d.machine(func(m *Machine) { m.Gate.Close() })
 	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }}}
 	if d.observer != nil {
 		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
@@ -164,29 +164,29 @@ func (d *driver) leave(deadline time.Duration) error {
 func (d *driver) endAll(deadline time.Duration) {
 	// Nothing stored is committed from here on: the tenures end, and the unassign that comes
 	// before the LeaveGroup would wait for the commit's answer.
-	var releases []release
-	d.machine(func(m *machine) { releases = m.endAll() })
-	var finals []*delivery
+	var releases []Release
+	d.machine(func(m *Machine) { releases = m.EndAll() })
+	var finals []*Delivery
 	for _, r := range releases {
-		finals = append(finals, r.done)
+		finals = append(finals, r.Done)
 	}
-	if !awaitDeliveries(finals, d.timing.maxPoll, d.life.fromBarrier, d.now) {
+	if !awaitDeliveries(finals, d.timing.MaxPoll, d.life.fromBarrier, d.now) {
 		select {
 		case <-d.life.fromBarrier:
 		default:
 			d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
-				d.config.Name, d.timing.maxPoll)
+				d.config.Name, d.timing.MaxPoll)
 		}
 	}
-	var done, busy, unmarked []release
+	var done, busy, unmarked []Release
 	for _, r := range releases {
 		select {
-		case <-r.done.wait():
-			r.marker.kind = kindReleased
+		case <-r.Done.Wait():
+			r.Marker.Kind = KindReleased
 			done = append(done, r)
 		default:
 			busy = append(busy, r)
-			if r.fresh {
+			if r.Fresh {
 				unmarked = append(unmarked, r)
 			}
 		}
@@ -225,9 +225,9 @@ func (d *driver) endAll(deadline time.Duration) {
 			writers.Add(1)
 			go func() {
 				defer writers.Done()
-				if awaitDelivery(r.done, deadline-d.now(), nil) {
-					r.marker.kind = kindReleased
-					d.writeMarkers([]release{r}, d.releaseFlush())
+				if awaitDelivery(r.Done, deadline-d.now(), nil) {
+					r.Marker.Kind = KindReleased
+					d.writeMarkers([]Release{r}, d.releaseFlush())
 				}
 			}()
 		}
@@ -270,7 +270,7 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 		// Revoking partition 0 commits the offset stored last, and only once that commit is
 		// answered does librdkafka send the LeaveGroup; a close that comes first skips it, and
 		// the group then waits a session timeout for this member (librdkafka 2.11.1).
-		if !served && len(d.m.group.parts) == 0 && !d.m.group.owedCommit {
+		if !served && len(d.m.Group.Parts) == 0 && !d.m.Group.OwedCommit {
 			if topics, err := sr.Subscription(); err != nil || len(topics) == 0 {
 				return
 			}
@@ -292,18 +292,18 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 // Rebalance events are served by the callback from within Poll, which then returns nil, so they
 // are counted by the callback.
 func (d *driver) drainForClose() bool {
-	before := d.m.group.rebalances
+	before := d.m.Group.Rebalances
 	served := false
-	for i := 0; i < maxEventsPerCycle; i++ {
+	for i := 0; i < MaxEventsPerCycle; i++ {
 		ev := d.consumer.Poll(0)
-		if ev == nil && d.m.group.rebalances == before {
+		if ev == nil && d.m.Group.Rebalances == before {
 			break
 		}
-		before = d.m.group.rebalances
+		before = d.m.Group.Rebalances
 		served = true
 		d.serve(ev)
 	}
-	return served || d.m.group.rebalances != before
+	return served || d.m.Group.Rebalances != before
 }
 
 // serve handles an event polled while closing: commit results, which awaitLeft waits for, and
@@ -311,7 +311,7 @@ func (d *driver) drainForClose() bool {
 func (d *driver) serve(ev kafka.Event) {
 	switch e := ev.(type) {
 	case kafka.OffsetsCommitted:
-		d.m.group.owedCommit = false
+		d.m.Group.OwedCommit = false
 	case kafka.Error:
 		d.log.D()("goneli %s: Kafka consumer while closing: %v", d.config.Name, e)
 	}

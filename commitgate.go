@@ -77,7 +77,7 @@ type commitGate struct {
 	// storer stores offsets for librdkafka's auto-commit (StoreOffsets) and returns those it
 	// stored; an offset of OffsetInvalid (-1001) withdraws one. It returns at once: librdkafka
 	// only records the offset for its timer.
-	storer storer
+	storer Storer
 	// tick is auto.commit.interval.ms; hold how long an offset stays stored, a little less.
 	tick, hold time.Duration
 	// late is how long an answer may take before any has been seen: the group heartbeat interval,
@@ -114,36 +114,36 @@ type commitGate struct {
 }
 
 // storer is librdkafka's StoreOffsets as the gate needs it: what was stored, among offsets.
-type storer func(offsets []offsetRef) ([]offsetRef, error)
+type Storer func(offsets []OffsetRef) ([]OffsetRef, error)
 
 // offsetRef is an offset of a partition of the leader topic, with the metadata a commit of it
 // carries (lease.confirmed.tag).
-type offsetRef struct {
-	partition int32
-	offset    int64
-	tag       string
+type OffsetRef struct {
+	Partition int32
+	Offset    int64
+	Tag       string
 }
 
 // offsetInvalid is librdkafka's logical offset for "none": stored, it withdraws an offset.
-const offsetInvalid = -1001
+const OffsetInvalid = -1001
 
 // gateCounts counts what the gates of an instance did.
 type gateCounts struct {
 	stores, withdrawals, answers atomic.Uint64
-	presumed                     atomic.Uint64 // stores presumed never sent
+	Presumed                     atomic.Uint64 // stores presumed never sent
 	strays                       atomic.Uint64 // answers that came after their store was presumed never sent
-	doubled                      atomic.Uint64 // stores whose window came out a tick or longer
+	Doubled                      atomic.Uint64 // stores whose window came out a tick or longer
 }
 
 // gateTally is a snapshot of gateCounts.
 type gateTally struct {
-	stores, withdrawals, answers, presumed, strays, doubled uint64
+	stores, withdrawals, answers, presumed, Strays, doubled uint64
 }
 
 // gateStore is one store of offsets and what became of it.
 type gateStore struct {
 	// stored is what was stored, live what of it is still stored.
-	stored, live []offsetRef
+	stored, live []OffsetRef
 	at           time.Duration // before the store call
 	// withdrawn is when the withdrawal returned; zero while stored. sends bounds the automatic
 	// commits that may carry the offsets, answers counts those answered.
@@ -162,7 +162,7 @@ type gateStore struct {
 // gateHistory is how many stores and answer times the gate keeps.
 const gateHistory = 8
 
-func newCommitGate(st storer, tick, late, most time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
+func newCommitGate(st Storer, tick, late, most time.Duration, now func() time.Duration, counts *gateCounts) *commitGate {
 	return &commitGate{storer: st, tick: tick, hold: tick - max(time.Millisecond, tick/25), late: late, most: most, now: now, counts: counts}
 }
 
@@ -180,7 +180,7 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 			s.sends = s.answers
 			g.shift = !s.shifted
 			g.doubt++
-			g.counts.presumed.Add(1)
+			g.counts.Presumed.Add(1)
 			presumed = append(presumed, s)
 			continue
 		}
@@ -200,7 +200,7 @@ func (g *commitGate) busy(now time.Duration) (bool, []*gateStore) {
 // (lease.heldAnswers), and again after every store presumed unsent in turn. An offset of the chain
 // anchors the window for explicit commits no later than its first store could have (commitWindow
 // gives the argument). An answer settles the chain: the next store starts another.
-func (g *commitGate) store(offsets []offsetRef, hint time.Duration) (at, chain time.Duration, stored []offsetRef, err error) {
+func (g *commitGate) Store(offsets []OffsetRef, hint time.Duration) (at, chain time.Duration, stored []OffsetRef, err error) {
 	if g.closed || len(offsets) == 0 {
 		return 0, 0, nil, nil
 	}
@@ -215,11 +215,11 @@ func (g *commitGate) store(offsets []offsetRef, hint time.Duration) (at, chain t
 		// a phase where its window holds a tick; shifting every other store after a presumption,
 		// not each, keeps a phase that missed from being shifted onto one that would too.
 		s.shifted = true
-		s.stored = append([]offsetRef(nil), offsets...)
+		s.stored = append([]OffsetRef(nil), offsets...)
 	} else if err = g.place(s, offsets); !s.placed {
 		return s.at, s.at, nil, err
 	}
-	s.live = append([]offsetRef(nil), s.stored...)
+	s.live = append([]OffsetRef(nil), s.stored...)
 	chain = s.at
 	if g.chained {
 		chain = min(chain, g.chainAt)
@@ -261,12 +261,12 @@ func (g *commitGate) alarm(now time.Duration) {
 }
 
 // place makes the StoreOffsets call of s and records what it stored.
-func (g *commitGate) place(s *gateStore, offsets []offsetRef) error {
+func (g *commitGate) place(s *gateStore, offsets []OffsetRef) error {
 	s.from = g.now()
 	stored, err := g.storer(offsets)
 	s.stored = nil
 	for _, o := range stored {
-		if o.offset >= 0 {
+		if o.Offset >= 0 {
 			s.stored = append(s.stored, o)
 		}
 	}
@@ -282,11 +282,11 @@ func (g *commitGate) place(s *gateStore, offsets []offsetRef) error {
 // stored nothing (its partitions no longer assigned) ends with nothing in flight, and nothing is
 // presumed of it: the lease's next renewal asks for a store again.
 func (g *commitGate) placeShifted(s *gateStore) {
-	if _ = g.place(s, append([]offsetRef(nil), s.live...)); !s.placed {
+	if _ = g.place(s, append([]OffsetRef(nil), s.live...)); !s.placed {
 		g.end(s)
 		return
 	}
-	s.live = append([]offsetRef(nil), s.stored...)
+	s.live = append([]OffsetRef(nil), s.stored...)
 	g.arm(s)
 }
 
@@ -338,14 +338,14 @@ func (g *commitGate) remember(s *gateStore) {
 
 // withdrawArmed withdraws offsets of the armed store, and ends the store when nothing of it is
 // stored any longer.
-func (g *commitGate) withdrawArmed(offsets []offsetRef) {
+func (g *commitGate) withdrawArmed(offsets []OffsetRef) {
 	s := g.armed
 	if s == nil || len(offsets) == 0 {
 		return
 	}
-	gone := make([]offsetRef, 0, len(offsets))
+	gone := make([]OffsetRef, 0, len(offsets))
 	for _, o := range offsets {
-		gone = append(gone, offsetRef{partition: o.partition, offset: offsetInvalid})
+		gone = append(gone, OffsetRef{Partition: o.Partition, Offset: OffsetInvalid})
 	}
 	if s.placed {
 		// An error leaves the offset stored: it is withdrawn again when the store ends, and a
@@ -353,11 +353,11 @@ func (g *commitGate) withdrawArmed(offsets []offsetRef) {
 		_, _ = g.storer(gone)
 		g.counts.withdrawals.Add(1)
 	}
-	var kept []offsetRef
+	var kept []OffsetRef
 	for _, o := range s.live {
 		withdrawn := false
 		for _, w := range offsets {
-			withdrawn = withdrawn || w.partition == o.partition
+			withdrawn = withdrawn || w.Partition == o.Partition
 		}
 		if !withdrawn {
 			kept = append(kept, o)
@@ -381,7 +381,7 @@ func (g *commitGate) end(s *gateStore) {
 		s.sends = int((s.withdrawn-s.from)/g.tick) + 1
 	}
 	if s.sends > 1 && !s.long {
-		g.counts.doubled.Add(1)
+		g.counts.Doubled.Add(1)
 	}
 	s.presumeBy = s.withdrawn + g.patience(s.hint)
 }
@@ -436,7 +436,7 @@ func (g *commitGate) sample(d time.Duration) {
 // tenure's first proof waits as long (the simulation found failovers past their bound so). Taking
 // an answer time too short costs at most one more commit in flight, whose answer, coming after its
 // store was presumed unsent, raises the time again.
-func (g *commitGate) answer(offsets []offsetRef, since time.Duration) {
+func (g *commitGate) answer(offsets []OffsetRef, since time.Duration) {
 	g.counts.answers.Add(1)
 	if a := g.armed; a != nil && !a.placed && answers(a, offsets) {
 		// A store shifted after a presumption waits to be placed, and the presumed commit of its
@@ -492,7 +492,7 @@ func (g *commitGate) answer(offsets []offsetRef, since time.Duration) {
 // first store was presumed unsent is ambiguous: the answer goes to the later store, which at worst
 // lets one more commit start while the earlier is still under way, as the wrong presumption
 // itself did.
-func (g *commitGate) match(offsets []offsetRef) *gateStore {
+func (g *commitGate) match(offsets []OffsetRef) *gateStore {
 	pending := func(s *gateStore) bool { return (s.withdrawn == 0 && s.placed) || s.answers < s.sends }
 	names := func(s *gateStore) bool { return answers(s, offsets) }
 	for _, pick := range []func(*gateStore) bool{
@@ -510,10 +510,10 @@ func (g *commitGate) match(offsets []offsetRef) *gateStore {
 }
 
 // answers reports whether offsets name an offset that s stored.
-func answers(s *gateStore, offsets []offsetRef) bool {
+func answers(s *gateStore, offsets []OffsetRef) bool {
 	for _, o := range s.stored {
 		for _, a := range offsets {
-			if a.partition == o.partition && a.offset == o.offset {
+			if a.Partition == o.Partition && a.Offset == o.Offset {
 				return true
 			}
 		}
@@ -527,10 +527,10 @@ func (g *commitGate) withdraw(partitions ...int32) {
 	if g.closed || g.armed == nil {
 		return
 	}
-	var offsets []offsetRef
+	var offsets []OffsetRef
 	for _, o := range g.armed.live {
 		for _, id := range partitions {
-			if o.partition == id {
+			if o.Partition == id {
 				offsets = append(offsets, o)
 			}
 		}
@@ -552,7 +552,7 @@ func (g *commitGate) holds(partition int32) bool {
 		return false
 	}
 	for _, o := range g.armed.live {
-		if o.partition == partition {
+		if o.Partition == partition {
 			return true
 		}
 	}
@@ -560,13 +560,13 @@ func (g *commitGate) holds(partition int32) bool {
 }
 
 // close stops the gate before its consumer closes: it stores and withdraws nothing from then on.
-func (g *commitGate) close() {
+func (g *commitGate) Close() {
 	g.closed = true
 }
 
 // snapshot returns the counts of the gates of the gate's instance.
-func (g *commitGate) snapshot() gateTally {
+func (g *commitGate) Snapshot() gateTally {
 	c := g.counts
 	return gateTally{stores: c.stores.Load(), withdrawals: c.withdrawals.Load(), answers: c.answers.Load(),
-		presumed: c.presumed.Load(), strays: c.strays.Load(), doubled: c.doubled.Load()}
+		presumed: c.Presumed.Load(), Strays: c.strays.Load(), doubled: c.Doubled.Load()}
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // storeAll stores whatever it is asked to.
-func storeAll(offsets []offsetRef) ([]offsetRef, error) {
+func storeAll(offsets []OffsetRef) ([]OffsetRef, error) {
 	return offsets, nil
 }
 
@@ -30,8 +30,8 @@ func advance(g *commitGate, now func() time.Duration, d time.Duration) {
 }
 
 // at is offset of partition 0.
-func at(offset int64) []offsetRef {
-	return []offsetRef{{partition: 0, offset: offset}}
+func at(offset int64) []OffsetRef {
+	return []OffsetRef{{Partition: 0, Offset: offset}}
 }
 
 // A store that the gate makes after the stores since its last answer were all presumed unsent
@@ -45,13 +45,13 @@ func TestGateChainOfPresumptionsKeepsTheFirstStoreTime(t *testing.T) {
 		start := time.Now()
 		now := func() time.Duration { return time.Since(start) + time.Second }
 		g := newCommitGate(storeAll, tick, late, most, now, &gateCounts{})
-		defer g.close()
+		defer g.Close()
 		g.answered(5 * time.Millisecond) // an answer time known: stores are held less than a tick
 		offset := int64(100)
 		// store returns when the store's chain began.
 		store := func() time.Duration {
 			offset++
-			at, chain, stored, err := g.store(at(offset), 0)
+			at, chain, stored, err := g.Store(at(offset), 0)
 			if err != nil || len(stored) != 1 {
 				t.Fatalf("store of %d: %v, %v", offset, stored, err)
 			}
@@ -123,12 +123,12 @@ func TestGateAnswerAfterAPausedLoopKeepsItsPatience(t *testing.T) {
 				start := time.Now()
 				now := func() time.Duration { return time.Since(start) + time.Second }
 				g := newCommitGate(storeAll, tick, late, most, now, &gateCounts{})
-				defer g.close()
+				defer g.Close()
 				g.answered(5 * time.Millisecond)
 				offset := int64(100)
 				store := func() {
 					offset++
-					if _, _, stored, err := g.store(at(offset), 0); err != nil || len(stored) != 1 {
+					if _, _, stored, err := g.Store(at(offset), 0); err != nil || len(stored) != 1 {
 						t.Fatalf("store of %d: %v, %v", offset, stored, err)
 					}
 				}
@@ -167,12 +167,12 @@ type recordingConsumer struct {
 	placed map[int64]time.Duration
 }
 
-func (c *recordingConsumer) store(offsets []offsetRef) ([]offsetRef, error) {
+func (c *recordingConsumer) store(offsets []OffsetRef) ([]OffsetRef, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, o := range offsets {
-		if o.offset >= 0 {
-			c.placed[o.offset] = c.now()
+		if o.Offset >= 0 {
+			c.placed[o.Offset] = c.now()
 		}
 	}
 	return offsets, nil
@@ -199,13 +199,13 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 		now := func() time.Duration { return time.Since(start) + time.Second }
 		c := &recordingConsumer{now: now, placed: map[int64]time.Duration{}}
 		g := newCommitGate(c.store, tick, late, most, now, &gateCounts{})
-		defer g.close()
+		defer g.Close()
 		g.answered(5 * time.Millisecond)
 		offset := int64(100)
 		// store stores the next offset and returns how much later than asked it was stored.
 		store := func() time.Duration {
 			offset++
-			at, _, stored, err := g.store(at(offset), 0)
+			at, _, stored, err := g.Store(at(offset), 0)
 			if err != nil || len(stored) != 1 || at != now() {
 				t.Fatalf("store of %d: %v, %v at %v; want it stored, as of now (%v)", offset, stored, err, at, now())
 			}
@@ -246,7 +246,7 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 		// has nothing in flight.
 		presume()
 		offset++
-		if _, _, stored, err := g.store(at(offset), 0); err != nil || len(stored) != 1 {
+		if _, _, stored, err := g.Store(at(offset), 0); err != nil || len(stored) != 1 {
 			t.Fatalf("store of %d: %v, %v", offset, stored, err)
 		}
 		g.withdraw(0)
@@ -261,7 +261,7 @@ func TestGateShiftsEveryOtherStoreAfterAPresumption(t *testing.T) {
 		// shifted time: nothing is stored.
 		store() // made at once: the store presumed before was shifted
 		presume()
-		if _, _, stored, err := g.store(at(offset), 0); err != nil || len(stored) != 1 {
+		if _, _, stored, err := g.Store(at(offset), 0); err != nil || len(stored) != 1 {
 			t.Fatalf("store of %d again: %v, %v", offset, stored, err)
 		}
 		before, _ := c.placedAt(offset)

@@ -20,10 +20,10 @@ import (
 // Default values of the optional Config fields, applied by Config.SetDefaults.
 const (
 	// DefaultPollDuration is the default value of Config.PollDuration.
-	DefaultPollDuration = defaultPollDuration
+	DefaultPollDuration = DefaultPollDuration_
 
 	// DefaultMinPollInterval is the default value of Config.MinPollInterval.
-	DefaultMinPollInterval = minPollCap
+	DefaultMinPollInterval = MinPollCap_
 
 	// DefaultHeartbeatTimeout is the default value of Config.HeartbeatTimeout.
 	DefaultHeartbeatTimeout = 5 * time.Second
@@ -33,7 +33,7 @@ const (
 	// least nine tenths of a lease (less one round trip) after every renewal, and can miss five
 	// renewals in a row (eight at the default lease) before its lease runs out; see the package
 	// doc, Protocol.
-	DefaultRenewalsPerLease = renewalsPerLease
+	DefaultRenewalsPerLease = RenewalsPerLease_
 
 	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
 	// names none.
@@ -242,10 +242,10 @@ func (c *Config) SetDefaults() {
 		c.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
 	}
 	if c.MinPollInterval == nil {
-		c.MinPollInterval = Duration(defaultMinPollInterval(*c.HeartbeatTimeout))
+		c.MinPollInterval = Duration(DefaultMinPollInterval_(*c.HeartbeatTimeout))
 	}
 	if c.RenewInterval == nil {
-		c.RenewInterval = Duration(defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
+		c.RenewInterval = Duration(DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
 	}
 }
 
@@ -376,7 +376,7 @@ func (c Config) Validate() error {
 	case leaseInRange && *c.RenewInterval > *c.HeartbeatTimeout/3 &&
 		// The default RenewInterval exceeds HeartbeatTimeout/3 exactly when MinPollInterval does,
 		// which the HeartbeatTimeout error already reports.
-		(leaseOK || *c.RenewInterval != defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
+		(leaseOK || *c.RenewInterval != DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
 	}
 	if c.HandOverAfter != nil && leaseInRange && *c.HandOverAfter < *c.HeartbeatTimeout/2 {
@@ -431,9 +431,9 @@ func (c Config) String() string {
 }
 
 // settings are what the machine needs of a Config that SetDefaults has filled (machine.go).
-func (c Config) settings() settings {
-	return settings{name: c.Name, topic: c.LeaderTopic, lease: *c.HeartbeatTimeout, renew: *c.RenewInterval,
-		minPoll: *c.MinPollInterval, handOverAfter: c.handOverAfter()}
+func (c Config) settings() Settings {
+	return Settings{Name: c.Name, Topic: c.LeaderTopic, Lease: *c.HeartbeatTimeout, Renew: *c.RenewInterval,
+		MinPoll: *c.MinPollInterval, HandOverAfter: c.handOverAfter()}
 }
 
 // handOverAfter is HandOverAfter, or its default for the HeartbeatTimeout set.
@@ -441,7 +441,7 @@ func (c Config) handOverAfter() time.Duration {
 	if c.HandOverAfter != nil {
 		return *c.HandOverAfter
 	}
-	return handOverBound(*c.HeartbeatTimeout)
+	return HandOverBound(*c.HeartbeatTimeout)
 }
 
 // renewalBound is the shortest lease that a leader polled every poll and renewing every renew keeps
@@ -462,32 +462,32 @@ func durationString(d *time.Duration) string {
 }
 
 // groupTiming derives the group timing of a Config that SetDefaults has filled (deriveTiming).
-func (c Config) groupTiming() (groupTiming, error) {
-	var o timingOverrides
+func (c Config) groupTiming() (GroupTiming, error) {
+	var o TimingOverrides
 	if p, ok := c.KafkaConfig["group.protocol"]; ok && strings.EqualFold(fmt.Sprint(p), "consumer") {
 		// KIP-848 moves the session timeout and heartbeat interval to the broker; librdkafka rejects
 		// them on the client.
-		o.consumerProtocol = true
+		o.ConsumerProtocol = true
 	}
 	keys := []struct {
 		key string
 		to  *time.Duration
-	}{{"heartbeat.interval.ms", &o.interval}, {"session.timeout.ms", &o.session}, {"max.poll.interval.ms", &o.maxPoll}}
+	}{{"heartbeat.interval.ms", &o.Interval}, {"session.timeout.ms", &o.Session}, {"max.poll.interval.ms", &o.MaxPoll}}
 	for _, k := range keys {
-		if o.consumerProtocol && k.key != "max.poll.interval.ms" {
+		if o.ConsumerProtocol && k.key != "max.poll.interval.ms" {
 			continue
 		}
 		v, ok, err := c.kafkaMillis(k.key)
 		if err != nil {
-			return groupTiming{}, err
+			return GroupTiming{}, err
 		}
 		if ok {
 			*k.to = v
 		}
 	}
-	t, err := deriveTiming(*c.HeartbeatTimeout, *c.MinPollInterval, o)
+	t, err := DeriveTiming(*c.HeartbeatTimeout, *c.MinPollInterval, o)
 	if err != nil {
-		return t, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", err.key), Value: err.value.Milliseconds(), Reason: err.reason}
+		return t, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", err.Key), Value: err.Value.Milliseconds(), Reason: err.Reason}
 	}
 	return t, nil
 }
@@ -503,7 +503,7 @@ func (c Config) groupTiming() (groupTiming, error) {
 // group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
 // it where it can read it.
 func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
-	return sessionTimeout(heartbeatTimeout)
+	return SessionTimeout_(heartbeatTimeout)
 }
 
 // CloseBound is how long Close may take with this configuration, its unset fields taking their
@@ -533,12 +533,12 @@ func (c Config) CloseBound() (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	return t.closeBound(*c.HeartbeatTimeout), nil
+	return t.CloseBound(*c.HeartbeatTimeout), nil
 }
 
 // prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,
 // validates it and derives the group timing.
-func (c Config) prepare() (Config, groupTiming, error) {
+func (c Config) prepare() (Config, GroupTiming, error) {
 	if c.KafkaConfig != nil {
 		clone := make(KafkaConfigMap, len(c.KafkaConfig))
 		for k, v := range c.KafkaConfig {
@@ -549,7 +549,7 @@ func (c Config) prepare() (Config, groupTiming, error) {
 	noGroup := c.LeaderGroupID == ""
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
-		return c, groupTiming{}, err
+		return c, GroupTiming{}, err
 	}
 	if noGroup {
 		// Kept from v0.5.0, but two services built as "app" on one cluster would share a group and
@@ -627,7 +627,7 @@ func (c Config) forwardsLogs() bool {
 
 // clientConfigs builds the consumer, producer and admin configurations. User settings are copied
 // first; the derived settings fill in what the user left unset; owned settings always win.
-func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.ConfigMap) {
+func (c Config) clientConfigs(t GroupTiming) (consumer, producer, admin kafka.ConfigMap) {
 	base := kafka.ConfigMap{}
 	for k, v := range c.KafkaConfig {
 		base[k] = v
@@ -644,21 +644,21 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	consumer["group.id"] = c.LeaderGroupID
 	consumer["enable.auto.commit"] = true
 	consumer["enable.auto.offset.store"] = false
-	consumer["auto.commit.interval.ms"] = int(t.commit.Milliseconds())
+	consumer["auto.commit.interval.ms"] = int(t.Commit.Milliseconds())
 	consumer["enable.partition.eof"] = false
 	// Every assignment names its start (releaseLookback records before the end), so a reset only
 	// happens when that start is out of range: before the log start of a partition that retention
 	// has trimmed, where the earliest record is the one to read from so as not to skip a release
 	// marker, or beyond the end of a log that restarted, which is read from its beginning.
 	setDefault(consumer, "auto.offset.reset", "earliest")
-	if t.classic {
-		consumer["session.timeout.ms"] = int(t.session.Milliseconds())
-		consumer["heartbeat.interval.ms"] = int(t.interval.Milliseconds())
+	if t.Classic {
+		consumer["session.timeout.ms"] = int(t.Session.Milliseconds())
+		consumer["heartbeat.interval.ms"] = int(t.Interval.Milliseconds())
 		// Sticky cooperative assignment keeps partition 0 where it is when followers come and go, so
 		// membership churn does not interrupt the leader.
 		setDefault(consumer, "partition.assignment.strategy", "cooperative-sticky")
 	}
-	consumer["max.poll.interval.ms"] = int(t.maxPoll.Milliseconds())
+	consumer["max.poll.interval.ms"] = int(t.MaxPoll.Milliseconds())
 	// A fetch returns as soon as a heartbeat lands, so its wait only sets how often a leader's fetch
 	// comes back empty. Twice the renewal interval keeps that rare (with a wait equal to the
 	// interval, half the fetches raced the next heartbeat and lost), and no more than Validate
@@ -666,7 +666,7 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	// wait for a fetch in flight.
 	fetchWait := 100 * time.Millisecond
 	if c.RenewInterval != nil {
-		fetchWait = clampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
+		fetchWait = ClampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
 	}
 	if c.HeartbeatTimeout != nil {
 		fetchWait = min(fetchWait, *c.HeartbeatTimeout/3)

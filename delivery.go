@@ -2,17 +2,17 @@ package goneli
 
 // delivery is the barrier's call with a tenure's event: done once the barrier has returned from it.
 // The machine makes it with the events it posts (effects.deliver), the dispatcher finishes it.
-type delivery struct {
+type Delivery struct {
 	done chan struct{}
 }
 
 // newDelivery makes a delivery not finished yet.
-func newDelivery() *delivery {
-	return &delivery{done: make(chan struct{})}
+func NewDelivery() *Delivery {
+	return &Delivery{done: make(chan struct{})}
 }
 
 // delivered reports whether the call has returned.
-func (dl *delivery) delivered() bool {
+func (dl *Delivery) delivered() bool {
 	select {
 	case <-dl.done:
 		return true
@@ -22,11 +22,11 @@ func (dl *delivery) delivered() bool {
 }
 
 // wait is closed once the call has returned.
-func (dl *delivery) wait() <-chan struct{} {
+func (dl *Delivery) Wait() <-chan struct{} {
 	return dl.done
 }
 
 // finish says that the call has returned.
-func (dl *delivery) finish() {
+func (dl *Delivery) Finish() {
 	close(dl.done)
 }

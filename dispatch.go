@@ -21,7 +21,7 @@ type dispatcher struct {
 // queued is a call posted, and the delivery that says it has returned.
 type queued struct {
 	call func()
-	dl   *delivery
+	dl   *Delivery
 }
 
 func newDispatcher() *dispatcher {
@@ -31,17 +31,17 @@ func newDispatcher() *dispatcher {
 }
 
 // post queues calls and returns the last one's delivery, or nil if there were none.
-func (d *dispatcher) post(calls ...func()) *delivery {
+func (d *dispatcher) post(calls ...func()) *Delivery {
 	if len(calls) == 0 {
 		return nil
 	}
-	last := newDelivery()
+	last := NewDelivery()
 	d.postAs(last, calls...)
 	return last
 }
 
 // postAs queues calls, the last one's delivery being last.
-func (d *dispatcher) postAs(last *delivery, calls ...func()) {
+func (d *dispatcher) postAs(last *Delivery, calls ...func()) {
 	if len(calls) == 0 {
 		return
 	}
@@ -49,7 +49,7 @@ func (d *dispatcher) postAs(last *delivery, calls ...func()) {
 	for i, c := range calls {
 		dl := last
 		if i < len(calls)-1 {
-			dl = newDelivery()
+			dl = NewDelivery()
 		}
 		d.queue = append(d.queue, queued{call: c, dl: dl})
 	}
@@ -69,14 +69,14 @@ func (d *dispatcher) inCall() bool {
 
 // awaitDelivery waits until dl has been delivered, limit has passed, or abort is closed, and
 // reports whether it was delivered. A nil dl counts as delivered.
-func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) bool {
+func awaitDelivery(dl *Delivery, limit time.Duration, abort <-chan struct{}) bool {
 	if dl == nil {
 		return true
 	}
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
-	case <-dl.wait():
+	case <-dl.Wait():
 		return true
 	case <-t.C:
 	case <-abort:
@@ -86,7 +86,7 @@ func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) boo
 
 // awaitDeliveries is awaitDelivery for several deliveries under one limit, measured on the clock
 // that now reads.
-func awaitDeliveries(dls []*delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
+func awaitDeliveries(dls []*Delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
 	deadline := now() + limit
 	for _, dl := range dls {
 		if !awaitDelivery(dl, deadline-now(), abort) {
@@ -130,7 +130,7 @@ func (d *dispatcher) run() {
 		d.mu.Lock()
 		d.busy = false
 		d.mu.Unlock()
-		q.dl.finish()
+		q.dl.Finish()
 	}
 }
 

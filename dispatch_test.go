@@ -23,7 +23,7 @@ func TestDispatcherOrderAndExclusion(t *testing.T) {
 			inside.Add(-1)
 		}
 	}
-	var last *delivery
+	var last *Delivery
 	for i := range 100 {
 		last = d.post(call(i))
 	}
@@ -68,7 +68,7 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	if d.post() != nil {
 		t.Fatal("posting nothing must return no delivery")
 	}
-	if !awaitDeliveries([]*delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
+	if !awaitDeliveries([]*Delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
 		t.Fatal("awaitAll of delivered calls must succeed")
 	}
 }

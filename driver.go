@@ -32,7 +32,7 @@ import (
 // time while the loop waits in a poll. mm is never held while waiting, and always taken after mu.
 type driver struct {
 	config   Config
-	timing   groupTiming // the machine's, as the shell reads it (changed only with mu and mm held)
+	timing   GroupTiming // the machine's, as the shell reads it (changed only with mu and mm held)
 	log      scribe.Scribe
 	topic    string
 	key      []byte
@@ -43,13 +43,13 @@ type driver struct {
 	life  *lifecycle
 	// deliverTo posts a lease's events to the application (neli.deliver); the driver never calls
 	// the application itself.
-	deliverTo func(p *part, events []Event, dl *delivery)
-	clock     clock
+	deliverTo func(p *part, events []Event, dl *Delivery)
+	clock     Clock
 	base      time.Time // origin of the monotonic durations that leases, yields and deadlines are measured in
 
 	mu sync.Mutex
 	mm sync.Mutex
-	m  *machine
+	m  *Machine
 
 	consumer KafkaConsumer
 	heart    heartbeatProducer
@@ -110,7 +110,7 @@ func (d *driver) live() bool {
 }
 
 // machine runs f on the machine with mm held. Called with mu held, or from the alarm.
-func (d *driver) machine(f func(m *machine)) {
+func (d *driver) machine(f func(m *Machine)) {
 	d.mm.Lock()
 	defer d.mm.Unlock()
 	f(d.m)
@@ -121,7 +121,7 @@ func (d *driver) machine(f func(m *machine)) {
 // what the API keeps beside them. The driver finds parts by partition (partOf) and walks them in
 // order (neli.parts).
 type part struct {
-	*role
+	*Role_
 	events *dispatcher
 	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
 	signal chan struct{}
@@ -153,7 +153,7 @@ func (d *driver) step(poll, limit time.Duration) error {
 func (d *driver) pollFor(limit time.Duration) time.Duration {
 	base := *d.config.PollDuration
 	busy := false
-	d.machine(func(m *machine) { busy = m.busyLoop() })
+	d.machine(func(m *Machine) { busy = m.BusyLoop() })
 	if busy {
 		return base
 	}
@@ -180,7 +180,7 @@ func (d *driver) idlePoll() time.Duration {
 	if _, _, down := d.reach.state(); down || d.observer != nil {
 		return poll
 	}
-	return max(poll, min(d.timing.heartbeat(), time.Second))
+	return max(poll, min(d.timing.Heartbeat(), time.Second))
 }
 
 // proving reports whether a tenure of this instance is proving its first lease (machine.proving).
@@ -188,7 +188,7 @@ func (d *driver) idlePoll() time.Duration {
 func (d *driver) proving() bool {
 	now := d.now()
 	for _, p := range d.parts {
-		if v := p.lease.load(); v.proveBy > now && !v.releasing {
+		if v := p.Lease.Load(); v.ProveBy > now && !v.Releasing {
 			return true
 		}
 	}
@@ -209,12 +209,12 @@ func (d *driver) cycle(poll time.Duration) error {
 		if err := d.handle(ev); err != nil && fatal == nil {
 			fatal = err
 		}
-		if i+1 >= maxEventsPerCycle || !d.live() {
+		if i+1 >= MaxEventsPerCycle || !d.live() {
 			break
 		}
 		ev = d.consumer.Poll(0)
 	}
-	d.machine(func(m *machine) { m.polled(ev == nil) })
+	d.machine(func(m *Machine) { m.Polled(ev == nil) })
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
 	}
@@ -223,16 +223,16 @@ func (d *driver) cycle(poll time.Duration) error {
 	d.checkReadBack()
 	d.probeReach()
 	d.collectGroupCheck()
-	d.machine(func(m *machine) { m.finishReleases() })
+	d.machine(func(m *Machine) { m.FinishReleases() })
 	if d.live() {
 		beats := d.mayProduce()
-		d.machine(func(m *machine) { m.tick(beats) })
+		d.machine(func(m *Machine) { m.Tick(beats) })
 		d.sendHeartbeats()
 		d.checkHandOver()
 		d.watchGroup()
-		d.machine(func(m *machine) {
-			m.startGroupCheck()
-			m.startCommits()
+		d.machine(func(m *Machine) {
+			m.StartGroupCheck()
+			m.StartCommits()
 		})
 	}
 	d.watchPending()
@@ -247,17 +247,17 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
-		d.machine(func(m *machine) { m.autoCommitted(commitAnswerOf(e)) })
+		d.machine(func(m *Machine) { m.AutoCommitted(commitAnswerOf(e)) })
 	case kafka.Error:
 		if e.IsFatal() {
-			d.machine(func(m *machine) { m.fail("fatal consumer error: " + e.Error()) })
+			d.machine(func(m *Machine) { m.Fail("fatal consumer error: " + e.Error()) })
 			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
 		}
-		if e.Code() == kafka.ErrInvalidSessionTimeout && d.timing.classic {
+		if e.Code() == kafka.ErrInvalidSessionTimeout && d.timing.Classic {
 			// A configuration mismatch that no retry can mend. A lease this instance may still hold
 			// runs out on its own: no commit is accepted without a session, and the alarm fences
 			// it.
-			return &SessionTimeoutError{Session: d.timing.session, HeartbeatTimeout: *d.config.HeartbeatTimeout, Err: e}
+			return &SessionTimeoutError{Session: d.timing.Session, HeartbeatTimeout: *d.config.HeartbeatTimeout, Err: e}
 		}
 		if err := authorizationError(d.config, "consumer", e); err != nil {
 			return err
@@ -282,12 +282,12 @@ func (d *driver) onMessage(msg *kafka.Message) {
 	if p == nil {
 		return
 	}
-	var h heartbeat
-	if h.decode(msg.Value) != nil {
+	var h Heartbeat
+	if h.Decode(msg.Value) != nil {
 		return
 	}
-	if h.kind == kindHeartbeat && string(msg.Key) == d.config.Name {
-		d.machine(func(m *machine) { m.readBack(p.role, h, int64(msg.TopicPartition.Offset)) })
+	if h.Kind == KindHeartbeat && string(msg.Key) == d.config.Name {
+		d.machine(func(m *Machine) { m.ReadBack(p.Role_, h, int64(msg.TopicPartition.Offset)) })
 		return
 	}
 	d.foreignRecord(p, string(msg.Key), h)
@@ -302,45 +302,45 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 }
 
 // commitAnswerOf translates a commit's answer for the machine.
-func commitAnswerOf(e kafka.OffsetsCommitted) commitAnswer {
-	a := commitAnswer{err: e.Error, outcome: commitOutcomeOf(e.Error)}
+func commitAnswerOf(e kafka.OffsetsCommitted) CommitAnswer {
+	a := CommitAnswer{Err: e.Error, Outcome: commitOutcomeOf(e.Error)}
 	for _, tp := range e.Offsets {
-		c := committed{offsetRef: offsetRef{partition: tp.Partition, offset: int64(tp.Offset)}, err: tp.Error, outcome: commitOutcomeOf(tp.Error)}
+		c := Committed{OffsetRef: OffsetRef{Partition: tp.Partition, Offset: int64(tp.Offset)}, Err: tp.Error, Outcome: commitOutcomeOf(tp.Error)}
 		if tp.Metadata != nil {
-			c.tag = *tp.Metadata
+			c.Tag = *tp.Metadata
 		}
-		a.offsets = append(a.offsets, c)
+		a.Offsets = append(a.Offsets, c)
 	}
 	return a
 }
 
 // commitOutcomeOf sorts a commit's error (lease.rejected and commitOutcome say why).
-func commitOutcomeOf(err error) commitOutcome {
+func commitOutcomeOf(err error) CommitOutcome {
 	if err == nil {
-		return commitOK
+		return CommitOK
 	}
 	var ke kafka.Error
 	if !errors.As(err, &ke) {
-		return commitFailed
+		return CommitFailed
 	}
 	switch ke.Code() {
 	case kafka.ErrNoOffset:
-		return commitNoOffset
+		return CommitNoOffset
 	case kafka.ErrIllegalGeneration:
-		return commitGeneration
+		return CommitGeneration
 	case kafka.ErrUnknownMemberID, kafka.ErrFencedInstanceID, kafka.ErrFencedMemberEpoch:
-		return commitGone
+		return CommitGone
 	}
-	return commitNotAccepted
+	return CommitNotAccepted
 }
 
 // offsetsOf translates offsets of the leader topic for librdkafka.
-func (d *driver) offsetsOf(offsets []offsetRef) []kafka.TopicPartition {
+func (d *driver) offsetsOf(offsets []OffsetRef) []kafka.TopicPartition {
 	out := make([]kafka.TopicPartition, len(offsets))
 	for i, o := range offsets {
-		out[i] = kafka.TopicPartition{Topic: &d.topic, Partition: o.partition, Offset: kafka.Offset(o.offset)}
-		if o.tag != "" {
-			tag := o.tag
+		out[i] = kafka.TopicPartition{Topic: &d.topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset)}
+		if o.Tag != "" {
+			tag := o.Tag
 			out[i].Metadata = &tag
 		}
 	}
@@ -349,13 +349,13 @@ func (d *driver) offsetsOf(offsets []offsetRef) []kafka.TopicPartition {
 
 // storerOf is consumer c's StoreOffsets as the commit gate needs it (storer): the offsets it
 // stored, of those asked.
-func (d *driver) storerOf(c KafkaConsumer) storer {
-	return func(offsets []offsetRef) ([]offsetRef, error) {
+func (d *driver) storerOf(c KafkaConsumer) Storer {
+	return func(offsets []OffsetRef) ([]OffsetRef, error) {
 		stored, err := c.StoreOffsets(d.offsetsOf(offsets))
-		var out []offsetRef
+		var out []OffsetRef
 		for _, tp := range stored {
 			if tp.Error == nil {
-				out = append(out, offsetRef{partition: tp.Partition, offset: int64(tp.Offset)})
+				out = append(out, OffsetRef{Partition: tp.Partition, Offset: int64(tp.Offset)})
 			}
 		}
 		if err != nil && len(stored) == 0 {
@@ -374,7 +374,7 @@ func (d *driver) collectCommits() {
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
 	}
-	d.machine(func(m *machine) { m.explicitAnswered(commitAnswerOf(e)) })
+	d.machine(func(m *Machine) { m.ExplicitAnswered(commitAnswerOf(e)) })
 }
 
 func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
@@ -413,23 +413,23 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 		take := false
 		member := s.MemberID()
 		canRead := d.check.wire != nil && d.check.wire.Fallback() == nil
-		d.machine(func(m *machine) { read, take = m.assign(partitions, member, cooperative, canRead) })
+		d.machine(func(m *Machine) { read, take = m.Assign(partitions, member, cooperative, canRead) })
 		if !take {
 			// Close has ended the tenures already; confluent-kafka-go applies the change itself.
 			return nil
 		}
 		ends := d.endsOf(read)
-		var offsets []offsetRef
-		d.machine(func(m *machine) { offsets = m.takeAt(ends) })
+		var offsets []OffsetRef
+		d.machine(func(m *Machine) { offsets = m.TakeAt(ends) })
 		err := s.Take(d.offsetsOf(offsets))
-		d.machine(func(m *machine) { m.taken(err) })
+		d.machine(func(m *Machine) { m.Taken(err) })
 		return err
 	case kafka.RevokedPartitions:
 		partitions := d.partitionsOf(e.Partitions)
-		var wait *releaseWait
+		var wait *ReleaseWait
 		var back []int32
 		give := false
-		d.machine(func(m *machine) { wait, back, give = m.revoke(partitions, lost, cooperative) })
+		d.machine(func(m *Machine) { wait, back, give = m.Revoke(partitions, lost, cooperative) })
 		if lost {
 			d.trouble()
 		}
@@ -454,10 +454,10 @@ func (d *driver) partitionsOf(tps []kafka.TopicPartition) []int32 {
 }
 
 // refsOf returns partitions as offsets that name no offset.
-func refsOf(partitions []int32) []offsetRef {
-	out := make([]offsetRef, len(partitions))
+func refsOf(partitions []int32) []OffsetRef {
+	out := make([]OffsetRef, len(partitions))
 	for i, id := range partitions {
-		out[i] = offsetRef{partition: id, offset: offsetInvalid}
+		out[i] = OffsetRef{Partition: id, Offset: OffsetInvalid}
 	}
 	return out
 }
@@ -465,26 +465,26 @@ func refsOf(partitions []int32) []offsetRef {
 // waitReleases makes the waits that ending tenures leave (machine.endTenures): the releasing
 // markers written, or else the barrier's return from each LeaderRevoked, up to the rebalance
 // timeout; it ends early if Close begins, since Close may be waiting for it.
-func (d *driver) waitReleases(w *releaseWait) {
+func (d *driver) waitReleases(w *ReleaseWait) {
 	if w == nil {
 		return
 	}
-	if w.markers {
+	if w.Markers {
 		// A heartbeat of the ending tenure still on goneli's own connection would land after the
 		// marker, where it takes a place of the successor's lookback (releaseLookback).
 		limit := d.awaitHeartbeats()
-		if d.writeMarkers(w.pending, limit) {
+		if d.writeMarkers(w.Pending, limit) {
 			return
 		}
 		d.log.W()("goneli %s: could not write release markers within %v; holding the revocation until the barrier returns",
 			d.config.Name, d.releaseFlush())
 	}
-	deadline := d.now() + w.limit
-	for _, r := range w.pending {
-		if !awaitDelivery(r.done, deadline-d.now(), d.life.closing) {
+	deadline := d.now() + w.Limit
+	for _, r := range w.Pending {
+		if !awaitDelivery(r.Done, deadline-d.now(), d.life.closing) {
 			if d.live() {
 				d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
-					d.config.Name, w.limit)
+					d.config.Name, w.Limit)
 			}
 			return
 		}
@@ -516,7 +516,7 @@ func (d *driver) checkReadBack() {
 	var why string
 	stuck := false
 	delivering := d.delivering()
-	d.machine(func(m *machine) { why, stuck = m.stuckConsumer(delivering) })
+	d.machine(func(m *Machine) { why, stuck = m.StuckConsumer(delivering) })
 	if stuck {
 		d.renewConsumer(why)
 	}
@@ -531,8 +531,8 @@ func (d *driver) renewConsumer(reason string) {
 		return
 	}
 	d.log.W()("goneli %s: replacing the Kafka consumer: %s", d.config.Name, reason)
-	var wait *releaseWait
-	d.machine(func(m *machine) { wait = m.replacingConsumer() })
+	var wait *ReleaseWait
+	d.machine(func(m *Machine) { wait = m.ReplacingConsumer() })
 	d.waitReleases(wait)
 	old, oldCommits := d.consumer, d.commits
 	if err := old.Unsubscribe(); err == nil {
@@ -541,9 +541,9 @@ func (d *driver) renewConsumer(reason string) {
 	if kc, ok := old.(*kafka.Consumer); ok {
 		d.retired.Store(kc, true)
 	}
-	d.machine(func(m *machine) {
+	d.machine(func(m *Machine) {
 		d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
-		m.consumerReplaced(d.storerOf(fresh))
+		m.ConsumerReplaced(d.storerOf(fresh))
 	})
 	d.closers.Add(1)
 	go func() {
@@ -570,8 +570,8 @@ func (d *driver) collectGroupCheck() {
 	}
 	fallback := res.err != nil && sidechan.IsFallback(res.err)
 	desc := describedOf(res.desc)
-	desc.group = d.config.LeaderGroupID
-	d.machine(func(m *machine) { m.checked(tenures, desc, res.err, fallback, sessionErr) })
+	desc.Group = d.config.LeaderGroupID
+	d.machine(func(m *Machine) { m.Checked(tenures, desc, res.err, fallback, sessionErr) })
 }
 
 // noteTrouble marks a failed broker connection that a client reported (machine.startGroupCheck).
@@ -585,14 +585,14 @@ func (d *driver) noteTrouble(e kafka.Error) {
 
 // trouble marks now as a moment when the brokers' connections were unsettled.
 func (d *driver) trouble() {
-	d.machine(func(m *machine) { m.trouble() })
+	d.machine(func(m *Machine) { m.Trouble() })
 }
 
 // troubled reports whether the brokers' connections were unsettled within the last checkQuiet.
 // Called with mu held.
 func (d *driver) troubled() bool {
 	t := false
-	d.machine(func(m *machine) { t = m.check.troubled && d.now()-m.check.troubleAt < checkQuiet })
+	d.machine(func(m *Machine) { t = m.Check.Troubled && d.now()-m.Check.TroubleAt < CheckQuiet })
 	return t
 }
 
@@ -631,16 +631,16 @@ func (d *driver) describer(alone bool) (groupDescriber, func(), error) {
 
 // watchPending aims the alarm again if the machine's deadline may have changed.
 func (d *driver) watchPending() {
-	d.machine(func(m *machine) {
-		if m.watchPending() {
+	d.machine(func(m *Machine) {
+		if m.WatchPending() {
 			d.aim(m)
 		}
 	})
 }
 
 // aim aims the alarm at the machine's deadline. Called with mm held.
-func (d *driver) aim(m *machine) {
-	if at, ok := m.deadline(); ok {
+func (d *driver) aim(m *Machine) {
+	if at, ok := m.Deadline(); ok {
 		d.alarm.aim(at)
 	}
 }
@@ -648,11 +648,11 @@ func (d *driver) aim(m *machine) {
 // ring is the alarm's call, at the machine's deadline: it fences every lease that has run out and
 // lets the commit gate act, with mm alone held.
 func (d *driver) ring() {
-	d.machine(func(m *machine) {
+	d.machine(func(m *Machine) {
 		if !d.live() {
 			return
 		}
-		m.alarm()
+		m.Alarm()
 		d.aim(m)
 	})
 }
@@ -668,26 +668,26 @@ func (d *driver) logKafkaError(client string, e kafka.Error) {
 
 // # The machine's effects (machine.effects), carried out on Kafka's clients.
 
-func (d *driver) storeOffsets(offsets []offsetRef) ([]offsetRef, error) {
+func (d *driver) storeOffsets(offsets []OffsetRef) ([]OffsetRef, error) {
 	return d.storerOf(d.consumer)(offsets)
 }
 
-func (d *driver) produce(r *role, h *heartbeat) {
+func (d *driver) produce(r *Role_, h *Heartbeat) {
 	d.beats = append(d.beats, wireBeat{p: r, h: h})
 }
 
-func (d *driver) writeMarker(p *role, h *heartbeat) {
+func (d *driver) writeMarker(p *Role_, h *Heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
-		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, p.id, err)
+		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, p.ID, err)
 	}
 }
 
-func (d *driver) commit(offsets []offsetRef) {
+func (d *driver) commit(offsets []OffsetRef) {
 	d.commits.start(d.offsetsOf(offsets), d.now())
 }
 
 func (d *driver) describe(tenures map[int32]uint64) error {
-	desc, release, err := d.describer(d.m.check.alone)
+	desc, release, err := d.describer(d.m.Check.Alone)
 	if err != nil {
 		return err
 	}
@@ -695,18 +695,18 @@ func (d *driver) describe(tenures map[int32]uint64) error {
 	return nil
 }
 
-func (d *driver) deliver(r *role, events []tenureEvent, dl *delivery) {
-	d.deliverTo(d.parts[r.id], publicEvents(events), dl)
+func (d *driver) deliver(r *Role_, events []TenureEvent, dl *Delivery) {
+	d.deliverTo(d.parts[r.ID], publicEvents(events), dl)
 }
 
-func (d *driver) note(level logLevel, key, format string, args ...any) {
+func (d *driver) note(level LogLevel, key, format string, args ...any) {
 	logger := d.log.D()
 	switch level {
-	case levelInfo:
+	case LevelInfo:
 		logger = d.log.I()
-	case levelWarn:
+	case LevelWarn:
 		logger = d.log.W()
-	case levelError:
+	case LevelError:
 		logger = d.log.E()
 	}
 	if key == "" {

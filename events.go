@@ -118,16 +118,16 @@ func (e LeaderFenced) String() string {
 }
 
 // publicEvents are the events of a tenure as the application sees them.
-func publicEvents(events []tenureEvent) []Event {
+func publicEvents(events []TenureEvent) []Event {
 	out := make([]Event, len(events))
 	for i, e := range events {
 		switch e := e.(type) {
-		case acquired:
-			out[i] = LeaderAcquired{Role: e.role, Tenure: e.tenure, Token: e.token, Since: e.since}
-		case fenced:
-			out[i] = LeaderFenced{Role: e.role, Tenure: e.tenure, Token: e.token, Reason: e.reason, LeaseAge: e.leaseAge}
-		case revoked:
-			out[i] = LeaderRevoked{Role: e.role, Tenure: e.tenure, Token: e.token}
+		case Acquired:
+			out[i] = LeaderAcquired{Role: e.Role_, Tenure: e.Tenure, Token: e.Token, Since: e.Since}
+		case Fenced:
+			out[i] = LeaderFenced{Role: e.Role_, Tenure: e.Tenure, Token: e.Token, Reason: e.Reason, LeaseAge: e.LeaseAge}
+		case Revoked:
+			out[i] = LeaderRevoked{Role: e.Role_, Tenure: e.Tenure, Token: e.Token}
 		}
 	}
 	return out

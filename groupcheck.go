@@ -28,10 +28,10 @@ type groupDescriber interface {
 
 // describedOf reads librdkafka's description of a group for judgeGroup: each member's current
 // assignment and, under KIP-848, its target assignment too.
-func describedOf(d kafka.ConsumerGroupDescription) groupDesc {
-	out := groupDesc{group: d.GroupID}
+func describedOf(d kafka.ConsumerGroupDescription) GroupDesc {
+	out := GroupDesc{Group: d.GroupID}
 	for _, m := range d.Members {
-		gm := groupMember{clientID: m.ClientID, memberID: m.ConsumerID, host: m.Host}
+		gm := GroupMember_{ClientID: m.ClientID, MemberID: m.ConsumerID, Host: m.Host}
 		parts := m.Assignment.TopicPartitions
 		if m.TargetAssignment != nil {
 			parts = append(append([]kafka.TopicPartition(nil), parts...), m.TargetAssignment.TopicPartitions...)
@@ -41,9 +41,9 @@ func describedOf(d kafka.ConsumerGroupDescription) groupDesc {
 			if tp.Topic != nil {
 				name = *tp.Topic
 			}
-			gm.parts = append(gm.parts, topicPart{topic: name, partition: tp.Partition})
+			gm.Parts = append(gm.Parts, TopicPart{Topic: name, Partition: tp.Partition})
 		}
-		out.members = append(out.members, gm)
+		out.Members = append(out.Members, gm)
 	}
 	return out
 }

@@ -42,13 +42,13 @@ func TestJudgeGroup(t *testing.T) {
 		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPartOf("t", 1))}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := judgeGroup(describedOf(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}), "t", "me", "", 0)
-			if v.sawSelf != tc.sawSelf {
-				t.Errorf("sawSelf = %v, want %v", v.sawSelf, tc.sawSelf)
+			v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}), "t", "me", "", 0)
+			if v.SawSelf != tc.sawSelf {
+				t.Errorf("sawSelf = %v, want %v", v.SawSelf, tc.sawSelf)
 			}
 			var got []string
-			if v.conflict != nil {
-				for _, m := range v.conflict.Members {
+			if v.Conflict != nil {
+				for _, m := range v.Conflict.Members {
 					got = append(got, m.ClientID)
 				}
 			}
@@ -63,16 +63,16 @@ func TestJudgeGroup(t *testing.T) {
 	pred.ConsumerID = "me-old"
 	self := member("me")
 	self.ConsumerID = "me-new"
-	if v := judgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}), "t", "me", "me-new", 0); v.sawSelf {
+	if v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}), "t", "me", "me-new", 0); v.SawSelf {
 		t.Error("a predecessor's assignment was taken for this member's")
 	}
 	self.Assignment.TopicPartitions = []kafka.TopicPartition{topicPartOf("t", 0)}
-	if v := judgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}), "t", "me", "me-new", 0); !v.sawSelf {
+	if v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}), "t", "me", "me-new", 0); !v.SawSelf {
 		t.Error("this member's own assignment not seen by its member id")
 	}
 	target := member("x")
 	target.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPartOf("u", 0)}}
-	if v := judgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}), "t", "me", "", 0); v.conflict == nil {
+	if v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}), "t", "me", "", 0); v.Conflict == nil {
 		t.Error("a partition of another topic in a KIP-848 target assignment must count")
 	}
 }
@@ -83,61 +83,61 @@ func TestJudgeGroup(t *testing.T) {
 func TestMembership(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		steps func(m *membership)
+		steps func(m *Membership)
 		want  bool
 	}{
-		{"never checked", func(m *membership) { m.assigned("m1", true) }, false},
-		{"passed", func(m *membership) { m.assigned("m1", true); m.passed("m1") }, true},
-		{"passed under an earlier member id", func(m *membership) { m.assigned("m2", true); m.passed("m1") }, false},
-		{"member id unknown", func(m *membership) { m.assigned("", true); m.passed("") }, false},
-		{"eager rebalance keeps a partition", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, false, false)
-			m.assigned("m1", true)
+		{"never checked", func(m *Membership) { m.Assigned("m1", true) }, false},
+		{"passed", func(m *Membership) { m.Assigned("m1", true); m.Passed("m1") }, true},
+		{"passed under an earlier member id", func(m *Membership) { m.Assigned("m2", true); m.Passed("m1") }, false},
+		{"member id unknown", func(m *Membership) { m.Assigned("", true); m.Passed("") }, false},
+		{"eager rebalance keeps a partition", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, false, false)
+			m.Assigned("m1", true)
 		}, true},
-		{"eager rebalance gives nothing", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, false, false)
-			m.assigned("m1", false)
-			m.assigned("m1", true)
+		{"eager rebalance gives nothing", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, false, false)
+			m.Assigned("m1", false)
+			m.Assigned("m1", true)
 		}, false},
-		{"rejoined under a new member id", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, false, false)
-			m.assigned("m2", true)
+		{"rejoined under a new member id", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, false, false)
+			m.Assigned("m2", true)
 		}, false},
-		{"assignment lost", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(true, false, false)
-			m.assigned("m1", true)
+		{"assignment lost", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(true, false, false)
+			m.Assigned("m1", true)
 		}, false},
-		{"cooperative revocation keeps a partition", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, true, true)
+		{"cooperative revocation keeps a partition", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, true, true)
 		}, true},
-		{"cooperative revocation of the last partition", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, true, false)
-			m.assigned("m1", true)
+		{"cooperative revocation of the last partition", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, true, false)
+			m.Assigned("m1", true)
 		}, false},
-		{"left to yield", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.left()
-			m.assigned("m1", true)
+		{"left to yield", func(m *Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Left()
+			m.Assigned("m1", true)
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m membership
+			var m Membership
 			tc.steps(&m)
-			if m.vouched != tc.want {
-				t.Errorf("vouched %v, want %v", m.vouched, tc.want)
+			if m.Vouched != tc.want {
+				t.Errorf("vouched %v, want %v", m.Vouched, tc.want)
 			}
 		})
 	}
@@ -169,15 +169,15 @@ func TestUnnamedConflict(t *testing.T) {
 		{ClientID: "me", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(0)}}},
 		{ClientID: "x", Host: "/10.0.0.2", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(2), nameless(0)}}},
 	}}
-	c := judgeGroup(describedOf(d), "t", "me", "", 0).conflict
-	if c == nil || c.definite() || len(c.Members) != 1 || !slices.Equal(c.Members[0].Unnamed, []int32{0, 2}) {
+	c := JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict
+	if c == nil || c.Definite() || len(c.Members) != 1 || !slices.Equal(c.Members[0].Unnamed, []int32{0, 2}) {
 		t.Fatalf("conflict %+v, want x's partitions 0 and 2 unnamed and nothing definite", c)
 	}
 	if msg := c.Error(); !strings.Contains(msg, "x on /10.0.0.2 (partitions 0, 2 of a topic the group's description does not name)") {
 		t.Errorf("message does not name the member and its partitions: %s", msg)
 	}
 	d.Members = append(d.Members, kafka.MemberDescription{ClientID: "y", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPartOf("u", 0)}}})
-	if c := judgeGroup(describedOf(d), "t", "me", "", 0).conflict; c == nil || !c.definite() {
+	if c := JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict; c == nil || !c.Definite() {
 		t.Errorf("a member on another named topic must make the conflict definite: %+v", c)
 	}
 }
@@ -190,7 +190,7 @@ func TestRolesDigestIsUnambiguous(t *testing.T) {
 		{{"ab", "c"}, {"a", "bc"}},
 		{{"a", ""}, {"a"}},
 	} {
-		if a, b := rolesDigest(pair[0]), rolesDigest(pair[1]); a == b {
+		if a, b := RolesDigest(pair[0]), RolesDigest(pair[1]); a == b {
 			t.Errorf("rolesDigest(%q) = rolesDigest(%q) = %s", pair[0], pair[1], a)
 		}
 	}

@@ -51,7 +51,7 @@ import "time"
 // A shorter bound would hand over on the rebalances that stop a healthy leader's renewals for most
 // of a session (see the package doc, Liveness); a longer one would keep the role without a leader
 // longer. The successor is elected after the rebalance that the departure starts.
-func handOverBound(lease time.Duration) time.Duration {
+func HandOverBound(lease time.Duration) time.Duration {
 	return lease
 }
 

@@ -56,7 +56,7 @@ func TestHandoverDecide(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newHandover(lease, handOverBound(lease))
+			h := newHandover(lease, HandOverBound(lease))
 			for i, s := range tc.steps {
 				backoff, ok := h.decide(0, s.roles)
 				if ok != (s.backoff > 0) || backoff != s.backoff {
@@ -69,7 +69,7 @@ func TestHandoverDecide(t *testing.T) {
 
 func TestHandoverQuiet(t *testing.T) {
 	const lease = time.Second
-	h := newHandover(lease, handOverBound(lease))
+	h := newHandover(lease, HandOverBound(lease))
 	for _, tc := range []struct {
 		name  string
 		r     roleLease
@@ -161,25 +161,25 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 		r := newRig(t)
 		r.wait(time.Second)
 		r.assign()
-		if v := r.l.load(); v.idle != time.Second || v.leading {
-			t.Fatalf("assigned: idle %v, leading %v; want 1s, false", v.idle, v.leading)
+		if v := r.l.Load(); v.Idle != time.Second || v.Leading {
+			t.Fatalf("assigned: idle %v, leading %v; want 1s, false", v.Idle, v.Leading)
 		}
 		r.verify()
 		r.wait(20 * time.Millisecond)
 		r.renewal(10*time.Millisecond, 10*time.Millisecond)
-		if v := r.l.load(); !v.leading || v.led != r.l.now() {
-			t.Fatalf("renewed: leading %v since %v; want since %v", v.leading, v.led, r.l.now())
+		if v := r.l.Load(); !v.Leading || v.Led != r.l.Now() {
+			t.Fatalf("renewed: leading %v since %v; want since %v", v.Leading, v.Led, r.l.Now())
 		}
-		ledAt := r.l.now()
+		ledAt := r.l.Now()
 		r.wait(rigInterval)
 		r.renewal(10*time.Millisecond, 10*time.Millisecond)
-		if v := r.l.load(); v.led != ledAt {
-			t.Fatalf("a renewal while leading moved led to %v from %v", v.led, ledAt)
+		if v := r.l.Load(); v.Led != ledAt {
+			t.Fatalf("a renewal while leading moved led to %v from %v", v.Led, ledAt)
 		}
 		r.wait(2 * rigLease)
 		r.expire()
-		if v := r.l.load(); v.leading || v.idle != r.l.now() {
-			t.Fatalf("fenced: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
+		if v := r.l.Load(); v.Leading || v.Idle != r.l.Now() {
+			t.Fatalf("fenced: leading %v, idle %v; want false, %v", v.Leading, v.Idle, r.l.Now())
 		}
 	})
 	t.Run("not reset by a relapse that no renewal extended", func(t *testing.T) {
@@ -187,16 +187,16 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 		r.acquire()
 		r.wait(2 * rigLease)
 		r.expire()
-		fenced := r.l.now()
+		fenced := r.l.Now()
 		// Led again on one renewal, and fenced again without another: idle since the first fence.
 		r.renewal(10*time.Millisecond, 10*time.Millisecond)
-		if v := r.l.load(); !v.leading || v.led != r.l.now() {
-			t.Fatalf("re-acquired: leading %v since %v; want since %v", v.leading, v.led, r.l.now())
+		if v := r.l.Load(); !v.Leading || v.Led != r.l.Now() {
+			t.Fatalf("re-acquired: leading %v since %v; want since %v", v.Leading, v.Led, r.l.Now())
 		}
 		r.wait(rigLease)
 		r.expire()
-		if v := r.l.load(); v.leading || v.idle != fenced {
-			t.Fatalf("fenced again: leading %v, idle %v; want false, %v (the first fence)", v.leading, v.idle, fenced)
+		if v := r.l.Load(); v.Leading || v.Idle != fenced {
+			t.Fatalf("fenced again: leading %v, idle %v; want false, %v (the first fence)", v.Leading, v.Idle, fenced)
 		}
 		// Led again and renewed since: idle from the latest fence.
 		r.renewal(10*time.Millisecond, 10*time.Millisecond)
@@ -204,8 +204,8 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 		r.renewal(10*time.Millisecond, 10*time.Millisecond)
 		r.wait(rigLease)
 		r.expire()
-		if v := r.l.load(); v.leading || v.idle != r.l.now() {
-			t.Fatalf("fenced after a renewed relapse: leading %v, idle %v; want false, %v", v.leading, v.idle, r.l.now())
+		if v := r.l.Load(); v.Leading || v.Idle != r.l.Now() {
+			t.Fatalf("fenced after a renewed relapse: leading %v, idle %v; want false, %v", v.Leading, v.Idle, r.l.Now())
 		}
 		if got := r.kinds(); got != "AFAFAF" {
 			t.Fatalf("events %s, want AFAFAF", got)
@@ -214,42 +214,42 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 	t.Run("not while a predecessor releases the partition", func(t *testing.T) {
 		r := newRig(t)
 		r.assign()
-		r.foreignMarker(kindReleasing)
+		r.foreignMarker(KindReleasing)
 		r.wait(rigLease)
 		r.due()
-		if v := r.l.load(); v.idle != r.l.now() {
-			t.Fatalf("waiting: idle %v; want now, %v", v.idle, r.l.now())
+		if v := r.l.Load(); v.Idle != r.l.Now() {
+			t.Fatalf("waiting: idle %v; want now, %v", v.Idle, r.l.Now())
 		}
 	})
 	t.Run("not while the group check has yet to clear it", func(t *testing.T) {
 		r := newRig(t)
 		r.assign()
-		r.check(groupCheck{err: errors.New("describe refused")})
+		r.check(GroupCheck{err: errors.New("describe refused")})
 		r.wait(rigLease)
 		r.due()
-		if v := r.l.load(); v.idle != r.l.now() || !v.excused {
-			t.Fatalf("unchecked: idle %v, excused %v; want now, %v, and true", v.idle, v.excused, r.l.now())
+		if v := r.l.Load(); v.Idle != r.l.Now() || !v.Excused {
+			t.Fatalf("unchecked: idle %v, excused %v; want now, %v, and true", v.Idle, v.Excused, r.l.Now())
 		}
 		r.verify()
-		if v := r.l.load(); v.excused {
+		if v := r.l.Load(); v.Excused {
 			t.Fatal("still excused once the check cleared the tenure")
 		}
 	})
 	t.Run("not while a group conflict holds it back", func(t *testing.T) {
 		r := newRig(t)
 		r.assign()
-		r.check(groupCheck{verdict: groupVerdict{conflict: &GroupConflictError{}}})
+		r.check(GroupCheck{Verdict: GroupVerdict{Conflict: &GroupConflictError{}}})
 		r.wait(rigLease)
 		r.due()
-		if v := r.l.load(); v.idle != r.l.now() {
-			t.Fatalf("conflict: idle %v; want now, %v", v.idle, r.l.now())
+		if v := r.l.Load(); v.Idle != r.l.Now() {
+			t.Fatalf("conflict: idle %v; want now, %v", v.Idle, r.l.Now())
 		}
 	})
 }
 
 // foreignMarker reads a predecessor's marker of kind back from the partition.
-func (r *rig) foreignMarker(kind recordKind) {
-	r.take(r.l.foreign(heartbeat{tenure: 0x1, seq: 9, kind: kind}))
+func (r *rig) foreignMarker(kind RecordKind) {
+	r.take(r.l.Foreign(Heartbeat{Tenure: 0x1, Seq: 9, Kind: kind}))
 }
 
 // A tenure reads back promptly while its newest heartbeat came back within a quarter lease of its

@@ -33,33 +33,33 @@ import (
 //
 // The monotonic send time means nothing to other processes; the sender uses it to date its own
 // heartbeats when they come back, so that wall-clock steps cannot stretch a lease.
-type heartbeat struct {
-	tenure   uint64
-	seq      uint64
-	sentWall int64
-	sentMono time.Duration
-	since    int64
-	token    int64
-	kind     recordKind
-	role     string
-	address  string
-	to       string // version 4: the transfer's target (transfer.go)
+type Heartbeat struct {
+	Tenure   uint64
+	Seq      uint64
+	SentWall int64
+	SentMono time.Duration
+	Since    int64
+	Token    int64
+	Kind     RecordKind
+	Role_    string
+	Address  string
+	To       string // version 4: the transfer's target (transfer.go)
 }
 
 // recordKind tells heartbeats from the markers a tenure writes when it gives its partition up.
-type recordKind uint8
+type RecordKind uint8
 
 const (
 	// kindHeartbeat renews the sender's lease once it comes back and its offset is committed.
-	kindHeartbeat recordKind = iota
+	KindHeartbeat RecordKind = iota
 	// kindReleasing says that the tenure's partition was revoked while its barrier was still
 	// busy with the revocation: a successor waits for kindReleased (see lease.released).
-	kindReleasing
+	KindReleasing
 	// kindReleased says that the barrier has returned from the tenure's LeaderRevoked.
-	kindReleased
+	KindReleased
 	// kindTransfer asks the partition's leader to hand over to the member named in the record's
 	// target (goneli.Transfer, `neli transfer`). Any client may write one; see transfer.go.
-	kindTransfer
+	KindTransfer
 )
 
 const (
@@ -67,68 +67,68 @@ const (
 	heartbeatV1Size  = 51
 	heartbeatV2Size  = 54 // without the role's name
 	heartbeatV3Size  = 56 // without the role's name and the address
-	heartbeatSize    = 58 // without the role's name, the address and the target
-	maxRoleName      = 255
+	HeartbeatSize    = 58 // without the role's name, the address and the target
+	MaxRoleName      = 255
 )
 
 var errNotHeartbeat = errors.New("goneli: not a heartbeat record")
 
-func (h *heartbeat) appendTo(b []byte) []byte {
+func (h *Heartbeat) AppendTo(b []byte) []byte {
 	b = append(b, 'N', 'L', heartbeatVersion)
-	b = binary.BigEndian.AppendUint64(b, h.tenure)
-	b = binary.BigEndian.AppendUint64(b, h.seq)
-	b = binary.BigEndian.AppendUint64(b, uint64(h.sentWall))
-	b = binary.BigEndian.AppendUint64(b, uint64(h.sentMono))
-	b = binary.BigEndian.AppendUint64(b, uint64(h.since))
-	b = binary.BigEndian.AppendUint64(b, uint64(h.token))
-	b = append(b, byte(h.kind))
-	b = binary.BigEndian.AppendUint16(b, uint16(len(h.role)))
-	b = append(b, h.role...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(h.address)))
-	b = append(b, h.address...)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(h.to)))
-	return append(b, h.to...)
+	b = binary.BigEndian.AppendUint64(b, h.Tenure)
+	b = binary.BigEndian.AppendUint64(b, h.Seq)
+	b = binary.BigEndian.AppendUint64(b, uint64(h.SentWall))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.SentMono))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.Since))
+	b = binary.BigEndian.AppendUint64(b, uint64(h.Token))
+	b = append(b, byte(h.Kind))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(h.Role_)))
+	b = append(b, h.Role_...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(h.Address)))
+	b = append(b, h.Address...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(h.To)))
+	return append(b, h.To...)
 }
 
 // size is the length of the encoded record.
-func (h *heartbeat) size() int {
-	return heartbeatSize + len(h.role) + len(h.address) + len(h.to)
+func (h *Heartbeat) Size() int {
+	return HeartbeatSize + len(h.Role_) + len(h.Address) + len(h.To)
 }
 
 // decode reads a heartbeat of any version. A later version is read by its version 4 prefix.
-func (h *heartbeat) decode(b []byte) error {
+func (h *Heartbeat) Decode(b []byte) error {
 	if len(b) < heartbeatV1Size || b[0] != 'N' || b[1] != 'L' || b[2] < 1 {
 		return errNotHeartbeat
 	}
-	h.tenure = binary.BigEndian.Uint64(b[3:])
-	h.seq = binary.BigEndian.Uint64(b[11:])
-	h.sentWall = int64(binary.BigEndian.Uint64(b[19:]))
-	h.sentMono = time.Duration(binary.BigEndian.Uint64(b[27:]))
-	h.since = int64(binary.BigEndian.Uint64(b[35:]))
-	h.token = int64(binary.BigEndian.Uint64(b[43:]))
-	h.kind, h.role, h.address, h.to = kindHeartbeat, "", "", ""
+	h.Tenure = binary.BigEndian.Uint64(b[3:])
+	h.Seq = binary.BigEndian.Uint64(b[11:])
+	h.SentWall = int64(binary.BigEndian.Uint64(b[19:]))
+	h.SentMono = time.Duration(binary.BigEndian.Uint64(b[27:]))
+	h.Since = int64(binary.BigEndian.Uint64(b[35:]))
+	h.Token = int64(binary.BigEndian.Uint64(b[43:]))
+	h.Kind, h.Role_, h.Address, h.To = KindHeartbeat, "", "", ""
 	if b[2] == 1 {
 		return nil
 	}
 	if len(b) < heartbeatV2Size {
 		return errNotHeartbeat
 	}
-	h.kind = recordKind(b[51])
+	h.Kind = RecordKind(b[51])
 	var ok bool
 	at := 52
-	if h.role, at, ok = lengthPrefixed(b, at); !ok {
+	if h.Role_, at, ok = lengthPrefixed(b, at); !ok {
 		return errNotHeartbeat
 	}
 	if b[2] == 2 {
 		return nil
 	}
-	if h.address, at, ok = lengthPrefixed(b, at); !ok {
+	if h.Address, at, ok = lengthPrefixed(b, at); !ok {
 		return errNotHeartbeat
 	}
 	if b[2] == 3 {
 		return nil
 	}
-	if h.to, _, ok = lengthPrefixed(b, at); !ok {
+	if h.To, _, ok = lengthPrefixed(b, at); !ok {
 		return errNotHeartbeat
 	}
 	return nil

@@ -9,41 +9,41 @@ import (
 // (no transfer target) as one without a target, so that instances of earlier versions and this one
 // read each other.
 func TestHeartbeatRecords(t *testing.T) {
-	in := heartbeat{tenure: 1, seq: 2, sentWall: 3, sentMono: 4, since: 5, token: 6, kind: kindReleasing, role: "billing", address: "http://10.0.0.7:8080", to: "b-2"}
-	var out heartbeat
-	if err := out.decode(in.appendTo(nil)); err != nil || out != in {
+	in := Heartbeat{Tenure: 1, Seq: 2, SentWall: 3, SentMono: 4, Since: 5, Token: 6, Kind: KindReleasing, Role_: "billing", Address: "http://10.0.0.7:8080", To: "b-2"}
+	var out Heartbeat
+	if err := out.Decode(in.AppendTo(nil)); err != nil || out != in {
 		t.Fatalf("round trip: %+v, %v; want %+v", out, err, in)
 	}
-	plain := heartbeat{tenure: 1, seq: 2, sentWall: 3, sentMono: 4, since: 5, token: 6}
-	v1 := plain.appendTo(nil)[:heartbeatV1Size]
+	plain := Heartbeat{Tenure: 1, Seq: 2, SentWall: 3, SentMono: 4, Since: 5, Token: 6}
+	v1 := plain.AppendTo(nil)[:heartbeatV1Size]
 	v1[2] = 1
-	if err := out.decode(v1); err != nil || out.kind != kindHeartbeat || out.role != "" || out.token != 6 {
+	if err := out.Decode(v1); err != nil || out.Kind != KindHeartbeat || out.Role_ != "" || out.Token != 6 {
 		t.Fatalf("version 1 record: %+v, %v", out, err)
 	}
-	v2 := in.appendTo(nil)[:heartbeatV2Size+len(in.role)]
+	v2 := in.AppendTo(nil)[:heartbeatV2Size+len(in.Role_)]
 	v2[2] = 2
-	if err := out.decode(append(v2, "future fields"...)); err != nil || out.kind != in.kind || out.role != in.role || out.address != "" {
+	if err := out.Decode(append(v2, "future fields"...)); err != nil || out.Kind != in.Kind || out.Role_ != in.Role_ || out.Address != "" {
 		t.Fatalf("version 2 record: %+v, %v", out, err)
 	}
-	v3 := in.appendTo(nil)[:in.size()-2-len(in.to)]
+	v3 := in.AppendTo(nil)[:in.Size()-2-len(in.To)]
 	v3[2] = 3
-	if err := out.decode(append(v3, "future fields"...)); err != nil || out.address != in.address || out.to != "" {
+	if err := out.Decode(append(v3, "future fields"...)); err != nil || out.Address != in.Address || out.To != "" {
 		t.Fatalf("version 3 record: %+v, %v", out, err)
 	}
-	if got := len(in.appendTo(nil)); got != in.size() {
-		t.Errorf("encoded %d bytes, size says %d", got, in.size())
+	if got := len(in.AppendTo(nil)); got != in.Size() {
+		t.Errorf("encoded %d bytes, size says %d", got, in.Size())
 	}
 	for _, bad := range [][]byte{
 		nil,
 		[]byte("not a heartbeat at all, but long enough to be one if it were"),
-		in.appendTo(nil)[:heartbeatV2Size+3],              // the role is cut short
-		in.appendTo(nil)[:heartbeatV2Size+len(in.role)+1], // the address's length is cut short
-		in.appendTo(nil)[:heartbeatV3Size+len(in.role)+1], // the address is cut short
-		in.appendTo(nil)[:in.size()-len(in.to)-1],         // the target's length is cut short
-		in.appendTo(nil)[:in.size()-1],                    // the target is cut short
+		in.AppendTo(nil)[:heartbeatV2Size+3],               // the role is cut short
+		in.AppendTo(nil)[:heartbeatV2Size+len(in.Role_)+1], // the address's length is cut short
+		in.AppendTo(nil)[:heartbeatV3Size+len(in.Role_)+1], // the address is cut short
+		in.AppendTo(nil)[:in.Size()-len(in.To)-1],          // the target's length is cut short
+		in.AppendTo(nil)[:in.Size()-1],                     // the target is cut short
 		append([]byte{'N', 'L', 2}, make([]byte, heartbeatV1Size)...)[:heartbeatV2Size-1],
 	} {
-		if err := out.decode(bad); err == nil {
+		if err := out.Decode(bad); err == nil {
 			t.Errorf("decoded %q", bad)
 		}
 	}
@@ -51,17 +51,17 @@ func TestHeartbeatRecords(t *testing.T) {
 
 // Any record decodes without a panic, and whatever decodes survives a round trip.
 func FuzzHeartbeatDecode(f *testing.F) {
-	for _, h := range []heartbeat{{}, {tenure: 1, seq: 2, token: 3, role: "billing", kind: kindReleased, address: "host:1", to: "b"}} {
-		f.Add(h.appendTo(nil))
+	for _, h := range []Heartbeat{{}, {Tenure: 1, Seq: 2, Token: 3, Role_: "billing", Kind: KindReleased, Address: "host:1", To: "b"}} {
+		f.Add(h.AppendTo(nil))
 	}
 	f.Add([]byte("NL\x01"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var h heartbeat
-		if h.decode(b) != nil {
+		var h Heartbeat
+		if h.Decode(b) != nil {
 			return
 		}
-		var again heartbeat
-		if err := again.decode(h.appendTo(nil)); err != nil || again != h {
+		var again Heartbeat
+		if err := again.Decode(h.AppendTo(nil)); err != nil || again != h {
 			t.Fatalf("%x decoded to %+v, which re-encodes to %+v (%v)", b, h, again, err)
 		}
 	})

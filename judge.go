@@ -15,18 +15,18 @@ import (
 // Judging a description of the group, for the group check (groupcheck.go describes it).
 
 // groupCheck is the result of one check of the group for one tenure.
-type groupCheck struct {
-	verdict groupVerdict
+type GroupCheck struct {
+	Verdict GroupVerdict
 	err     error
 }
 
 // groupVerdict is what a description of the group says about this instance's tenure.
-type groupVerdict struct {
-	conflict *GroupConflictError
+type GroupVerdict struct {
+	Conflict *GroupConflictError
 	// sawSelf is set when the description shows this instance holding the tenure's partition of
 	// its topic, which proves that it reflects a generation no older than the tenure's
 	// assignment. kfake, for one, shows no assignments while a group rebalances.
-	sawSelf bool
+	SawSelf bool
 }
 
 // judgeGroup reads a group description for a tenure of partition, assigned under member id member
@@ -42,47 +42,47 @@ type groupVerdict struct {
 // only one with this client.id. Any other member's nameless partition makes the verdict a conflict
 // (Unnamed), so that the tenure does not lead: counting it as the own topic is what let a member on
 // another topic lead beside this one.
-func judgeGroup(d groupDesc, topic, clientID, member string, partition int32) groupVerdict {
-	var v groupVerdict
+func JudgeGroup(d GroupDesc, topic, clientID, member string, partition int32) GroupVerdict {
+	var v GroupVerdict
 	selves := 0
-	for _, m := range d.members {
-		if m.clientID == clientID {
+	for _, m := range d.Members {
+		if m.ClientID == clientID {
 			selves++
 		}
 	}
-	for _, m := range d.members {
-		self := m.clientID == clientID && (member == "" || m.memberID == member)
+	for _, m := range d.Members {
+		self := m.ClientID == clientID && (member == "" || m.MemberID == member)
 		var foreign []string
 		var unnamed []int32
-		for _, tp := range m.parts {
+		for _, tp := range m.Parts {
 			switch {
-			case tp.topic != "" && tp.topic != topic:
-				if !slices.Contains(foreign, tp.topic) {
-					foreign = append(foreign, tp.topic)
+			case tp.Topic != "" && tp.Topic != topic:
+				if !slices.Contains(foreign, tp.Topic) {
+					foreign = append(foreign, tp.Topic)
 				}
-			case tp.topic == "" && !(self && (member != "" || selves == 1)):
-				if !slices.Contains(unnamed, tp.partition) {
-					unnamed = append(unnamed, tp.partition)
+			case tp.Topic == "" && !(self && (member != "" || selves == 1)):
+				if !slices.Contains(unnamed, tp.Partition) {
+					unnamed = append(unnamed, tp.Partition)
 				}
-			case self && tp.partition == partition:
-				v.sawSelf = true
+			case self && tp.Partition == partition:
+				v.SawSelf = true
 			}
 		}
-		otherRoles := rolesDigestOf(m.clientID) != rolesDigestOf(clientID)
+		otherRoles := rolesDigestOf(m.ClientID) != rolesDigestOf(clientID)
 		if len(foreign) > 0 || len(unnamed) > 0 || otherRoles {
-			if v.conflict == nil {
-				v.conflict = &GroupConflictError{Group: d.group, Topic: topic, Roles: rolesDigestOf(clientID)}
+			if v.Conflict == nil {
+				v.Conflict = &GroupConflictError{Group: d.Group, Topic: topic, Roles: rolesDigestOf(clientID)}
 			}
 			sort.Strings(foreign)
 			slices.Sort(unnamed)
-			fm := ForeignMember{ClientID: m.clientID, Host: m.host, Topics: foreign, Unnamed: unnamed}
+			fm := ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign, Unnamed: unnamed}
 			if otherRoles {
-				fm.Roles = rolesDigestOf(m.clientID)
+				fm.Roles = rolesDigestOf(m.ClientID)
 				if fm.Roles == "" {
 					fm.Roles = singleRole
 				}
 			}
-			v.conflict.Members = append(v.conflict.Members, fm)
+			v.Conflict.Members = append(v.Conflict.Members, fm)
 		}
 	}
 	return v
@@ -94,7 +94,7 @@ func judgeGroup(d groupDesc, topic, clientID, member string, partition int32) gr
 // which the group's description shows for every member, and the group check treats a member with
 // another digest (or none, for New's single role) like a member on another topic: whichever is
 // assigned later sees the other and does not lead.
-const rolesSuffix = "--roles-"
+const RolesSuffix = "--roles-"
 
 // singleRole stands for New's single unnamed role in a GroupConflictError.
 const singleRole = "(single leader)"
@@ -103,7 +103,7 @@ const singleRole = "(single leader)"
 // says which partition each role is. Each name is hashed after its length, so that no two lists
 // hash the same bytes: with a separator instead, a name containing it could shift a boundary, and
 // two lists that name one role for different partitions would pass each other's group check.
-func rolesDigest(roles []string) string {
+func RolesDigest(roles []string) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	for _, r := range roles {
@@ -115,25 +115,25 @@ func rolesDigest(roles []string) string {
 
 // rolesDigestOf reads the digest from a member's client.id; empty for a member without one.
 func rolesDigestOf(clientID string) string {
-	i := strings.LastIndex(clientID, rolesSuffix)
+	i := strings.LastIndex(clientID, RolesSuffix)
 	if i < 0 {
 		return ""
 	}
-	return clientID[i+len(rolesSuffix):]
+	return clientID[i+len(RolesSuffix):]
 }
 
 // membership says whether this instance's current membership of the group has passed a group
 // check and has held a partition of the leader topic in every generation since. It does no I/O.
-type membership struct {
+type Membership struct {
 	member  string // the member id the group gave this instance; empty while unknown
-	vouched bool
+	Vouched bool
 }
 
 // assigned records a rebalance that gave this instance partitions (holds says whether it now holds
 // any partition of the leader topic), under member id member ("" if it cannot be read).
-func (m *membership) assigned(member string, holds bool) {
+func (m *Membership) Assigned(member string, holds bool) {
 	if member == "" || member != m.member || !holds {
-		m.vouched = false
+		m.Vouched = false
 	}
 	m.member = member
 }
@@ -142,28 +142,28 @@ func (m *membership) assigned(member string, holds bool) {
 // on without this member; an incremental revocation that leaves nothing means a generation
 // without a partition. An eager revocation of everything is followed, in the same rebalance, by
 // the next generation's assignment, which assigned judges.
-func (m *membership) revoked(lost, cooperative, holds bool) {
+func (m *Membership) Revoked(lost, cooperative, holds bool) {
 	if lost || (cooperative && !holds) {
-		m.vouched = false
+		m.Vouched = false
 	}
 }
 
 // left records that this instance left the group (a yield, or Close): it rejoins as a new member.
-func (m *membership) left() {
-	m.vouched, m.member = false, ""
+func (m *Membership) Left() {
+	m.Vouched, m.member = false, ""
 }
 
 // passed records a check that cleared a tenure which began under member id member.
-func (m *membership) passed(member string) {
+func (m *Membership) Passed(member string) {
 	if member != "" && member == m.member {
-		m.vouched = true
+		m.Vouched = true
 	}
 }
 
 // checkQuiet is how long after a client last saw a broker connection fail the group is not
 // described (see "How often the group is described"): long enough for librdkafka to have
 // reconnected or to have seen the rest of a restart, short next to a lease.
-const checkQuiet = time.Second
+const CheckQuiet = time.Second
 
 // checkQuietMax bounds how long a check waits for checkQuiet: connections that fail over and over
 // (a broker gone for good, say) must not keep the group from ever being checked.
@@ -201,7 +201,7 @@ type ForeignMember struct {
 
 // definite reports whether the conflict rests on something seen, another topic or another role
 // list, rather than only on partitions whose topic is not named.
-func (e *GroupConflictError) definite() bool {
+func (e *GroupConflictError) Definite() bool {
 	for _, m := range e.Members {
 		if len(m.Topics) > 0 || m.Roles != "" {
 			return true
@@ -236,7 +236,7 @@ func (e *GroupConflictError) Error() string {
 	if e.Roles != "" {
 		mine = "roles " + e.Roles
 	}
-	if !e.definite() {
+	if !e.Definite() {
 		return fmt.Sprintf("goneli: group %s has members holding partitions whose topic the broker's description of the group does not name, "+
 			"so they may use another leader topic than %s: %s; no instance leads beside them (Apache Kafka names the topics; "+
 			"with a broker that does not, such as kfake under KIP-848, a member leads only while no other member holds a partition)",

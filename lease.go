@@ -26,7 +26,7 @@ import (
 //
 // Leadership is visible (IsLeader) only once the driver reports that the barrier has returned from
 // the LeaderAcquired event, so that the application can set up leader state first.
-type lease struct {
+type Lease struct {
 	role     string        // the role's name, for events and heartbeats
 	timeout  time.Duration // HeartbeatTimeout
 	interval time.Duration // between heartbeats: RenewInterval
@@ -45,16 +45,16 @@ type lease struct {
 	// (heldAnswers); heldFrom and heldUntil bound the send times of the heartbeats that commits
 	// seen after such a hold may not renew.
 	answerBound         time.Duration
-	heldFrom, heldUntil time.Duration
+	HeldFrom, HeldUntil time.Duration
 	// untimely says that the newest answer judged was late, or that no offset stored since it was
 	// seen (lateSeen) has been answered in time yet: until one is, the hold goes on, however long.
 	untimely bool
 	lateSeen time.Duration
 	// storeFrom and storeUntil bound the store times of the offsets whose automatic commits anchor
 	// nothing, after an assignment taken late (holdRenewals, storedInHold).
-	storeFrom, storeUntil time.Duration
+	StoreFrom, StoreUntil time.Duration
 	hbInterval            time.Duration
-	clock                 clock
+	clock                 Clock
 	base                  time.Time // origin of the monotonic durations below
 	random                func() uint64
 
@@ -66,7 +66,7 @@ type lease struct {
 	// commit after the offset was stored and the coordinator accepted it after that, so autoAt is
 	// never later than the acceptance, however long the answer then waited to be processed (a
 	// paused poll loop). hasAuto says whether there is an anchor yet. Both outlive tenures.
-	autoAt  time.Duration
+	AutoAt  time.Duration
 	hasAuto bool
 
 	t   tenure
@@ -76,10 +76,10 @@ type lease struct {
 
 	// epoch numbers the LeaderAcquired events; delivered is the newest one whose barrier call has
 	// returned. It is the only field written outside the driver's lock (by the event dispatcher).
-	epoch     uint64
+	Epoch     uint64
 	delivered atomic.Uint64
 
-	view atomic.Pointer[leaseView]
+	view atomic.Pointer[LeaseView]
 }
 
 // tenure is one assignment of the partition.
@@ -145,9 +145,9 @@ type confirmed struct {
 }
 
 type leaseCounts struct {
-	acquired, fenced, revoked    uint64
-	sent, confirmed, stale, late uint64
-	rejected                     uint64
+	Acquired, Fenced, Revoked    uint64
+	Sent, Confirmed, Stale, Late uint64
+	Rejected                     uint64
 	// unwindowed counts explicit commits accepted outside the window, which renewed nothing; held
 	// those that a hold of the coordinator connection's answers kept from renewing (heldAnswers).
 	unwindowed, held uint64
@@ -157,54 +157,54 @@ type leaseCounts struct {
 }
 
 // leaseView is what a lease publishes for lock-free readers. It never changes once published.
-type leaseView struct {
-	assigned  bool
-	releasing bool // waits for a predecessor to release the partition
+type LeaseView struct {
+	Assigned  bool
+	Releasing bool // waits for a predecessor to release the partition
 	// proveBy is set while a tenure that has not acquired yet proves its first lease: until one
 	// HeartbeatTimeout after its assignment. The driver polls fast until then (neli.proving).
-	proveBy  time.Duration
-	leading  bool   // the protocol believes it leads
-	epoch    uint64 // the LeaderAcquired behind leading
-	tenure   uint64
-	token    int64
-	since    time.Time
-	end      time.Duration // lease end, on the lease's clock; meaningful while leading
-	rtt, lag time.Duration
-	conflict *GroupConflictError
-	counts   leaseCounts
+	ProveBy  time.Duration
+	Leading  bool   // the protocol believes it leads
+	Epoch    uint64 // the LeaderAcquired behind leading
+	Tenure   uint64
+	Token    int64
+	Since    time.Time
+	End      time.Duration // lease end, on the lease's clock; meaningful while leading
+	RTT, Lag time.Duration
+	Conflict *GroupConflictError
+	Counts   leaseCounts
 	// idle is, while assigned and not leading, since when the tenure has not led (tenure.idleFrom);
 	// led is, while leading, since when it has. excused is lease.excused.
-	idle, led time.Duration
-	excused   bool
+	Idle, Led time.Duration
+	Excused   bool
 }
 
 // leaseOut is what the driver must do after a transition.
-type leaseOut struct {
-	events    []tenureEvent
-	heartbeat *heartbeat // produce it
-	store     int64      // store this offset for librdkafka to commit; 0 for none
+type LeaseOut struct {
+	Events    []TenureEvent
+	Heartbeat *Heartbeat // produce it
+	Store     int64      // store this offset for librdkafka to commit; 0 for none
 	commit    int64      // commit this offset explicitly; 0 for none
 	// tag goes with store or commit as the offset's commit metadata (confirmed.tag).
-	tag       string
+	Tag       string
 	restarted bool // commit is asked for because the log restarted below the last commit
 	check     bool // start a group check for the current tenure
 	// release is set when the tenure ended while its LeaderRevoked was still to be delivered: the
 	// driver writes it (kind releasing) before it lets the partition go, and again, as kind
 	// released, once the barrier has returned from the last of events.
-	release *heartbeat
+	release *Heartbeat
 }
 
 // clock reads the time. Lease arithmetic uses the monotonic reading of what Now returns.
-type clock interface {
+type Clock interface {
 	Now() time.Time
 }
 
-type systemClock struct{}
+type SystemClock struct{}
 
-func (systemClock) Now() time.Time { return time.Now() }
+func (SystemClock) Now() time.Time { return time.Now() }
 
 // randomTenure draws a tenure id.
-func randomTenure() uint64 {
+func RandomTenure() uint64 {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return binary.BigEndian.Uint64(b[:])
@@ -212,9 +212,9 @@ func randomTenure() uint64 {
 
 // leaseConfig configures a lease. Its instants are durations since base, which the leases of one
 // instance share so that their deadlines compare.
-type leaseConfig struct {
+type LeaseConfig struct {
 	role                                 string
-	timeout, interval, poll, releaseWait time.Duration
+	Timeout, Interval, poll, ReleaseWait time.Duration
 	// window bounds the explicit commits of stalled offsets: see lease.stalled and commitWindow.
 	window time.Duration
 	// ticks says that the lease renews on the ticks it shares with the instance's other leases
@@ -226,18 +226,18 @@ type leaseConfig struct {
 	// answerBound and hbInterval, set under KIP-848, configure heldAnswers: how long an accepted
 	// commit of a stored offset may take to be seen, and the group heartbeat interval.
 	answerBound, hbInterval time.Duration
-	clock                   clock
-	base                    time.Time
+	Clock                   Clock
+	Base                    time.Time
 }
 
 // newLease makes the lease of one partition.
-func newLease(c leaseConfig) *lease {
-	if c.poll <= 0 || c.poll > c.interval {
-		c.poll = c.interval
+func NewLease(c LeaseConfig) *Lease {
+	if c.poll <= 0 || c.poll > c.Interval {
+		c.poll = c.Interval
 	}
-	l := &lease{role: c.role, timeout: c.timeout, interval: c.interval, poll: c.poll, releaseWait: c.releaseWait,
+	l := &Lease{role: c.role, timeout: c.Timeout, interval: c.Interval, poll: c.poll, releaseWait: c.ReleaseWait,
 		stall: commitStall(c.poll), window: c.window, ticks: c.ticks, recheck: c.recheck, answerBound: c.answerBound, hbInterval: c.hbInterval,
-		clock: c.clock, base: c.base, random: randomTenure}
+		clock: c.Clock, base: c.Base, random: RandomTenure}
 	l.publish()
 	return l
 }
@@ -253,15 +253,15 @@ func (t *tenure) name() string {
 // says that this membership of the group passed one already and has held a partition of the
 // leader topic ever since (membership in groupcheck.go): then any member that joined with another
 // topic since was shown this one by its own check.
-func (l *lease) assign(vouched bool) leaseOut {
+func (l *Lease) Assign(vouched bool) LeaseOut {
 	if l.t.active {
-		return leaseOut{}
+		return LeaseOut{}
 	}
-	now := l.now()
+	now := l.Now()
 	l.t = tenure{active: true, id: l.random(), pending: map[int64]confirmed{}, releasing: map[uint64]bool{},
 		releaseBy: now + l.releaseWait, assigned: now, readAt: now, idleFrom: now, verified: vouched}
 	l.publish()
-	return leaseOut{}
+	return LeaseOut{}
 }
 
 // # 2. Heartbeats
@@ -272,12 +272,12 @@ func (l *lease) assign(vouched bool) leaseOut {
 // tenure needs one. Called from every cycle. beats is false while the instance's previous
 // heartbeats are still on their way to the broker (driver.mayProduce): a heartbeat that is due
 // then waits, and goes out at the first cycle after they have arrived.
-func (l *lease) due(beats bool) leaseOut {
-	out := l.expire()
+func (l *Lease) Due(beats bool) LeaseOut {
+	out := l.Expire()
 	if !l.t.active {
 		return out
 	}
-	now := l.now()
+	now := l.Now()
 	if l.excused() {
 		l.t.idleFrom = now
 		l.publish()
@@ -288,11 +288,11 @@ func (l *lease) due(beats bool) leaseOut {
 	// partition, out of the reach of a successor of its own (releaseLookback).
 	if beats && now >= l.t.next && !(l.waiting() && l.t.seq > 0) {
 		l.t.seq++
-		h := &heartbeat{tenure: l.t.id, seq: l.t.seq, sentWall: l.clock.Now().UnixNano(), sentMono: now, role: l.role}
+		h := &Heartbeat{Tenure: l.t.id, Seq: l.t.seq, SentWall: l.clock.Now().UnixNano(), SentMono: now, Role_: l.role}
 		if l.t.acquired {
-			h.since, h.token = l.t.since.UnixNano(), l.t.token
+			h.Since, h.Token = l.t.since.UnixNano(), l.t.token
 		}
-		out.heartbeat = h
+		out.Heartbeat = h
 		// Until the tenure acquires, a heartbeat whose proof failed (a commit refused while the
 		// group still rebalances, say) is followed by the next one a poll later, not a renewal later.
 		switch {
@@ -309,7 +309,7 @@ func (l *lease) due(beats bool) leaseOut {
 		out.check = true
 	}
 	if off, ok := l.stalled(now); ok {
-		out.commit, out.tag = off, l.t.pending[off].tag
+		out.commit, out.Tag = off, l.t.pending[off].tag
 		l.t.nudged = now
 	}
 	l.release(&out)
@@ -385,13 +385,13 @@ func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Durati
 
 // useCommitWindow replaces the window, before the first tenure, once New has read the broker's
 // timing.
-func (l *lease) useCommitWindow(w time.Duration) {
+func (l *Lease) useCommitWindow(w time.Duration) {
 	l.window = w
 }
 
 // useAnswerBound replaces heldAnswers' settings once the broker's KIP-848 group heartbeat interval
 // has been read.
-func (l *lease) useAnswerBound(bound, hb time.Duration) {
+func (l *Lease) useAnswerBound(bound, hb time.Duration) {
 	l.answerBound, l.hbInterval = bound, hb
 }
 
@@ -413,7 +413,7 @@ func (l *lease) useAnswerBound(bound, hb time.Duration) {
 // refuses one (REBALANCE_IN_PROGRESS, which renews nothing) only while the new assignment is being
 // handed out. An explicit commit goes out whatever librdkafka's join state, and proves exactly
 // what an automatic one proves (committed).
-func (l *lease) stalled(now time.Duration) (int64, bool) {
+func (l *Lease) stalled(now time.Duration) (int64, bool) {
 	if l.t.quiet || now-l.t.nudged < l.stall || !l.hasAuto {
 		return 0, false
 	}
@@ -437,7 +437,7 @@ func (l *lease) stalled(now time.Duration) (int64, bool) {
 // storable reports whether the current tenure still waits for the commit of offset, asked for by
 // readBack, so that the driver may store it for librdkafka's auto-commit; false tells the driver to
 // drop it.
-func (l *lease) storable(offset int64) bool {
+func (l *Lease) storable(offset int64) bool {
 	if !l.t.active || l.t.quiet {
 		return false
 	}
@@ -474,7 +474,7 @@ func (l *lease) storable(offset int64) bool {
 //     answer (storedSince), and commitWindow subtracts the longer of an answer bound and a renewal
 //     interval; heldAnswers holds from the send time of the heartbeats the gate held back, not from
 //     their later store.
-func (l *lease) storedAt(offset int64, at time.Duration) {
+func (l *Lease) StoredAt(offset int64, at time.Duration) {
 	l.storedSince(offset, at, at)
 }
 
@@ -485,7 +485,7 @@ func (l *lease) storedAt(offset int64, at time.Duration) {
 // (it was rejoining, say) is no sign of answers held back, and counting it as one held back the
 // renewals after every rebalance; the argument needs only the answers to commits sent before the
 // rebalance's first group heartbeat measured from their stores.
-func (l *lease) storedSince(offset int64, at, chain time.Duration) {
+func (l *Lease) storedSince(offset int64, at, chain time.Duration) {
 	if !l.t.active {
 		return
 	}
@@ -497,7 +497,7 @@ func (l *lease) storedSince(offset int64, at, chain time.Duration) {
 
 // newestPending is the newest offset of the current tenure that waits for its commit, to store
 // again after a store of it was presumed never committed (commitgate.go).
-func (l *lease) newestPending() (commitAsk, bool) {
+func (l *Lease) newestPending() (commitAsk, bool) {
 	var newest int64
 	if !l.t.active || l.t.quiet {
 		return commitAsk{}, false
@@ -510,13 +510,13 @@ func (l *lease) newestPending() (commitAsk, bool) {
 
 // inWindow reports whether a heartbeat sent at sent may be renewed by an explicit commit: it was
 // sent less than the window after the anchor (commitWindow gives the argument).
-func (l *lease) inWindow(sent time.Duration) bool {
-	return l.hasAuto && sent-l.autoAt < l.window
+func (l *Lease) inWindow(sent time.Duration) bool {
+	return l.hasAuto && sent-l.AutoAt < l.window
 }
 
 // sent records that a heartbeat was handed to the producer.
-func (l *lease) sent() {
-	l.c.sent++
+func (l *Lease) Sent() {
+	l.c.Sent++
 	l.publish()
 }
 
@@ -527,18 +527,18 @@ func (l *lease) sent() {
 // it is stored for commit: an earlier tenure's, a retry that lost the race, or another instance's
 // proves nothing about the present. What a renewal rests on is the send time the heartbeat
 // carries, never the time it came back, so a heartbeat delayed in transit cannot pass for fresh.
-func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
-	var out leaseOut
-	if !l.t.active || h.tenure != l.t.id || h.seq <= l.t.confirmedSeq {
+func (l *Lease) ReadBack(h Heartbeat, offset int64) LeaseOut {
+	var out LeaseOut
+	if !l.t.active || h.Tenure != l.t.id || h.Seq <= l.t.confirmedSeq {
 		// An earlier tenure's heartbeat, or a retry arriving after a newer one.
-		l.c.stale++
+		l.c.Stale++
 		l.publish()
 		return out
 	}
-	l.t.confirmedSeq = h.seq
-	l.t.readAt = l.now()
-	l.c.confirmed++
-	l.rtt = l.now() - h.sentMono
+	l.t.confirmedSeq = h.Seq
+	l.t.readAt = l.Now()
+	l.c.Confirmed++
+	l.rtt = l.Now() - h.SentMono
 	l.t.rtt = l.rtt
 	if l.t.quiet {
 		if !l.readsBack() {
@@ -549,11 +549,11 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		l.t.quiet = false
 	}
 	next := offset + 1
-	tag := l.t.name() + "." + strconv.FormatUint(h.seq, 10)
+	tag := l.t.name() + "." + strconv.FormatUint(h.Seq, 10)
 	// Stored once the driver's commit gate lets it (storedAt); until then it waits in pending,
 	// where an explicit commit may still take it.
-	l.t.pending[next] = confirmed{sent: h.sentMono, offset: offset, tag: tag}
-	out.store, out.tag = next, tag
+	l.t.pending[next] = confirmed{sent: h.SentMono, offset: offset, tag: tag}
+	out.Store, out.Tag = next, tag
 	if next <= l.lastCommitted {
 		// The log restarted below what librdkafka last committed (lost broker data, an unclean
 		// leader election): it auto-commits only offsets above that, so no heartbeat would be
@@ -563,7 +563,7 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 		// window the commit still resets librdkafka's committed offset, and the automatic
 		// commits that follow renew.
 		out.commit, out.restarted = next, true
-		l.t.nudged = l.now()
+		l.t.nudged = l.Now()
 	}
 	l.publish()
 	return out
@@ -580,18 +580,18 @@ func (l *lease) readBack(h heartbeat, offset int64) leaseOut {
 // predecessor is releasing it holds its renewals back, until the released marker comes or the
 // rebalance timeout has passed since its assignment, which is as long as a revocation would have
 // waited for the barrier.
-func (l *lease) foreign(h heartbeat) leaseOut {
-	var out leaseOut
-	if !l.t.active || h.tenure == l.t.id || (h.kind == kindReleasing && l.t.confirmedSeq > 0) {
+func (l *Lease) Foreign(h Heartbeat) LeaseOut {
+	var out LeaseOut
+	if !l.t.active || h.Tenure == l.t.id || (h.Kind == KindReleasing && l.t.confirmedSeq > 0) {
 		// A releasing marker that lands after this tenure's own first heartbeat was not written
 		// in time, and its writer held its revocation back instead (driver.go, endTenures).
 		return out
 	}
-	switch h.kind {
-	case kindReleasing:
-		l.t.releasing[h.tenure] = true
-	case kindReleased:
-		delete(l.t.releasing, h.tenure)
+	switch h.Kind {
+	case KindReleasing:
+		l.t.releasing[h.Tenure] = true
+	case KindReleased:
+		delete(l.t.releasing, h.Tenure)
 		l.release(&out)
 	}
 	l.publish()
@@ -601,7 +601,7 @@ func (l *lease) foreign(h heartbeat) leaseOut {
 // excused reports whether the tenure does not lead for a reason that no hand-over would mend: it
 // waits for a predecessor to release the partition, or for a group check to clear it (one that
 // failed or found a conflict is as likely to fail or find one for any other member).
-func (l *lease) excused() bool {
+func (l *Lease) excused() bool {
 	return l.t.active && !l.t.leading && (l.waiting() || !l.t.verified || l.t.conflict != nil)
 }
 
@@ -613,7 +613,7 @@ func (l *lease) excused() bool {
 // commit's, and with one commit and one round of heartbeats in flight (commitgate.go,
 // driver.mayProduce) the next renewal comes a commit's round trip later, so a path over which
 // both take a third of a lease renews nothing while its heartbeats still come back within half.
-func (l *lease) readsBack() bool {
+func (l *Lease) readsBack() bool {
 	return l.t.active && l.t.confirmedSeq > 0 && l.t.rtt <= l.timeout/4 && l.unread() <= l.timeout/2
 }
 
@@ -632,7 +632,7 @@ func (l *lease) readsBack() bool {
 // before that are in flight still renew it as before, and one that would be sent again proves
 // nothing that the one in flight does not. A heartbeat that comes back promptly (readsBack) is
 // stored, and ends the quiet, as a renewal does.
-func (l *lease) quiesce(quiet bool) bool {
+func (l *Lease) quiesce(quiet bool) bool {
 	quiet = quiet && l.t.active
 	began := quiet && !l.t.quiet
 	l.t.quiet = quiet
@@ -640,24 +640,24 @@ func (l *lease) quiesce(quiet bool) bool {
 }
 
 // waiting reports whether the tenure still waits for a predecessor to release the partition.
-func (l *lease) waiting() bool {
-	return len(l.t.releasing) > 0 && l.now() < l.t.releaseBy
+func (l *Lease) waiting() bool {
+	return len(l.t.releasing) > 0 && l.Now() < l.t.releaseBy
 }
 
 // unread is how long the current tenure has gone without reading back an own heartbeat, not
 // counting time spent waiting for a predecessor, when it sends none; zero without a tenure.
-func (l *lease) unread() time.Duration {
+func (l *Lease) unread() time.Duration {
 	if !l.t.active {
 		return 0
 	}
 	if l.waiting() {
-		l.t.readAt = l.now()
+		l.t.readAt = l.Now()
 	}
-	return l.now() - l.t.readAt
+	return l.Now() - l.t.readAt
 }
 
 // release applies a renewal held back by a predecessor, once nothing holds it back any longer.
-func (l *lease) release(out *leaseOut) {
+func (l *Lease) release(out *LeaseOut) {
 	if hb := l.t.held; hb != nil && l.t.verified && !l.waiting() {
 		l.t.held = nil
 		l.renew(out, *hb)
@@ -679,8 +679,8 @@ func (l *lease) release(out *leaseOut) {
 // interval before that send time; goneli derives the session timeout (config.go, groupTiming) to
 // exceed HeartbeatTimeout plus two such intervals. So a lease that ends HeartbeatTimeout after the
 // send time ends before any successor can be assigned the partition.
-func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
-	var out leaseOut
+func (l *Lease) Committed(offset int64, tag string, explicit bool) LeaseOut {
+	var out LeaseOut
 	if offset < 0 {
 		// A commit's result lists every partition the consumer holds; those it did not commit,
 		// having nothing new stored, come back with a logical offset, which commits nothing.
@@ -715,8 +715,8 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 		// set; were it not, the commit renews but anchors nothing. Nor does an offset stored
 		// while renewals are held (storedInHold): its heartbeat may be old enough to renew, but
 		// librdkafka may have sent its commit unaware of a rebalance.
-		if hb.stored != 0 && (!l.hasAuto || hb.anchor > l.autoAt) && !l.storedInHold(hb) {
-			l.autoAt, l.hasAuto = hb.anchor, true
+		if hb.stored != 0 && (!l.hasAuto || hb.anchor > l.AutoAt) && !l.storedInHold(hb) {
+			l.AutoAt, l.hasAuto = hb.anchor, true
 		}
 		l.renew(&out, hb)
 	case l.inWindow(hb.sent):
@@ -732,7 +732,7 @@ func (l *lease) committed(offset int64, tag string, explicit bool) leaseOut {
 // offset that the commit gate has not let librdkafka have yet does not count: librdkafka has not
 // been asked to commit it, and the gate holds it back only while an earlier one is under way, which
 // does count.
-func (l *lease) oldestPending() (time.Duration, bool) {
+func (l *Lease) oldestPending() (time.Duration, bool) {
 	var oldest time.Duration
 	found := false
 	for _, hb := range l.t.pending {
@@ -748,15 +748,15 @@ func (l *lease) oldestPending() (time.Duration, bool) {
 
 // holdRenewals holds back, as heldAnswers does, the renewals of heartbeats sent after from, until
 // a renewal of one sent after until (driver.heldAssignment).
-func (l *lease) holdRenewals(from, until time.Duration) {
-	if l.heldUntil <= from || from < l.heldFrom {
-		l.heldFrom = from
+func (l *Lease) holdRenewals(from, until time.Duration) {
+	if l.HeldUntil <= from || from < l.HeldFrom {
+		l.HeldFrom = from
 	}
-	l.heldUntil = max(l.heldUntil, until)
-	if l.storeUntil <= from || from < l.storeFrom {
-		l.storeFrom = from
+	l.HeldUntil = max(l.HeldUntil, until)
+	if l.StoreUntil <= from || from < l.StoreFrom {
+		l.StoreFrom = from
 	}
-	l.storeUntil = max(l.storeUntil, until)
+	l.StoreUntil = max(l.StoreUntil, until)
 }
 
 // storedInHold reports whether hb's offset anchors inside a hold of renewals after an assignment
@@ -771,20 +771,20 @@ func (l *lease) holdRenewals(from, until time.Duration) {
 // is not one of these: there an answer that comes after the group heartbeat's, on the same
 // connection, is one librdkafka has heard the heartbeat's news before, and commitWindow's argument
 // counts such stores already.
-func (l *lease) storedInHold(hb confirmed) bool {
-	return hb.anchor > l.storeFrom && hb.anchor <= l.storeUntil
+func (l *Lease) storedInHold(hb confirmed) bool {
+	return hb.anchor > l.StoreFrom && hb.anchor <= l.StoreUntil
 }
 
 // holding reports whether the lease counts the coordinator connection as holding its answers back
 // (heldAnswers): commits seen now renew no heartbeat sent from the hold's start until now.
-func (l *lease) holding() bool {
-	return l.answerBound > 0 && (l.now() <= l.heldUntil || l.untimely)
+func (l *Lease) holding() bool {
+	return l.answerBound > 0 && (l.Now() <= l.HeldUntil || l.untimely)
 }
 
 // resetCommitted takes a commit of offset that reset librdkafka's committed offset below a log that
 // restarted while explicit commits were held (driver.startCommits): it renews nothing, and
 // librdkafka auto-commits the offsets above it from now on.
-func (l *lease) resetCommitted(offset int64) {
+func (l *Lease) resetCommitted(offset int64) {
 	if offset >= 0 {
 		l.lastCommitted = offset
 	}
@@ -821,15 +821,15 @@ func (l *lease) resetCommitted(offset int64) {
 // interval after the last late answer was seen, while the answers of a slow link, delivered in
 // order, were still on their way: issue 46). A hold too short to show this way moves the anchor by
 // at most answerBound and a renewal interval, which commitWindow subtracts.
-func (l *lease) heldAnswers(hb confirmed) bool {
+func (l *Lease) heldAnswers(hb confirmed) bool {
 	if l.answerBound <= 0 {
 		return false
 	}
-	now, late := l.now(), l.now()-hb.stored > l.answerBound
-	held := hb.sent > l.heldFrom && (hb.sent <= l.heldUntil || l.untimely)
+	now, late := l.Now(), l.Now()-hb.stored > l.answerBound
+	held := hb.sent > l.HeldFrom && (hb.sent <= l.HeldUntil || l.untimely)
 	switch {
 	case late && held:
-		l.heldUntil, l.untimely, l.lateSeen = max(l.heldUntil, now+l.hbInterval), true, now
+		l.HeldUntil, l.untimely, l.lateSeen = max(l.HeldUntil, now+l.hbInterval), true, now
 	case late:
 		// The first answer seen late: its own heartbeat was sent before its offset was stored, so
 		// no later than the hold began, and renews. The hold also covers the heartbeats that came
@@ -840,13 +840,13 @@ func (l *lease) heldAnswers(hb confirmed) bool {
 		for _, p := range l.t.pending {
 			from = min(from, p.sent-1)
 		}
-		l.heldFrom, l.heldUntil = max(from, hb.sent), now+l.hbInterval
+		l.HeldFrom, l.HeldUntil = max(from, hb.sent), now+l.hbInterval
 		l.untimely, l.lateSeen = true, now
 	case l.untimely && hb.stored >= l.lateSeen:
 		// In time, and stored since the last late answer was seen: the connection answers
 		// promptly again. The answers to what librdkafka sent before the offset's store came
 		// before this one, and its next group heartbeat goes out within an interval of it.
-		l.untimely, l.heldUntil = false, max(l.heldUntil, hb.stored+l.hbInterval)
+		l.untimely, l.HeldUntil = false, max(l.HeldUntil, hb.stored+l.hbInterval)
 	}
 	return held
 }
@@ -860,21 +860,21 @@ func (l *lease) heldAnswers(hb confirmed) bool {
 // another topic are assigned "partition 0" of that topic, whose commits pass as well. So a tenure
 // leads only once a check made after its assignment found no member holding partitions of another
 // topic (groupcheck.go). Renewals that come first are held back until then.
-func (l *lease) checked(tenure uint64, r groupCheck) leaseOut {
-	var out leaseOut
+func (l *Lease) Checked(tenure uint64, r GroupCheck) LeaseOut {
+	var out LeaseOut
 	if !l.t.active || tenure != l.t.id {
 		return out
 	}
 	l.t.checking = false
-	now := l.now()
+	now := l.Now()
 	switch {
 	case r.err != nil:
-		l.t.checkDelay = clampDuration(2*l.t.checkDelay, l.poll, l.timeout)
+		l.t.checkDelay = ClampDuration(2*l.t.checkDelay, l.poll, l.timeout)
 		l.t.checkAt = now + l.t.checkDelay
-	case r.verdict.conflict != nil:
-		l.t.conflict = r.verdict.conflict
+	case r.Verdict.Conflict != nil:
+		l.t.conflict = r.Verdict.Conflict
 		l.t.checkAt = now + l.timeout
-	case !r.verdict.sawSelf:
+	case !r.Verdict.SawSelf:
 		// The description predates the assignment, or hides assignments while the group
 		// rebalances (kfake does); the group is about to settle, so look again soon.
 		l.t.checkAt = now + inconclusiveCheckRetry
@@ -887,7 +887,7 @@ func (l *lease) checked(tenure uint64, r groupCheck) leaseOut {
 }
 
 // cleared reports whether tenure is the current one and a group check has cleared it.
-func (l *lease) cleared(tenure uint64) bool {
+func (l *Lease) cleared(tenure uint64) bool {
 	return l.t.active && l.t.id == tenure && l.t.verified
 }
 
@@ -904,10 +904,10 @@ const inconclusiveCheckRetry = 20 * time.Millisecond
 // only grow within a log, and a tenure can confirm a heartbeat only after the previous holder's
 // lease ended, so tokens grow from tenure to tenure. A fenced tenure that is renewed again acquires
 // again, with the same token.
-func (l *lease) renew(out *leaseOut, hb confirmed) {
-	now := l.now()
+func (l *Lease) renew(out *LeaseOut, hb confirmed) {
+	now := l.Now()
 	if now >= hb.sent+l.timeout {
-		l.c.late++
+		l.c.Late++
 		return
 	}
 	l.lag = now - hb.sent
@@ -941,9 +941,9 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 	// once, so that they see the new leader as soon as it leads rather than one interval later.
 	// After a fence it is as welcome: it renews the lease that much sooner.
 	l.t.next = 0
-	l.c.acquired++
-	l.epoch++
-	out.events = append(out.events, acquired{role: l.role, tenure: l.t.name(), token: l.t.token, since: l.t.since})
+	l.c.Acquired++
+	l.Epoch++
+	out.Events = append(out.Events, Acquired{Role_: l.role, Tenure: l.t.name(), Token: l.t.token, Since: l.t.since})
 }
 
 // # 7. Fencing
@@ -951,8 +951,8 @@ func (l *lease) renew(out *leaseOut, hb confirmed) {
 // expire fences a lease that has run out: HeartbeatTimeout after the send time of the newest
 // renewing heartbeat. The watchdog calls it at that instant, so that LeaderFenced arrives even when
 // nobody pulses; IsLeader turns false at the instant itself (valid), whoever calls what.
-func (l *lease) expire() leaseOut {
-	var out leaseOut
+func (l *Lease) Expire() LeaseOut {
+	var out LeaseOut
 	if l.lapse(&out) {
 		l.publish()
 	}
@@ -960,8 +960,8 @@ func (l *lease) expire() leaseOut {
 }
 
 // lapse fences a lease that has run out, and reports whether it did.
-func (l *lease) lapse(out *leaseOut) bool {
-	if l.t.leading && l.now() >= l.t.renewedSent+l.timeout {
+func (l *Lease) lapse(out *LeaseOut) bool {
+	if l.t.leading && l.Now() >= l.t.renewedSent+l.timeout {
 		l.fence(out, l.lapsedReason())
 		return true
 	}
@@ -969,24 +969,24 @@ func (l *lease) lapse(out *leaseOut) bool {
 }
 
 // deadline is when the current lease ends, and whether there is one to watch.
-func (l *lease) deadline() (time.Duration, bool) {
+func (l *Lease) deadline() (time.Duration, bool) {
 	return l.t.renewedSent + l.timeout, l.t.leading
 }
 
-func (l *lease) lapsedReason() string {
+func (l *Lease) lapsedReason() string {
 	return fmt.Sprintf("no own heartbeat confirmed within HeartbeatTimeout (%v)", l.timeout)
 }
 
 // rejected takes a commit that the coordinator refused because the member or its generation is
 // gone: the group no longer counts this instance as the owner.
-func (l *lease) rejected(reason string) leaseOut {
-	l.c.rejected++
+func (l *Lease) rejected(reason string) LeaseOut {
+	l.c.Rejected++
 	return l.fail("group coordinator rejected the heartbeat commit: " + reason)
 }
 
 // fail fences for a reason found outside the protocol, such as a fatal client error.
-func (l *lease) fail(reason string) leaseOut {
-	var out leaseOut
+func (l *Lease) fail(reason string) LeaseOut {
+	var out LeaseOut
 	if l.t.active {
 		l.fence(&out, reason)
 	}
@@ -994,7 +994,7 @@ func (l *lease) fail(reason string) leaseOut {
 	return out
 }
 
-func (l *lease) fence(out *leaseOut, reason string) {
+func (l *Lease) fence(out *LeaseOut, reason string) {
 	if !l.t.leading {
 		return
 	}
@@ -1003,13 +1003,13 @@ func (l *lease) fence(out *leaseOut, reason string) {
 		// A tenure that led again after a fence only on the renewal that re-acquired, one whose
 		// heartbeat was nearly a lease old, say, has not shown that it can renew: it has not led
 		// since its earlier fence, as far as a hand-over is concerned.
-		l.t.idleFrom = l.now()
+		l.t.idleFrom = l.Now()
 	}
-	l.c.fenced++
+	l.c.Fenced++
 	if l.recheck {
-		l.t.verified, l.t.checkAt, l.t.checkDelay = false, l.now(), 0
+		l.t.verified, l.t.checkAt, l.t.checkDelay = false, l.Now(), 0
 	}
-	out.events = append(out.events, fenced{role: l.role, tenure: l.t.name(), token: l.t.token, reason: reason, leaseAge: l.now() - l.t.renewedSent})
+	out.Events = append(out.Events, Fenced{Role_: l.role, Tenure: l.t.name(), Token: l.t.token, Reason: reason, LeaseAge: l.Now() - l.t.renewedSent})
 }
 
 // # 8. Revocation
@@ -1017,28 +1017,28 @@ func (l *lease) fence(out *leaseOut, reason string) {
 // revoke ends the tenure when the group takes the partition back: fenced first if the assignment
 // was lost (the group moved on without this member, so a successor may already hold it) or the
 // lease had lapsed unnoticed, then revoked if the tenure ever acquired.
-func (l *lease) revoke(lost bool) leaseOut {
-	var out leaseOut
+func (l *Lease) Revoke(lost bool) LeaseOut {
+	var out LeaseOut
 	if !l.t.active {
 		return out
 	}
 	switch {
 	case lost:
 		l.fence(&out, "partition assignment lost")
-	case l.t.leading && l.now() >= l.t.renewedSent+l.timeout:
+	case l.t.leading && l.Now() >= l.t.renewedSent+l.timeout:
 		// The lease ran out before anything noticed (the pulsing goroutine was in the poll that
 		// ended with this revocation): the events must still say so.
 		l.fence(&out, l.lapsedReason())
 	}
 	l.t.leading, l.t.active = false, false
 	if l.t.acquired {
-		l.c.revoked++
-		out.events = append(out.events, revoked{role: l.role, tenure: l.t.name(), token: l.t.token})
+		l.c.Revoked++
+		out.Events = append(out.Events, Revoked{Role_: l.role, Tenure: l.t.name(), Token: l.t.token})
 		if !lost {
 			// A lost assignment went to a successor already; an orderly one may wait for the
 			// barrier, and says so to the successor (see foreign).
-			out.release = &heartbeat{tenure: l.t.id, seq: l.t.seq + 1, sentWall: l.clock.Now().UnixNano(), sentMono: l.now(),
-				since: l.t.since.UnixNano(), token: l.t.token, kind: kindReleasing, role: l.role}
+			out.release = &Heartbeat{Tenure: l.t.id, Seq: l.t.seq + 1, SentWall: l.clock.Now().UnixNano(), SentMono: l.Now(),
+				Since: l.t.since.UnixNano(), Token: l.t.token, Kind: KindReleasing, Role_: l.role}
 		}
 	}
 	l.t.pending = nil
@@ -1048,78 +1048,78 @@ func (l *lease) revoke(lost bool) leaseOut {
 
 // # What other goroutines read
 
-func (l *lease) publish() {
-	v := &leaseView{
-		assigned:  l.t.active,
-		releasing: l.t.active && l.waiting(),
-		leading:   l.t.leading,
-		epoch:     l.epoch,
-		tenure:    l.t.id,
-		token:     l.t.token,
-		since:     l.t.since,
-		end:       l.t.renewedSent + l.timeout,
-		rtt:       l.rtt,
-		lag:       l.lag,
-		conflict:  l.t.conflict,
-		counts:    l.c,
-		idle:      l.t.idleFrom,
-		led:       l.t.ledFrom,
-		excused:   l.excused(),
+func (l *Lease) publish() {
+	v := &LeaseView{
+		Assigned:  l.t.active,
+		Releasing: l.t.active && l.waiting(),
+		Leading:   l.t.leading,
+		Epoch:     l.Epoch,
+		Tenure:    l.t.id,
+		Token:     l.t.token,
+		Since:     l.t.since,
+		End:       l.t.renewedSent + l.timeout,
+		RTT:       l.rtt,
+		Lag:       l.lag,
+		Conflict:  l.t.conflict,
+		Counts:    l.c,
+		Idle:      l.t.idleFrom,
+		Led:       l.t.ledFrom,
+		Excused:   l.excused(),
 	}
 	if !l.t.acquired {
-		v.token, v.since = 0, time.Time{}
+		v.Token, v.Since = 0, time.Time{}
 		if l.t.active {
-			v.proveBy = l.t.assigned + l.timeout
+			v.ProveBy = l.t.assigned + l.timeout
 		}
 	}
 	l.view.Store(v)
 }
 
 // load returns the published view.
-func (l *lease) load() *leaseView {
+func (l *Lease) Load() *LeaseView {
 	return l.view.Load()
 }
 
 // now is the time on the lease's monotonic scale.
-func (l *lease) now() time.Duration {
+func (l *Lease) Now() time.Duration {
 	return l.clock.Now().Sub(l.base)
 }
 
 // valid reports whether v grants leadership at instant now: the protocol leads, the barrier has
 // seen the LeaderAcquired behind it, and the lease has not run out.
-func (l *lease) valid(v *leaseView, now time.Duration) bool {
-	return l.announced(v) && now < v.end
+func (l *Lease) valid(v *LeaseView, now time.Duration) bool {
+	return l.Announced(v) && now < v.End
 }
 
 // announced reports whether v leads and the barrier has returned from the LeaderAcquired behind it,
 // whether or not the lease has run out since (Stats.Leading).
-func (l *lease) announced(v *leaseView) bool {
-	return v.leading && l.delivered.Load() >= v.epoch
+func (l *Lease) Announced(v *LeaseView) bool {
+	return v.Leading && l.delivered.Load() >= v.Epoch
 }
 
 // isLeader is valid for the current view and time.
-func (l *lease) isLeader() bool {
-	return l.valid(l.load(), l.now())
+func (l *Lease) IsLeader() bool {
+	return l.valid(l.Load(), l.Now())
 }
 
 // newestEpoch numbers the newest LeaderAcquired the lease has answered with, which the driver
 // passes back to acquiredDelivered once the barrier has returned from it.
-func (l *lease) newestEpoch() uint64 {
-	return l.epoch
+func (l *Lease) newestEpoch() uint64 {
+	return l.Epoch
 }
 
 // active reports whether a tenure is under way: the partition is assigned and not revoked since.
-func (l *lease) active() bool {
+func (l *Lease) active() bool {
 	return l.t.active
 }
 
 // tenure names the current or last tenure, for the group check and the logs.
-func (l *lease) tenure() (id uint64, name string) {
+func (l *Lease) Tenure() (id uint64, name string) {
 	return l.t.id, l.t.name()
 }
 
 // acquiredDelivered records that the barrier has returned from the LeaderAcquired numbered epoch.
-func (l *lease) acquiredDelivered(epoch uint64) {
+func (l *Lease) AcquiredDelivered(epoch uint64) {
 	for {
 		old := l.delivered.Load()
 		if old >= epoch || l.delivered.CompareAndSwap(old, epoch) {

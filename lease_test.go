@@ -25,9 +25,9 @@ const (
 type rig struct {
 	t       *testing.T
 	clock   *fakeClock
-	l       *lease
-	events  []tenureEvent
-	sent    []heartbeat
+	l       *Lease
+	events  []TenureEvent
+	sent    []Heartbeat
 	offset  int64 // where the next record lands
 	stored  []int64
 	commits []int64 // explicit commits asked for
@@ -38,23 +38,23 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	c := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	l := newLease(leaseConfig{timeout: rigLease, interval: rigInterval, releaseWait: 2 * rigLease, clock: c, base: c.now})
+	l := NewLease(LeaseConfig{Timeout: rigLease, Interval: rigInterval, ReleaseWait: 2 * rigLease, Clock: c, Base: c.now})
 	ids := uint64(0xa0)
 	l.random = func() uint64 { ids++; return ids }
 	return &rig{t: t, clock: c, l: l}
 }
 
-func (r *rig) take(out leaseOut) {
-	r.events = append(r.events, out.events...)
-	if out.heartbeat != nil {
-		r.sent = append(r.sent, *out.heartbeat)
-		r.l.sent()
+func (r *rig) take(out LeaseOut) {
+	r.events = append(r.events, out.Events...)
+	if out.Heartbeat != nil {
+		r.sent = append(r.sent, *out.Heartbeat)
+		r.l.Sent()
 	}
-	if out.store != 0 {
-		r.stored = append(r.stored, out.store)
+	if out.Store != 0 {
+		r.stored = append(r.stored, out.Store)
 		// The driver stores it at once, as it does while no commit is in flight (commitgate.go).
 		if !r.gated {
-			r.l.storedAt(out.store, r.l.now())
+			r.l.StoredAt(out.Store, r.l.Now())
 		}
 	}
 	if out.commit != 0 {
@@ -68,20 +68,20 @@ func (r *rig) take(out leaseOut) {
 // deliver stands for the dispatcher: the barrier has returned from every event so far.
 func (r *rig) deliver() {
 	for _, e := range r.events {
-		if _, ok := e.(acquired); ok {
-			r.l.acquiredDelivered(r.l.load().epoch)
+		if _, ok := e.(Acquired); ok {
+			r.l.AcquiredDelivered(r.l.Load().Epoch)
 		}
 	}
 }
 
-func (r *rig) assign()              { r.take(r.l.assign(false)) }
-func (r *rig) revoke(lost bool)     { r.take(r.l.revoke(lost)) }
-func (r *rig) due()                 { r.take(r.l.due(true)) }
-func (r *rig) expire()              { r.take(r.l.expire()) }
+func (r *rig) assign()              { r.take(r.l.Assign(false)) }
+func (r *rig) revoke(lost bool)     { r.take(r.l.Revoke(lost)) }
+func (r *rig) due()                 { r.take(r.l.Due(true)) }
+func (r *rig) expire()              { r.take(r.l.Expire()) }
 func (r *rig) wait(d time.Duration) { r.clock.advance(d) }
 
 // heartbeat produces the next heartbeat now and returns it with the offset it lands at.
-func (r *rig) heartbeat() (heartbeat, int64) {
+func (r *rig) heartbeat() (Heartbeat, int64) {
 	r.t.Helper()
 	r.l.t.next = 0 // due now, whatever the interval says
 	n := len(r.sent)
@@ -94,13 +94,13 @@ func (r *rig) heartbeat() (heartbeat, int64) {
 	return r.sent[n], off
 }
 
-func (r *rig) back(h heartbeat, off int64) { r.take(r.l.readBack(h, off)) }
+func (r *rig) back(h Heartbeat, off int64) { r.take(r.l.ReadBack(h, off)) }
 
 // tagOf is the commit metadata of the heartbeat stored at off, as librdkafka hands it back.
 func (r *rig) tagOf(off int64) string { return r.l.t.pending[off].tag }
-func (r *rig) commit(off int64)       { r.take(r.l.committed(off, r.tagOf(off), false)) }
-func (r *rig) verify()                { r.check(groupCheck{verdict: groupVerdict{sawSelf: true}}) }
-func (r *rig) check(c groupCheck)     { r.take(r.l.checked(r.l.t.id, c)) }
+func (r *rig) commit(off int64)       { r.take(r.l.Committed(off, r.tagOf(off), false)) }
+func (r *rig) verify()                { r.check(GroupCheck{Verdict: GroupVerdict{SawSelf: true}}) }
+func (r *rig) check(c GroupCheck)     { r.take(r.l.Checked(r.l.t.id, c)) }
 
 // renewal sends a heartbeat, reads it back after rtt, and has its offset commit accepted after a
 // further lag.
@@ -129,11 +129,11 @@ func (r *rig) kinds() string {
 	var sb strings.Builder
 	for _, e := range r.events {
 		switch e.(type) {
-		case acquired:
+		case Acquired:
 			sb.WriteString("A")
-		case fenced:
+		case Fenced:
 			sb.WriteString("F")
-		case revoked:
+		case Revoked:
 			sb.WriteString("R")
 		}
 	}
@@ -206,7 +206,7 @@ func TestLeaseTransitions(t *testing.T) {
 			if got := r.kinds(); got != tc.events {
 				t.Errorf("events %q, want %q: %v", got, tc.events, r.events)
 			}
-			if got := r.l.isLeader(); got != tc.leader {
+			if got := r.l.IsLeader(); got != tc.leader {
 				t.Errorf("isLeader = %v, want %v", got, tc.leader)
 			}
 			if !eventOrder.MatchString(r.kinds()) {
@@ -225,16 +225,16 @@ func TestLeaseEndsATimeoutAfterTheSendTime(t *testing.T) {
 	r.renewal(300*time.Millisecond, 200*time.Millisecond) // accepted 500 ms after it was sent
 	r.deliver()
 	r.wait(rigLease - 500*time.Millisecond - time.Nanosecond)
-	if !r.l.isLeader() {
+	if !r.l.IsLeader() {
 		t.Fatal("lease ended early")
 	}
 	r.wait(time.Nanosecond)
-	if r.l.isLeader() {
+	if r.l.IsLeader() {
 		t.Fatal("lease outlived HeartbeatTimeout after the heartbeat's send time")
 	}
 	r.expire()
-	f, ok := r.events[len(r.events)-1].(fenced)
-	if !ok || f.leaseAge != rigLease {
+	f, ok := r.events[len(r.events)-1].(Fenced)
+	if !ok || f.LeaseAge != rigLease {
 		t.Fatalf("want a fence with a lease age of %v, got %v", rigLease, r.events)
 	}
 	if d, ok := r.l.deadline(); ok {
@@ -255,7 +255,7 @@ func TestLeaseIgnoresForeignAndStaleHeartbeats(t *testing.T) {
 	h2, off2 := r.heartbeat()
 	r.back(h2, off2)
 	r.back(h1, off1) // a retry that lost the race to a newer one
-	if got := r.l.load().counts.stale; got != 2 {
+	if got := r.l.Load().Counts.Stale; got != 2 {
 		t.Fatalf("stale heartbeats %d, want 2", got)
 	}
 	r.commit(off1 + 1) // librdkafka never stored it, but a commit of it must not renew either
@@ -264,8 +264,8 @@ func TestLeaseIgnoresForeignAndStaleHeartbeats(t *testing.T) {
 	}
 	r.commit(off2 + 1)
 	r.deliver()
-	if !r.l.isLeader() || r.kinds() != "ARA" {
-		t.Fatalf("the newest own heartbeat should renew: %q, leader %v", r.kinds(), r.l.isLeader())
+	if !r.l.IsLeader() || r.kinds() != "ARA" {
+		t.Fatalf("the newest own heartbeat should renew: %q, leader %v", r.kinds(), r.l.IsLeader())
 	}
 }
 
@@ -281,11 +281,11 @@ func TestLeaseRenewsFromTheCommittedHeartbeat(t *testing.T) {
 	r.back(h2, off2)
 	r.commit(off2 + 1)
 	r.deliver()
-	if end := r.l.load().end; end != h2.sentMono+rigLease {
-		t.Fatalf("lease ends at %v, want the second heartbeat's send time plus the lease (%v)", end, h2.sentMono+rigLease)
+	if end := r.l.Load().End; end != h2.SentMono+rigLease {
+		t.Fatalf("lease ends at %v, want the second heartbeat's send time plus the lease (%v)", end, h2.SentMono+rigLease)
 	}
 	r.commit(off1 + 1) // an older commit result arriving late changes nothing
-	if end := r.l.load().end; end != h2.sentMono+rigLease {
+	if end := r.l.Load().End; end != h2.SentMono+rigLease {
 		t.Fatalf("an older commit moved the lease end to %v", end)
 	}
 }
@@ -296,24 +296,24 @@ func TestLeaseToken(t *testing.T) {
 	r := newRig(t)
 	r.offset = 41
 	r.acquire()
-	acq := r.events[0].(acquired)
-	if acq.token != 42 || r.l.load().token != 42 {
-		t.Fatalf("token %d, want 42", acq.token)
+	acq := r.events[0].(Acquired)
+	if acq.Token != 42 || r.l.Load().Token != 42 {
+		t.Fatalf("token %d, want 42", acq.Token)
 	}
 	h, _ := r.heartbeat()
-	if h.token != 42 || h.since != acq.since.UnixNano() {
-		t.Fatalf("heartbeat carries token %d since %d", h.token, h.since)
+	if h.Token != 42 || h.Since != acq.Since.UnixNano() {
+		t.Fatalf("heartbeat carries token %d since %d", h.Token, h.Since)
 	}
 	r.wait(rigLease)
 	r.expire()
 	r.renewal(time.Millisecond, time.Millisecond)
-	if again := r.events[2].(acquired); again.token != 42 || again.tenure != acq.tenure || !again.since.Equal(acq.since) {
+	if again := r.events[2].(Acquired); again.Token != 42 || again.Tenure != acq.Tenure || !again.Since.Equal(acq.Since) {
 		t.Fatalf("resumed with %v, want %v", again, acq)
 	}
 	r.revoke(false)
 	r.offset = 90
 	r.acquire()
-	if next := r.events[len(r.events)-1].(acquired); next.token != 91 || next.tenure == acq.tenure {
+	if next := r.events[len(r.events)-1].(Acquired); next.Token != 91 || next.Tenure == acq.Tenure {
 		t.Fatalf("new tenure acquired with %v", next)
 	}
 }
@@ -342,8 +342,8 @@ func TestLeaseLogRestartedBelowCommittedOffset(t *testing.T) {
 			}
 			r.commit(4)
 			r.deliver()
-			if !r.l.isLeader() || r.l.load().token != 4 {
-				t.Fatalf("leader %v with token %d after the restart", r.l.isLeader(), r.l.load().token)
+			if !r.l.IsLeader() || r.l.Load().Token != 4 {
+				t.Fatalf("leader %v with token %d after the restart", r.l.IsLeader(), r.l.Load().Token)
 			}
 		})
 	}
@@ -371,30 +371,30 @@ func TestLeaseWindowAnchoredAtStoreTime(t *testing.T) {
 			h, off := r.heartbeat()
 			r.wait(5 * time.Millisecond)
 			r.back(h, off)
-			stored := r.l.now()
+			stored := r.l.Now()
 			r.wait(tc.pause) // the auto-commit is accepted meanwhile; its result waits in the queue
 			r.commit(off + 1)
-			if r.l.autoAt != stored {
-				t.Fatalf("window anchored %v after the offset was stored, want at its store time", r.l.autoAt-stored)
+			if r.l.AutoAt != stored {
+				t.Fatalf("window anchored %v after the offset was stored, want at its store time", r.l.AutoAt-stored)
 			}
 			// librdkafka now stops auto-committing: the next heartbeat is stored and stalls.
 			h, off = r.heartbeat()
 			r.wait(5 * time.Millisecond)
 			r.back(h, off)
-			end := r.l.load().end
+			end := r.l.Load().End
 			before := len(r.commits)
 			r.wait(commitStall(rigInterval))
 			r.due()
 			if asked := len(r.commits) > before; asked != tc.renew {
 				t.Fatalf("explicit commit asked %v, want %v (heartbeat sent %v after the anchor, window %v)",
-					asked, tc.renew, h.sentMono-r.l.autoAt, r.l.window)
+					asked, tc.renew, h.SentMono-r.l.AutoAt, r.l.window)
 			}
 			// Whether asked or not, an accepted explicit commit renews only within the window.
-			r.take(r.l.committed(off+1, r.tagOf(off+1), true))
-			if renewed := r.l.load().end > end; renewed != tc.renew {
+			r.take(r.l.Committed(off+1, r.tagOf(off+1), true))
+			if renewed := r.l.Load().End > end; renewed != tc.renew {
 				t.Fatalf("explicit commit renewed %v, want %v", renewed, tc.renew)
 			}
-			if unwindowed := r.l.load().counts.unwindowed; (unwindowed == 1) == tc.renew {
+			if unwindowed := r.l.Load().Counts.unwindowed; (unwindowed == 1) == tc.renew {
 				t.Fatalf("%d explicit commits counted outside the window", unwindowed)
 			}
 		})
@@ -407,14 +407,14 @@ func TestLeaseRevocationCommitAnchorsNothing(t *testing.T) {
 	r := newRig(t)
 	r.l.window = 300 * time.Millisecond
 	r.acquire()
-	anchor := r.l.autoAt
+	anchor := r.l.AutoAt
 	h, off := r.heartbeat()
 	r.back(h, off)
 	r.revoke(false)
 	r.wait(time.Second)
 	r.commit(off + 1)
-	if r.l.autoAt != anchor {
-		t.Fatalf("the revocation's commit moved the anchor by %v", r.l.autoAt-anchor)
+	if r.l.AutoAt != anchor {
+		t.Fatalf("the revocation's commit moved the anchor by %v", r.l.AutoAt-anchor)
 	}
 }
 
@@ -436,15 +436,15 @@ func TestLeaseRestartedLogOutsideTheWindow(t *testing.T) {
 	if len(r.commits) != 1 || r.commits[0] != off+1 {
 		t.Fatalf("explicit commits %v, want [%d]", r.commits, off+1)
 	}
-	r.take(r.l.committed(off+1, r.tagOf(off+1), true))
+	r.take(r.l.Committed(off+1, r.tagOf(off+1), true))
 	r.deliver()
-	if r.l.isLeader() {
+	if r.l.IsLeader() {
 		t.Fatal("leads on an explicit commit outside the window")
 	}
 	r.renewal(5*time.Millisecond, 5*time.Millisecond)
 	r.deliver()
-	if !r.l.isLeader() || r.l.load().token != 5 {
-		t.Fatalf("leader %v with token %d after the automatic commit", r.l.isLeader(), r.l.load().token)
+	if !r.l.IsLeader() || r.l.Load().Token != 5 {
+		t.Fatalf("leader %v with token %d after the automatic commit", r.l.IsLeader(), r.l.Load().Token)
 	}
 }
 
@@ -458,7 +458,7 @@ func TestLeaseAsksForTheNewestCommitInTheWindow(t *testing.T) {
 	r.acquire()
 	r.renewal(5*time.Millisecond, 5*time.Millisecond)
 	r.due()
-	anchor := r.l.autoAt
+	anchor := r.l.AutoAt
 
 	// The auto-commit stops, and no explicit commit can start for a while: heartbeats are read back
 	// and stored, and the lease is asked nothing until the newest was sent past the window.
@@ -467,7 +467,7 @@ func TestLeaseAsksForTheNewestCommitInTheWindow(t *testing.T) {
 		h, off := r.heartbeat()
 		r.wait(5 * time.Millisecond)
 		r.back(h, off)
-		if h.sentMono-anchor < r.l.window {
+		if h.SentMono-anchor < r.l.window {
 			inWindow = off + 1
 		} else {
 			past = off + 1
@@ -477,15 +477,15 @@ func TestLeaseAsksForTheNewestCommitInTheWindow(t *testing.T) {
 	if inWindow == 0 {
 		t.Fatal("no heartbeat sent within the window")
 	}
-	end := r.l.load().end
+	end := r.l.Load().End
 	before := len(r.commits)
 	r.wait(commitStall(rigInterval))
 	r.due()
 	if asked := r.commits[before:]; len(asked) != 1 || asked[0] != inWindow {
 		t.Fatalf("explicit commits %v, want [%d] (the newest sent within the window; %d was sent past it)", asked, inWindow, past)
 	}
-	r.take(r.l.committed(inWindow, r.tagOf(inWindow), true))
-	if r.l.load().end <= end {
+	r.take(r.l.Committed(inWindow, r.tagOf(inWindow), true))
+	if r.l.Load().End <= end {
 		t.Fatal("the accepted explicit commit of a heartbeat sent within the window renewed nothing")
 	}
 }
@@ -508,7 +508,7 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 0 {
 		t.Fatalf("explicit commits %v although every commit came back", r.commits)
 	}
-	firstEnd := r.l.load().end
+	firstEnd := r.l.Load().End
 
 	// The auto-commit stops: heartbeats come back and are stored, and nothing is committed.
 	var last int64
@@ -528,8 +528,8 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 1 {
 		t.Fatalf("explicit commits %v: asked again within the stall", r.commits)
 	}
-	r.take(r.l.committed(last, r.tagOf(last), true))
-	if end := r.l.load().end; end <= firstEnd {
+	r.take(r.l.Committed(last, r.tagOf(last), true))
+	if end := r.l.Load().End; end <= firstEnd {
 		t.Fatalf("the accepted explicit commit left the lease end at %v (was %v)", end, firstEnd)
 	}
 	r.wait(stall)
@@ -546,20 +546,20 @@ func TestLeaseAsksForAStalledCommit(t *testing.T) {
 	if len(r.commits) != 2 || r.commits[1] != off+1 {
 		t.Fatalf("explicit commits %v, want a second one of %d", r.commits, off+1)
 	}
-	r.take(r.l.committed(off+1, r.tagOf(off+1), true))
+	r.take(r.l.Committed(off+1, r.tagOf(off+1), true))
 
 	// Explicit commits renew only heartbeats sent within the window after the anchor: past it the
 	// member may be one that never rejoined the rebalance, and the lease must run out before the
 	// coordinator can expel it.
-	for r.l.now()-r.l.autoAt < r.l.window {
+	for r.l.Now()-r.l.AutoAt < r.l.window {
 		h, off := r.heartbeat()
 		r.back(h, off)
 		r.wait(stall)
 		r.due()
-		if n := len(r.commits); h.sentMono-r.l.autoAt >= r.l.window && n > 0 && r.commits[n-1] == off+1 {
-			t.Fatalf("explicit commit of %d asked for, of a heartbeat sent %v after the anchor (window %v)", off+1, h.sentMono-r.l.autoAt, r.l.window)
+		if n := len(r.commits); h.SentMono-r.l.AutoAt >= r.l.window && n > 0 && r.commits[n-1] == off+1 {
+			t.Fatalf("explicit commit of %d asked for, of a heartbeat sent %v after the anchor (window %v)", off+1, h.SentMono-r.l.AutoAt, r.l.window)
 		}
-		r.take(r.l.committed(off+1, r.tagOf(off+1), true))
+		r.take(r.l.Committed(off+1, r.tagOf(off+1), true))
 	}
 	h, off = r.heartbeat()
 	r.back(h, off)
@@ -588,7 +588,7 @@ func TestLeaseHeartbeatCadence(t *testing.T) {
 	}
 	r.wait(time.Millisecond)
 	r.due()
-	if len(r.sent) != 2 || r.sent[1].seq != 2 || r.sent[1].sentMono-r.sent[0].sentMono != rigInterval {
+	if len(r.sent) != 2 || r.sent[1].Seq != 2 || r.sent[1].SentMono-r.sent[0].SentMono != rigInterval {
 		t.Fatalf("second heartbeat %+v", r.sent)
 	}
 	r.revoke(false)
@@ -605,7 +605,7 @@ func TestLeaseHeartbeatCadence(t *testing.T) {
 func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	const poll = 20 * time.Millisecond
 	r := newRig(t)
-	r.l = newLease(leaseConfig{timeout: rigLease, interval: rigInterval, poll: poll, releaseWait: 2 * rigLease, clock: r.clock, base: r.clock.now})
+	r.l = NewLease(LeaseConfig{Timeout: rigLease, Interval: rigInterval, poll: poll, ReleaseWait: 2 * rigLease, Clock: r.clock, Base: r.clock.now})
 	r.assign()
 	r.verify()
 	r.due()
@@ -616,11 +616,11 @@ func TestLeaseRenewsLessOftenThanItProves(t *testing.T) {
 	}
 	r.back(r.sent[1], 0)
 	r.commit(1)
-	if !r.l.load().leading {
+	if !r.l.Load().Leading {
 		t.Fatal("not leading after a confirmed heartbeat")
 	}
 	r.due()
-	if len(r.sent) != 3 || r.sent[2].token == 0 {
+	if len(r.sent) != 3 || r.sent[2].Token == 0 {
 		t.Fatalf("heartbeats %+v; want a third one at once on acquiring, carrying the token for observers", r.sent)
 	}
 	r.wait(rigInterval - time.Millisecond)
@@ -643,8 +643,8 @@ func TestLeasesRenewOnSharedTicks(t *testing.T) {
 	base := clock.now
 	var rigs []*rig
 	for i := range 3 {
-		r := &rig{t: t, clock: clock, l: newLease(leaseConfig{timeout: rigLease, interval: rigInterval, poll: rigInterval / 10,
-			releaseWait: 2 * rigLease, ticks: true, clock: clock, base: base})}
+		r := &rig{t: t, clock: clock, l: NewLease(LeaseConfig{Timeout: rigLease, Interval: rigInterval, poll: rigInterval / 10,
+			ReleaseWait: 2 * rigLease, ticks: true, Clock: clock, Base: base})}
 		r.l.random = func() uint64 { return uint64(0xb0 + i) }
 		r.acquire()
 		r.due() // the heartbeat at once, off the ticks
@@ -663,9 +663,9 @@ func TestLeasesRenewOnSharedTicks(t *testing.T) {
 			if len(r.sent) != n+1 {
 				t.Fatalf("round %d: a lease renewed no heartbeat at its tick", round)
 			}
-			sent = append(sent, r.sent[n].sentMono)
-			if round > 0 && r.sent[n].sentMono-r.sent[n-1].sentMono > rigInterval+late {
-				t.Fatalf("round %d: %v between heartbeats, more than an interval after the tick", round, r.sent[n].sentMono-r.sent[n-1].sentMono)
+			sent = append(sent, r.sent[n].SentMono)
+			if round > 0 && r.sent[n].SentMono-r.sent[n-1].SentMono > rigInterval+late {
+				t.Fatalf("round %d: %v between heartbeats, more than an interval after the tick", round, r.sent[n].SentMono-r.sent[n-1].SentMono)
 			}
 		}
 		for _, s := range sent {
@@ -696,25 +696,25 @@ func TestRenewalTick(t *testing.T) {
 // until it acquires, or for one lease at most.
 func TestLeaseProofWindow(t *testing.T) {
 	r := newRig(t)
-	if r.l.load().proveBy != 0 {
+	if r.l.Load().ProveBy != 0 {
 		t.Fatal("proving without a tenure")
 	}
 	r.assign()
-	if got, want := r.l.load().proveBy, r.l.now()+rigLease; got != want {
+	if got, want := r.l.Load().ProveBy, r.l.Now()+rigLease; got != want {
 		t.Fatalf("proveBy %v after assignment, want %v", got, want)
 	}
 	r.verify()
 	r.renewal(time.Millisecond, time.Millisecond)
-	if r.l.load().proveBy != 0 {
+	if r.l.Load().ProveBy != 0 {
 		t.Fatal("still proving after acquiring")
 	}
 	r.wait(2 * rigLease)
 	r.expire()
-	if r.kinds() != "AF" || r.l.load().proveBy != 0 {
-		t.Fatalf("events %q, proveBy %v: a fenced tenure that led once renews at the normal pace", r.kinds(), r.l.load().proveBy)
+	if r.kinds() != "AF" || r.l.Load().ProveBy != 0 {
+		t.Fatalf("events %q, proveBy %v: a fenced tenure that led once renews at the normal pace", r.kinds(), r.l.Load().ProveBy)
 	}
 	r.revoke(false)
-	if r.l.load().proveBy != 0 {
+	if r.l.Load().ProveBy != 0 {
 		t.Fatal("proving after revocation")
 	}
 }
@@ -734,9 +734,9 @@ func TestLeaseWaitsForTheGroupCheck(t *testing.T) {
 		t.Fatalf("led before the group check: %q", r.kinds())
 	}
 
-	r.check(groupCheck{verdict: groupVerdict{conflict: conflict, sawSelf: true}})
-	if r.kinds() != "" || r.l.load().conflict != conflict {
-		t.Fatalf("conflict: events %q, view conflict %v", r.kinds(), r.l.load().conflict)
+	r.check(GroupCheck{Verdict: GroupVerdict{Conflict: conflict, SawSelf: true}})
+	if r.kinds() != "" || r.l.Load().Conflict != conflict {
+		t.Fatalf("conflict: events %q, view conflict %v", r.kinds(), r.l.Load().Conflict)
 	}
 	r.due()
 	if r.checks != 1 {
@@ -748,13 +748,13 @@ func TestLeaseWaitsForTheGroupCheck(t *testing.T) {
 		t.Fatal("no second check a lease after the conflict")
 	}
 
-	r.check(groupCheck{verdict: groupVerdict{}}) // own assignment not visible yet
+	r.check(GroupCheck{Verdict: GroupVerdict{}}) // own assignment not visible yet
 	r.wait(inconclusiveCheckRetry)
 	r.due()
 	if r.checks != 3 {
 		t.Fatal("an inconclusive check must be repeated soon")
 	}
-	r.check(groupCheck{err: errors.New("coordinator unavailable")})
+	r.check(GroupCheck{err: errors.New("coordinator unavailable")})
 	r.wait(rigInterval - time.Millisecond)
 	r.due()
 	if r.checks != 3 {
@@ -769,11 +769,11 @@ func TestLeaseWaitsForTheGroupCheck(t *testing.T) {
 	r.renewal(time.Millisecond, time.Millisecond) // held until the check passes
 	r.verify()
 	r.deliver()
-	if r.kinds() != "A" || !r.l.isLeader() || r.l.load().conflict != nil {
-		t.Fatalf("after a clean check: %q, leader %v, conflict %v", r.kinds(), r.l.isLeader(), r.l.load().conflict)
+	if r.kinds() != "A" || !r.l.IsLeader() || r.l.Load().Conflict != nil {
+		t.Fatalf("after a clean check: %q, leader %v, conflict %v", r.kinds(), r.l.IsLeader(), r.l.Load().Conflict)
 	}
-	r.check(groupCheck{verdict: groupVerdict{conflict: conflict}}) // a stale result changes nothing
-	if !r.l.isLeader() {
+	r.check(GroupCheck{Verdict: GroupVerdict{Conflict: conflict}}) // a stale result changes nothing
+	if !r.l.IsLeader() {
 		t.Fatal("a late check result deposed the leader")
 	}
 }
@@ -782,7 +782,7 @@ func TestLeaseWaitsForTheGroupCheck(t *testing.T) {
 // renewal; cleared says so, and says no for another tenure.
 func TestLeaseVouchedTenureNeedsNoCheck(t *testing.T) {
 	r := newRig(t)
-	r.take(r.l.assign(true))
+	r.take(r.l.Assign(true))
 	r.due()
 	if r.checks != 0 {
 		t.Fatalf("%d checks started for a vouched tenure, want 0", r.checks)
@@ -792,8 +792,8 @@ func TestLeaseVouchedTenureNeedsNoCheck(t *testing.T) {
 	}
 	r.renewal(time.Millisecond, time.Millisecond)
 	r.deliver()
-	if r.kinds() != "A" || !r.l.isLeader() {
-		t.Fatalf("vouched tenure after a renewal: %q, leader %v", r.kinds(), r.l.isLeader())
+	if r.kinds() != "A" || !r.l.IsLeader() {
+		t.Fatalf("vouched tenure after a renewal: %q, leader %v", r.kinds(), r.l.IsLeader())
 	}
 	r.revoke(false)
 	if r.l.cleared(r.l.t.id) {
@@ -808,7 +808,7 @@ func TestLeaseIgnoresAnEarlierTenuresCheck(t *testing.T) {
 	first := r.l.t.id
 	r.revoke(false)
 	r.assign()
-	r.take(r.l.checked(first, groupCheck{verdict: groupVerdict{sawSelf: true}}))
+	r.take(r.l.Checked(first, GroupCheck{Verdict: GroupVerdict{SawSelf: true}}))
 	r.renewal(time.Millisecond, time.Millisecond)
 	if r.kinds() != "" {
 		t.Fatalf("acquired on the previous tenure's check: %q", r.kinds())
@@ -823,8 +823,8 @@ func TestLeaseCounts(t *testing.T) {
 	r.renewal(time.Millisecond, time.Millisecond)
 	r.take(r.l.rejected("ILLEGAL_GENERATION"))
 	r.revoke(false)
-	c := r.l.load().counts
-	want := leaseCounts{acquired: 2, fenced: 2, revoked: 1, sent: 2, confirmed: 2, rejected: 1}
+	c := r.l.Load().Counts
+	want := leaseCounts{Acquired: 2, Fenced: 2, Revoked: 1, Sent: 2, Confirmed: 2, Rejected: 1}
 	if c != want {
 		t.Fatalf("counts %+v, want %+v", c, want)
 	}
@@ -833,28 +833,28 @@ func TestLeaseCounts(t *testing.T) {
 // A tenure whose predecessor is still releasing the partition does not lead until the predecessor
 // says it has released it, or until the rebalance timeout has passed since the assignment.
 func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
-	releasing := heartbeat{tenure: 7, kind: kindReleasing}
-	released := heartbeat{tenure: 7, kind: kindReleased}
+	releasing := Heartbeat{Tenure: 7, Kind: KindReleasing}
+	released := Heartbeat{Tenure: 7, Kind: KindReleased}
 	for _, tc := range []struct {
 		name   string
 		steps  func(r *rig)
 		events string
 	}{
 		{"released: leads", func(r *rig) {
-			r.take(r.l.foreign(releasing))
+			r.take(r.l.Foreign(releasing))
 			r.renewal(time.Millisecond, time.Millisecond)
-			if r.kinds() != "" || !r.l.load().releasing {
+			if r.kinds() != "" || !r.l.Load().Releasing {
 				t.Errorf("led while the predecessor was releasing: %q", r.kinds())
 			}
-			r.take(r.l.foreign(released))
+			r.take(r.l.Foreign(released))
 		}, "A"},
 		{"released at once: never waits", func(r *rig) {
-			r.take(r.l.foreign(releasing))
-			r.take(r.l.foreign(released))
+			r.take(r.l.Foreign(releasing))
+			r.take(r.l.Foreign(released))
 			r.renewal(time.Millisecond, time.Millisecond)
 		}, "A"},
 		{"never released: leads after the rebalance timeout", func(r *rig) {
-			r.take(r.l.foreign(releasing))
+			r.take(r.l.Foreign(releasing))
 			r.wait(r.l.releaseWait - 500*time.Millisecond)
 			r.renewal(time.Millisecond, time.Millisecond)
 			if r.kinds() != "" {
@@ -866,12 +866,12 @@ func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
 		{"a marker after the own first heartbeat is ignored", func(r *rig) {
 			h, off := r.heartbeat()
 			r.back(h, off)
-			r.take(r.l.foreign(releasing))
+			r.take(r.l.Foreign(releasing))
 			r.commit(off + 1)
 		}, "A"},
 		{"one heartbeat while waiting", func(r *rig) {
 			r.due() // the first heartbeat goes out at once, before any record is read
-			r.take(r.l.foreign(releasing))
+			r.take(r.l.Foreign(releasing))
 			for range 5 {
 				r.wait(rigInterval)
 				r.due()
@@ -879,7 +879,7 @@ func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
 			if len(r.sent) != 1 {
 				t.Errorf("%d heartbeats while waiting for the predecessor, want 1", len(r.sent))
 			}
-			r.take(r.l.foreign(released))
+			r.take(r.l.Foreign(released))
 			r.due()
 			if len(r.sent) != 2 {
 				t.Errorf("no heartbeat once the wait was over")
@@ -890,8 +890,8 @@ func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
 			r.commit(off + 1)
 		}, "A"},
 		{"other records are ignored", func(r *rig) {
-			r.take(r.l.foreign(heartbeat{tenure: 7}))
-			r.take(r.l.foreign(released)) // a release nobody waited for
+			r.take(r.l.Foreign(Heartbeat{Tenure: 7}))
+			r.take(r.l.Foreign(released)) // a release nobody waited for
 			r.renewal(time.Millisecond, time.Millisecond)
 		}, "A"},
 	} {
@@ -913,16 +913,16 @@ func TestLeaseWaitsForAReleasingPredecessor(t *testing.T) {
 func TestLeaseReleaseMarker(t *testing.T) {
 	r := newRig(t)
 	r.acquire()
-	out := r.l.revoke(false)
-	if out.release == nil || out.release.kind != kindReleasing || out.release.tenure != r.sent[0].tenure || out.release.token == 0 {
+	out := r.l.Revoke(false)
+	if out.release == nil || out.release.Kind != KindReleasing || out.release.Tenure != r.sent[0].Tenure || out.release.Token == 0 {
 		t.Fatalf("orderly revocation: release %+v", out.release)
 	}
 	r.acquire()
-	if out := r.l.revoke(true); out.release != nil {
+	if out := r.l.Revoke(true); out.release != nil {
 		t.Fatal("a lost assignment must not ask for a release marker")
 	}
 	r.assign()
-	if out := r.l.revoke(false); out.release != nil {
+	if out := r.l.Revoke(false); out.release != nil {
 		t.Fatal("a tenure that never led must not ask for a release marker")
 	}
 }
@@ -935,12 +935,12 @@ func TestLeaseUnread(t *testing.T) {
 		t.Fatal("unread without a tenure")
 	}
 	r.assign()
-	r.take(r.l.foreign(heartbeat{tenure: 99, kind: kindReleasing}))
+	r.take(r.l.Foreign(Heartbeat{Tenure: 99, Kind: KindReleasing}))
 	r.wait(time.Second)
 	if got := r.l.unread(); got != 0 {
 		t.Fatalf("unread %v while waiting for a predecessor, want 0", got)
 	}
-	r.take(r.l.foreign(heartbeat{tenure: 99, kind: kindReleased}))
+	r.take(r.l.Foreign(Heartbeat{Tenure: 99, Kind: KindReleased}))
 	r.wait(300 * time.Millisecond)
 	if got := r.l.unread(); got != 300*time.Millisecond {
 		t.Fatalf("unread %v after the wait, want 300ms", got)
@@ -974,13 +974,13 @@ func TestLeaseRecheckAfterAFence(t *testing.T) {
 			}
 			r.renewal(time.Millisecond, time.Millisecond)
 			r.deliver()
-			if r.l.isLeader() == recheck {
-				t.Fatalf("leads %v before a new check, want %v", r.l.isLeader(), !recheck)
+			if r.l.IsLeader() == recheck {
+				t.Fatalf("leads %v before a new check, want %v", r.l.IsLeader(), !recheck)
 			}
 			if recheck {
 				r.verify()
 				r.deliver()
-				if !r.l.isLeader() {
+				if !r.l.IsLeader() {
 					t.Fatal("not leading once the new check cleared the tenure")
 				}
 			}
@@ -996,7 +996,7 @@ func TestLeaseHeldAnswersUnderKIP848(t *testing.T) {
 	r := newRig(t)
 	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
 	r.acquire()
-	end := func() time.Duration { return r.l.load().end }
+	end := func() time.Duration { return r.l.Load().End }
 
 	// Two heartbeats read back and stored 50 ms apart; their commits' answers are held for 600 ms.
 	h1, o1 := r.heartbeat()
@@ -1012,8 +1012,8 @@ func TestLeaseHeldAnswersUnderKIP848(t *testing.T) {
 	}
 	before = end()
 	r.commit(o2 + 1)
-	if end() != before || r.l.load().counts.held != 1 {
-		t.Fatalf("a heartbeat sent during the hold renewed (end %v -> %v, held %d)", before, end(), r.l.load().counts.held)
+	if end() != before || r.l.Load().Counts.held != 1 {
+		t.Fatalf("a heartbeat sent during the hold renewed (end %v -> %v, held %d)", before, end(), r.l.Load().Counts.held)
 	}
 
 	// Two group heartbeat intervals later nothing has been answered since the late answer: the
@@ -1053,13 +1053,13 @@ func TestLeaseCommitOfAnotherLogRenewsNothing(t *testing.T) {
 	if off2 != off || r.tagOf(off+1) == old {
 		t.Fatalf("offset %d tag %q, want %d with a new tag", off2, r.tagOf(off+1), off)
 	}
-	end := r.l.load().end
-	r.take(r.l.committed(off+1, old, false))
-	if r.l.load().end != end || r.l.load().counts.mismatched != 1 {
-		t.Fatalf("the old log's commit renewed (end %v -> %v, mismatched %d)", end, r.l.load().end, r.l.load().counts.mismatched)
+	end := r.l.Load().End
+	r.take(r.l.Committed(off+1, old, false))
+	if r.l.Load().End != end || r.l.Load().Counts.mismatched != 1 {
+		t.Fatalf("the old log's commit renewed (end %v -> %v, mismatched %d)", end, r.l.Load().End, r.l.Load().Counts.mismatched)
 	}
 	r.commit(off + 1)
-	if r.l.load().end <= end {
+	if r.l.Load().End <= end {
 		t.Fatal("the commit of the heartbeat stored there did not renew")
 	}
 }
@@ -1075,7 +1075,7 @@ func TestLeaseStoreTimeUnderTheGate(t *testing.T) {
 	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
 	r.acquire()
 	r.gated = true
-	end := func() time.Duration { return r.l.load().end }
+	end := func() time.Duration { return r.l.Load().End }
 
 	h1, o1 := r.heartbeat()
 	r.back(h1, o1)
@@ -1087,10 +1087,10 @@ func TestLeaseStoreTimeUnderTheGate(t *testing.T) {
 	r.wait(10 * time.Millisecond)
 	r.back(h2, o2)
 	r.wait(20 * time.Millisecond)
-	first := r.l.now()
-	r.l.storedAt(o1+1, first)
+	first := r.l.Now()
+	r.l.StoredAt(o1+1, first)
 	r.wait(60 * time.Millisecond)
-	r.l.storedAt(o1+1, r.l.now()) // presumed never sent, and stored again
+	r.l.StoredAt(o1+1, r.l.Now()) // presumed never sent, and stored again
 	if st := r.l.t.pending[o1+1].stored; st != first {
 		t.Fatalf("stored at %v after a second store, want the first, %v", st, first)
 	}
@@ -1099,19 +1099,19 @@ func TestLeaseStoreTimeUnderTheGate(t *testing.T) {
 	r.wait(140 * time.Millisecond)
 	before := end()
 	r.commit(o1 + 1)
-	if end() <= before || r.l.heldUntil == 0 {
-		t.Fatalf("the late answer renewed %v and held until %v; want its own heartbeat renewed and a hold", end() > before, r.l.heldUntil)
+	if end() <= before || r.l.HeldUntil == 0 {
+		t.Fatalf("the late answer renewed %v and held until %v; want its own heartbeat renewed and a hold", end() > before, r.l.HeldUntil)
 	}
-	if r.l.autoAt != first {
-		t.Errorf("anchor %v, want the first store, %v", r.l.autoAt, first)
+	if r.l.AutoAt != first {
+		t.Errorf("anchor %v, want the first store, %v", r.l.AutoAt, first)
 	}
 	// h2 was sent before o1 was stored, while the gate held o1 back: the hold covers it.
-	r.l.storedAt(o2+1, r.l.now())
+	r.l.StoredAt(o2+1, r.l.Now())
 	r.wait(10 * time.Millisecond)
 	before = end()
 	r.commit(o2 + 1)
-	if end() != before || r.l.load().counts.held != 1 {
-		t.Fatalf("a heartbeat the gate held back renewed after a late answer (end %v -> %v, held %d)", before, end(), r.l.load().counts.held)
+	if end() != before || r.l.Load().Counts.held != 1 {
+		t.Fatalf("a heartbeat the gate held back renewed after a late answer (end %v -> %v, held %d)", before, end(), r.l.Load().Counts.held)
 	}
 }
 
@@ -1124,22 +1124,22 @@ func TestLeaseChainedStoreAnchorsAtItsChain(t *testing.T) {
 	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
 	r.acquire()
 	r.gated = true
-	end := func() time.Duration { return r.l.load().end }
+	end := func() time.Duration { return r.l.Load().End }
 
 	h, o := r.heartbeat()
 	r.back(h, o)
-	chain := r.l.now() // a store of an older offset, presumed unsent, then more
+	chain := r.l.Now() // a store of an older offset, presumed unsent, then more
 	r.wait(400 * time.Millisecond)
-	at := r.l.now()
+	at := r.l.Now()
 	r.l.storedSince(o+1, at, chain)
 	r.wait(20 * time.Millisecond)
 	before := end()
 	r.commit(o + 1)
-	if end() <= before || r.l.heldUntil != 0 {
-		t.Fatalf("renewed %v, held until %v; want a renewal and no hold (answered 20 ms after its store)", end() > before, r.l.heldUntil)
+	if end() <= before || r.l.HeldUntil != 0 {
+		t.Fatalf("renewed %v, held until %v; want a renewal and no hold (answered 20 ms after its store)", end() > before, r.l.HeldUntil)
 	}
-	if r.l.autoAt != chain {
-		t.Errorf("anchor %v, want the chain's first store, %v (the store was at %v)", r.l.autoAt, chain, at)
+	if r.l.AutoAt != chain {
+		t.Errorf("anchor %v, want the chain's first store, %v (the store was at %v)", r.l.AutoAt, chain, at)
 	}
 }
 
@@ -1152,35 +1152,35 @@ func TestLeaseStoreInAnAssignmentHoldAnchorsNothing(t *testing.T) {
 	r.l.answerBound, r.l.hbInterval = 150*time.Millisecond, rigInterval
 	r.acquire()
 	r.gated = true
-	end := func() time.Duration { return r.l.load().end }
-	anchor := r.l.autoAt
+	end := func() time.Duration { return r.l.Load().End }
+	anchor := r.l.AutoAt
 
 	h, o := r.heartbeat() // sent before the hold; comes back inside it
 	r.wait(10 * time.Millisecond)
-	from := r.l.now()
+	from := r.l.Now()
 	r.wait(300 * time.Millisecond) // the callback's wait for the ends
-	r.l.holdRenewals(from, r.l.now()+r.l.answerBound)
+	r.l.holdRenewals(from, r.l.Now()+r.l.answerBound)
 	r.back(h, o)
-	r.l.storedAt(o+1, r.l.now())
+	r.l.StoredAt(o+1, r.l.Now())
 	r.wait(10 * time.Millisecond)
 	before := end()
 	r.commit(o + 1)
 	if end() <= before {
 		t.Errorf("the commit of a heartbeat sent before the hold renewed nothing (end %v -> %v)", before, end())
 	}
-	if r.l.autoAt != anchor {
-		t.Errorf("anchored at %v, a store inside the hold; want the anchor kept at %v", r.l.autoAt, anchor)
+	if r.l.AutoAt != anchor {
+		t.Errorf("anchored at %v, a store inside the hold; want the anchor kept at %v", r.l.AutoAt, anchor)
 	}
 
 	// Once the hold is over, a heartbeat sent and stored after it renews and anchors.
 	r.wait(r.l.answerBound)
 	h2, o2 := r.heartbeat()
 	r.back(h2, o2)
-	stored := r.l.now()
-	r.l.storedAt(o2+1, stored)
+	stored := r.l.Now()
+	r.l.StoredAt(o2+1, stored)
 	r.wait(10 * time.Millisecond)
 	r.commit(o2 + 1)
-	if r.l.autoAt != stored {
-		t.Errorf("anchor %v after the hold, want the store at %v", r.l.autoAt, stored)
+	if r.l.AutoAt != stored {
+		t.Errorf("anchor %v after the hold, want the store at %v", r.l.AutoAt, stored)
 	}
 }

@@ -23,22 +23,22 @@ import (
 // returns what to wait for, and the caller calls it again when the wait is over.
 //
 // Other goroutines read only what the leases publish (leaseView) and the atomic fields below.
-type machine struct {
+type Machine struct {
 	name   string // Config.Name, for notes
 	topic  string
-	timing groupTiming
-	config settings // what the decisions need of the Config
+	timing GroupTiming
+	config Settings // what the decisions need of the Config
 	fx     effects
-	clock  clock
-	base   time.Time
+	Clock  Clock
+	Base   time.Time
 
 	// roles are the roles, by partition number.
-	roles []*role
+	roles []*Role_
 
 	// gate keeps one of the consumer's commits in flight (commitgate.go); storeAsks gathers the
 	// offsets the leases asked to store, by partition, until the gate lets them be stored.
-	gate       *commitGate
-	gateCounts gateCounts
+	Gate       *commitGate
+	GateCounts gateCounts
 	storeAsks  map[int32]commitAsk
 	// commitAsks gathers the explicit commits the leases asked for during a cycle, by partition,
 	// for one request at its end; explicit is that request while it waits for its answer.
@@ -54,35 +54,35 @@ type machine struct {
 	resetting bool
 	// commitsHeld stops explicit commits (holdCommits) until librdkafka's auto-commit is accepted
 	// again.
-	commitsHeld bool
+	CommitsHeld bool
 	// unwatched says that a lease changed since the deadline was last read (watchPending).
 	unwatched bool
-	group     groupState
+	Group     groupState
 	// drainedAt is when a Poll last found the consumer's queue empty (heldAssignment): whatever a
 	// later Poll returns was queued after it.
 	drainedAt time.Duration
-	releases  []release // tenures whose released marker waits for the barrier
-	check     checkBook
-	yield     yieldState
+	Releases  []Release // tenures whose released marker waits for the barrier
+	Check     checkBook
+	Yield     yieldState
 	handover  handover      // when to hand the roles over (handover.go)
-	handOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
+	HandOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
 	renewals  consumerRenewals
 	// tagging is the member a hand-over of the single leader goes to (transfer.go): its release
 	// markers name it.
-	tagging string
+	Tagging string
 	// assignment is the assignment the rebalance callback is taking (assign, takeAt, taken).
 	assignment []int32
 	// clientID is the consumer's client.id, by which the group check finds this instance.
-	clientID string
+	ClientID string
 }
 
 // role is one role of the instance as the machine sees it: a partition of the leader topic that the
 // instance contends for, its lease, and what the machine keeps beside it.
-type role struct {
-	id   int32
-	name string // the role's name; empty for the single leader of New
+type Role_ struct {
+	ID   int32
+	Name string // the role's name; empty for the single leader of New
 	// lease is the role's lease (lease.go).
-	lease *lease
+	Lease *Lease
 	// wantCheck says that the lease asked for a group check that has not been started yet.
 	wantCheck bool
 	// member is the member id under which the current tenure was assigned, if known.
@@ -93,22 +93,22 @@ type role struct {
 // the simulation on its models; each returns before the machine goes on.
 type effects interface {
 	// storeOffsets is librdkafka's StoreOffsets: it returns the offsets it stored.
-	storeOffsets(offsets []offsetRef) ([]offsetRef, error)
+	storeOffsets(offsets []OffsetRef) ([]OffsetRef, error)
 	// produce hands a heartbeat of p to the producer (sent once the cycle ends:
 	// driver.sendHeartbeats), which reports p.lease.sent once it has it; writeMarker writes a
 	// released marker of p.
-	produce(p *role, h *heartbeat)
-	writeMarker(p *role, h *heartbeat)
+	produce(p *Role_, h *Heartbeat)
+	writeMarker(p *Role_, h *Heartbeat)
 	// commit starts an explicit commit of offsets; its answer comes back as explicitAnswered.
-	commit(offsets []offsetRef)
+	commit(offsets []OffsetRef)
 	// describe starts a check of the group for tenures, by partition; its answer comes back as
 	// checked. An error says that it could not start.
 	describe(tenures map[int32]uint64) error
 	// deliver posts events of p to the barrier; dl is done once the barrier has returned from the
 	// last of them.
-	deliver(p *role, events []tenureEvent, dl *delivery)
+	deliver(p *Role_, events []TenureEvent, dl *Delivery)
 	// note logs a line; key, if not empty, throttles lines of one kind.
-	note(level logLevel, key, format string, args ...any)
+	note(level LogLevel, key, format string, args ...any)
 	// unsubscribe leaves the group, subscribe joins it again.
 	unsubscribe() error
 	subscribe() error
@@ -119,13 +119,13 @@ type effects interface {
 }
 
 // logLevel is a note's severity.
-type logLevel uint8
+type LogLevel uint8
 
 const (
-	levelDebug logLevel = iota
-	levelInfo
-	levelWarn
-	levelError
+	levelDebug LogLevel = iota
+	LevelInfo
+	LevelWarn
+	LevelError
 )
 
 // checkBook is what the machine keeps of group checks: the one under way, and the troubles of the
@@ -134,24 +134,24 @@ type checkBook struct {
 	busy bool
 	// alone is set after a group check failed: the next one goes through an admin client of its
 	// own rather than the producer's (driver.describer).
-	alone bool
-	count atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
+	Alone bool
+	Count atomic.Uint64 // descriptions of the group asked for (Stats.GroupChecks)
 	// troubled says that a client has seen a broker connection fail, last at troubleAt; deferSince
 	// is since when a group check has waited for the connections to settle (startGroupCheck).
-	troubled              bool
-	troubleAt, deferSince time.Duration
+	Troubled              bool
+	TroubleAt, deferSince time.Duration
 	deferring             bool
 }
 
 // newRoles makes the roles, each with its lease, for config and timing as New derived them, on the
 // clock clk from base. The simulation makes its members' roles here too.
-func newRoles(config settings, timing groupTiming, names []string, clk clock, base time.Time) []*role {
-	var roles []*role
+func NewRoles_(config Settings, timing GroupTiming, names []string, clk Clock, base time.Time) []*Role_ {
+	var roles []*Role_
 	for i, name := range names {
-		roles = append(roles, &role{id: int32(i), name: name, lease: newLease(leaseConfig{
-			role: name, timeout: config.lease, interval: config.renew, poll: config.minPoll, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(config), ticks: len(names) > 1, recheck: !timing.classic,
-			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
+		roles = append(roles, &Role_{ID: int32(i), Name: name, Lease: NewLease(LeaseConfig{
+			role: name, Timeout: config.Lease, Interval: config.Renew, poll: config.MinPoll, ReleaseWait: timing.MaxPoll,
+			window: timing.CommitWindow(config), ticks: len(names) > 1, recheck: !timing.Classic,
+			answerBound: timing.AnswerBound(config), hbInterval: timing.Heartbeat(), Clock: clk, Base: base,
 		})})
 	}
 	return roles
@@ -159,65 +159,65 @@ func newRoles(config settings, timing groupTiming, names []string, clk clock, ba
 
 // newMachine makes the machine of roles, whose leases are made, for config and timing as New
 // derived them.
-func newMachine(config settings, timing groupTiming, roles []*role, fx effects, clk clock, base time.Time) *machine {
-	m := &machine{
-		name:       config.name,
-		topic:      config.topic,
+func NewMachine(config Settings, timing GroupTiming, roles []*Role_, fx effects, clk Clock, base time.Time) *Machine {
+	m := &Machine{
+		name:       config.Name,
+		topic:      config.Topic,
 		timing:     timing,
 		config:     config,
 		fx:         fx,
-		clock:      clk,
-		base:       base,
+		Clock:      clk,
+		Base:       base,
 		roles:      roles,
 		commitAsks: map[int32]commitAsk{},
 		storeAsks:  map[int32]commitAsk{},
 		resets:     map[int32]bool{},
-		handover:   newHandover(config.lease, config.handOverAfter),
+		handover:   newHandover(config.Lease, config.HandOverAfter),
 	}
-	m.group.parts = map[int32]bool{}
+	m.Group.Parts = map[int32]bool{}
 	return m
 }
 
 // now is the time on the machine's clock, the monotonic scale that leases, yields and deadlines
 // are measured in. Safe without the caller's lock.
-func (m *machine) now() time.Duration {
-	return m.clock.Now().Sub(m.base)
+func (m *Machine) now() time.Duration {
+	return m.Clock.Now().Sub(m.Base)
 }
 
 // newGate makes the commit gate of a consumer whose StoreOffsets st is (commitgate.go), for
 // librdkafka's auto-commit interval in whole milliseconds, as the consumer's configuration has it.
-func (m *machine) newGate(st storer) {
-	tick := time.Duration(m.timing.commit.Milliseconds()) * time.Millisecond
-	m.gate = newCommitGate(st, tick, m.timing.heartbeat(), m.config.lease/4, m.now, &m.gateCounts)
+func (m *Machine) NewGate(st Storer) {
+	tick := time.Duration(m.timing.Commit.Milliseconds()) * time.Millisecond
+	m.Gate = newCommitGate(st, tick, m.timing.Heartbeat(), m.config.Lease/4, m.now, &m.GateCounts)
 }
 
 // useTiming replaces the group timing once New, or a group check under KIP-848, has read the
 // broker's; the leases' window and answer bound follow it.
-func (m *machine) useTiming(t groupTiming) {
+func (m *Machine) UseTiming(t GroupTiming) {
 	m.timing = t
 	for _, p := range m.roles {
-		p.lease.useCommitWindow(t.commitWindow(m.config))
-		p.lease.useAnswerBound(t.answerBound(m.config), t.heartbeat())
+		p.Lease.useCommitWindow(t.CommitWindow(m.config))
+		p.Lease.useAnswerBound(t.AnswerBound(m.config), t.Heartbeat())
 	}
 }
 
 // apply carries out what p's lease asked for after a transition, and returns the delivery of its
 // last event. A group check it asks for is started by the cycle, together with any others.
-func (m *machine) apply(p *role, out leaseOut) *delivery {
-	if out.heartbeat != nil {
-		m.fx.produce(p, out.heartbeat)
+func (m *Machine) apply(p *Role_, out LeaseOut) *Delivery {
+	if out.Heartbeat != nil {
+		m.fx.produce(p, out.Heartbeat)
 	}
-	if out.store != 0 {
-		m.storeAsks[p.id] = commitAsk{out.store, out.tag}
+	if out.Store != 0 {
+		m.storeAsks[p.ID] = commitAsk{out.Store, out.Tag}
 	}
 	if out.commit != 0 {
 		if out.restarted {
-			m.fx.note(levelWarn, "", "goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
-				m.name, p.id, out.commit)
+			m.fx.note(LevelWarn, "", "goneli %s: partition %d restarted below the offset committed last; committing %d explicitly",
+				m.name, p.ID, out.commit)
 		}
-		m.commitAsks[p.id] = commitAsk{out.commit, out.tag}
+		m.commitAsks[p.ID] = commitAsk{out.commit, out.Tag}
 		if out.restarted {
-			m.resets[p.id] = true
+			m.resets[p.ID] = true
 		}
 	}
 	if out.check {
@@ -227,15 +227,15 @@ func (m *machine) apply(p *role, out leaseOut) *delivery {
 	// transition: reading it walks every lease, and a cycle of an instance that leads N roles
 	// makes a few transitions per role.
 	m.unwatched = true
-	return m.deliver(p, out.events)
+	return m.deliver(p, out.Events)
 }
 
 // deliver posts events of p to the barrier and returns the delivery of the last one, nil if none.
-func (m *machine) deliver(p *role, events []tenureEvent) *delivery {
+func (m *Machine) deliver(p *Role_, events []TenureEvent) *Delivery {
 	if len(events) == 0 {
 		return nil
 	}
-	dl := newDelivery()
+	dl := NewDelivery()
 	m.fx.deliver(p, events, dl)
 	return dl
 }
@@ -243,38 +243,38 @@ func (m *machine) deliver(p *role, events []tenureEvent) *delivery {
 // tick lets the leases act on the time that has passed: due heartbeats (beats says whether the
 // producer may take more: driver.mayProduce), fences, stalled commits, group checks. Called once a
 // cycle.
-func (m *machine) tick(beats bool) {
+func (m *Machine) Tick(beats bool) {
 	for _, p := range m.roles {
-		m.apply(p, p.lease.due(beats))
+		m.apply(p, p.Lease.Due(beats))
 	}
 }
 
 // polled records that a Poll found the consumer's queue empty.
-func (m *machine) polled(empty bool) {
+func (m *Machine) Polled(empty bool) {
 	if empty {
 		m.drainedAt = m.now()
 	}
 }
 
 // readBack takes an own heartbeat of p read back at offset.
-func (m *machine) readBack(p *role, h heartbeat, offset int64) {
-	m.apply(p, p.lease.readBack(h, offset))
+func (m *Machine) ReadBack(p *Role_, h Heartbeat, offset int64) {
+	m.apply(p, p.Lease.ReadBack(h, offset))
 }
 
 // foreign takes another instance's record of p, or an earlier tenure's.
-func (m *machine) foreign(p *role, h heartbeat) {
-	m.apply(p, p.lease.foreign(h))
+func (m *Machine) Foreign(p *Role_, h Heartbeat) {
+	m.apply(p, p.Lease.Foreign(h))
 }
 
 // fail fences every lease for a reason found outside the protocol (a fatal client error).
-func (m *machine) fail(reason string) {
+func (m *Machine) Fail(reason string) {
 	for _, p := range m.roles {
-		m.apply(p, p.lease.fail(reason))
+		m.apply(p, p.Lease.fail(reason))
 	}
 }
 
 // partition returns the part of partition id, or nil if this instance does not contend for it.
-func (m *machine) partition(id int32) *role {
+func (m *Machine) partition(id int32) *Role_ {
 	if id < 0 || int(id) >= len(m.roles) {
 		return nil
 	}
@@ -284,15 +284,15 @@ func (m *machine) partition(id int32) *role {
 // deadline is when the machine must be called next (alarm) whatever else happens: the earliest
 // end of a lease held, or the commit gate's next withdrawal. The driver's alarm and the
 // simulation call alarm then.
-func (m *machine) deadline() (time.Duration, bool) {
+func (m *Machine) Deadline() (time.Duration, bool) {
 	end, ok := time.Duration(0), false
 	for _, p := range m.roles {
-		if e, leading := p.lease.deadline(); leading && (!ok || e < end) {
+		if e, leading := p.Lease.deadline(); leading && (!ok || e < end) {
 			end, ok = e, true
 		}
 	}
-	if m.gate != nil {
-		if at, armed := m.gate.due(); armed && (!ok || at < end) {
+	if m.Gate != nil {
+		if at, armed := m.Gate.due(); armed && (!ok || at < end) {
 			end, ok = at, true
 		}
 	}
@@ -303,18 +303,18 @@ func (m *machine) deadline() (time.Duration, bool) {
 // due. The driver calls it from its alarm goroutine, the watchdog, at the deadline, without waiting
 // for the poll loop, so that LeaderFenced arrives even when nobody pulses and an offset is
 // withdrawn within its tick.
-func (m *machine) alarm() {
+func (m *Machine) Alarm() {
 	for _, p := range m.roles {
-		m.deliver(p, p.lease.expire().events)
+		m.deliver(p, p.Lease.Expire().Events)
 	}
-	if m.gate != nil {
-		m.gate.alarm(m.now())
+	if m.Gate != nil {
+		m.Gate.alarm(m.now())
 	}
 }
 
 // watchPending reports whether a lease or the gate changed since the deadline was last read, and
 // clears it: the driver aims its alarm again.
-func (m *machine) watchPending() bool {
+func (m *Machine) WatchPending() bool {
 	pending := m.unwatched
 	m.unwatched = false
 	return pending
@@ -324,10 +324,10 @@ func (m *machine) watchPending() bool {
 // waiting for a predecessor to release the partition, and within one HeartbeatTimeout of its
 // assignment, so that a tenure that cannot lead (a group conflict, say) does not keep the instance
 // polling fast.
-func (m *machine) proving() bool {
+func (m *Machine) proving() bool {
 	now := m.now()
 	for _, p := range m.roles {
-		if v := p.lease.load(); v.proveBy > now && !v.releasing {
+		if v := p.Lease.Load(); v.ProveBy > now && !v.Releasing {
 			return true
 		}
 	}
@@ -335,12 +335,12 @@ func (m *machine) proving() bool {
 }
 
 // active reports whether any role's tenure is under way, or a release or a yield needs the loop.
-func (m *machine) busyLoop() bool {
-	if len(m.releases) > 0 || m.yielding() {
+func (m *Machine) BusyLoop() bool {
+	if len(m.Releases) > 0 || m.Yielding() {
 		return true
 	}
 	for _, p := range m.roles {
-		if p.lease.active() {
+		if p.Lease.active() {
 			return true
 		}
 	}
@@ -348,9 +348,9 @@ func (m *machine) busyLoop() bool {
 }
 
 // leadsAny reports whether the protocol has any role of this instance leading.
-func (m *machine) leadsAny() bool {
+func (m *Machine) leadsAny() bool {
 	for _, p := range m.roles {
-		if p.lease.load().leading {
+		if p.Lease.Load().Leading {
 			return true
 		}
 	}

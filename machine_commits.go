@@ -14,44 +14,44 @@ type commitAsk struct {
 
 // commitAnswer is a commit's answer as the machine needs it: each partition's offset, metadata and
 // outcome, or, if the whole commit failed, why (err and outcome).
-type commitAnswer struct {
-	offsets []committed
-	err     error
-	outcome commitOutcome
+type CommitAnswer struct {
+	Offsets []Committed
+	Err     error
+	Outcome CommitOutcome
 }
 
 // committed is one partition of a commit's answer.
-type committed struct {
-	offsetRef
-	err     error
-	outcome commitOutcome
+type Committed struct {
+	OffsetRef
+	Err     error
+	Outcome CommitOutcome
 }
 
 // commitOutcome sorts a commit's error by what it means for the lease.
-type commitOutcome uint8
+type CommitOutcome uint8
 
 const (
-	commitOK commitOutcome = iota
+	CommitOK CommitOutcome = iota
 	// commitNoOffset: nothing new was committed (NO_OFFSET).
-	commitNoOffset
+	CommitNoOffset
 	// commitGone: the member is gone from the group (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID,
 	// FENCED_MEMBER_EPOCH).
-	commitGone
+	CommitGone
 	// commitGeneration: the member's generation is over (ILLEGAL_GENERATION).
-	commitGeneration
+	CommitGeneration
 	// commitNotAccepted: any other error of Kafka's (REBALANCE_IN_PROGRESS, KIP-848's
 	// STALE_MEMBER_EPOCH, which says the member is still in the group at a newer epoch, ...):
 	// the commit renews nothing.
-	commitNotAccepted
+	CommitNotAccepted
 	// commitFailed: the commit failed before Kafka answered (a client error).
-	commitFailed
+	CommitFailed
 )
 
 // offsetsOf returns the offsets an answer names.
-func (a commitAnswer) offsetsOf() []offsetRef {
-	out := make([]offsetRef, len(a.offsets))
-	for i, c := range a.offsets {
-		out[i] = c.offsetRef
+func (a CommitAnswer) offsetsOf() []OffsetRef {
+	out := make([]OffsetRef, len(a.Offsets))
+	for i, c := range a.Offsets {
+		out[i] = c.OffsetRef
 	}
 	return out
 }
@@ -59,18 +59,18 @@ func (a commitAnswer) offsetsOf() []offsetRef {
 // autoCommitted takes an answer to one of librdkafka's automatic commits (an OffsetsCommitted
 // event): the gate learns that its commit was answered, each lease what was committed, and an
 // accepted one ends a hold on explicit commits.
-func (m *machine) autoCommitted(a commitAnswer) {
-	m.group.owedCommit = false
-	m.gate.answer(a.offsetsOf(), m.drainedAt)
+func (m *Machine) AutoCommitted(a CommitAnswer) {
+	m.Group.OwedCommit = false
+	m.Gate.answer(a.offsetsOf(), m.drainedAt)
 	m.onCommit(a, false)
-	if !m.commitsHeld || a.err != nil || slices.ContainsFunc(m.roles, func(p *role) bool { return p.lease.holding() }) {
+	if !m.CommitsHeld || a.Err != nil || slices.ContainsFunc(m.roles, func(p *Role_) bool { return p.Lease.holding() }) {
 		// An answer seen while the leases count the connection as holding answers back may be
 		// one of those held: it shows librdkafka steady again only once that is over.
 		return
 	}
-	for _, c := range a.offsets {
-		if c.err == nil && c.offset >= 0 && m.partition(c.partition) != nil {
-			m.commitsHeld = false
+	for _, c := range a.Offsets {
+		if c.Err == nil && c.Offset >= 0 && m.partition(c.Partition) != nil {
+			m.CommitsHeld = false
 			return
 		}
 	}
@@ -81,39 +81,39 @@ func (m *machine) autoCommitted(a commitAnswer) {
 // one waiting to be stored: librdkafka commits only a stored offset above the one it committed
 // last, and on revocation only a stored offset that is not a logical one (librdkafka 2.11.1,
 // rd_kafka_assignment_serve_removals).
-func (m *machine) withdraw(p *role) {
-	delete(m.storeAsks, p.id)
-	m.gate.withdraw(p.id)
+func (m *Machine) withdraw(p *Role_) {
+	delete(m.storeAsks, p.ID)
+	m.Gate.withdraw(p.ID)
 }
 
-func (m *machine) onCommit(a commitAnswer, explicit bool) {
-	if a.err != nil {
+func (m *Machine) onCommit(a CommitAnswer, explicit bool) {
+	if a.Err != nil {
 		// The whole commit failed: it carried every partition's offset.
 		for _, p := range m.roles {
-			m.onCommitError(p, a.err, a.outcome)
+			m.onCommitError(p, a.Err, a.Outcome)
 		}
 		return
 	}
-	for _, c := range a.offsets {
-		p := m.partition(c.partition)
+	for _, c := range a.Offsets {
+		p := m.partition(c.Partition)
 		if p == nil {
 			continue
 		}
-		if c.err != nil {
-			m.onCommitError(p, c.err, c.outcome)
+		if c.Err != nil {
+			m.onCommitError(p, c.Err, c.Outcome)
 			continue
 		}
-		m.apply(p, p.lease.committed(c.offset, c.tag, explicit))
+		m.apply(p, p.Lease.Committed(c.Offset, c.Tag, explicit))
 	}
 }
 
-func (m *machine) onCommitError(p *role, err error, outcome commitOutcome) {
+func (m *Machine) onCommitError(p *Role_, err error, outcome CommitOutcome) {
 	switch outcome {
-	case commitNoOffset:
-	case commitGone, commitGeneration:
-		m.apply(p, p.lease.rejected(err.Error()))
-	case commitFailed:
-		m.fx.note(levelWarn, "commit", "goneli %s: heartbeat offset commit failed: %v", m.name, err)
+	case CommitNoOffset:
+	case CommitGone, CommitGeneration:
+		m.apply(p, p.Lease.rejected(err.Error()))
+	case CommitFailed:
+		m.fx.note(LevelWarn, "commit", "goneli %s: heartbeat offset commit failed: %v", m.name, err)
 	default:
 		// Includes REBALANCE_IN_PROGRESS, and KIP-848's STALE_MEMBER_EPOCH, which says the member
 		// is still in the group at a newer epoch: the lease simply goes unrenewed by this commit.
@@ -127,17 +127,17 @@ func (m *machine) onCommitError(p *role, err error, outcome commitOutcome) {
 // commits go first: a lease asks for one only when an offset it stored has waited for its
 // automatic commit for the stall (lease.stalled). An explicit commit that cannot start now is
 // dropped, and its lease asks again after the stall; an offset to store waits for the gate.
-func (m *machine) startCommits() {
+func (m *Machine) StartCommits() {
 	now := m.now()
-	busy, presumed := m.gate.busy(now)
+	busy, presumed := m.Gate.busy(now)
 	for _, s := range presumed {
 		// Presumed never committed (its tick fell after the withdrawal, or librdkafka was
 		// rejoining): the newest offset each of its partitions waits for is stored again.
 		for _, o := range s.stored {
-			if p := m.partition(o.partition); p != nil {
-				if _, asked := m.storeAsks[p.id]; !asked {
-					if ask, ok := p.lease.newestPending(); ok {
-						m.storeAsks[p.id] = ask
+			if p := m.partition(o.Partition); p != nil {
+				if _, asked := m.storeAsks[p.ID]; !asked {
+					if ask, ok := p.Lease.newestPending(); ok {
+						m.storeAsks[p.ID] = ask
 					}
 				}
 			}
@@ -145,7 +145,7 @@ func (m *machine) startCommits() {
 	}
 	busy = busy || m.explicit.busy
 	if len(m.commitAsks) > 0 {
-		if m.explicit.busy && now-m.explicit.sentAt > m.timing.heartbeat() {
+		if m.explicit.busy && now-m.explicit.sentAt > m.timing.Heartbeat() {
 			m.holdCommits(now - m.explicit.sentAt)
 		}
 		if !busy {
@@ -153,21 +153,21 @@ func (m *machine) startCommits() {
 			// below a restarted log go out, and their answers renew nothing (explicitAnswered):
 			// librdkafka auto-commits only offsets above the one it committed last, so without
 			// them no automatic commit could ever be accepted again to end the hold.
-			offsets := make([]offsetRef, 0, len(m.commitAsks))
+			offsets := make([]OffsetRef, 0, len(m.commitAsks))
 			for id, ask := range m.commitAsks {
-				if !m.commitsHeld || m.resets[id] {
-					offsets = append(offsets, offsetRef{partition: id, offset: ask.offset, tag: ask.tag})
+				if !m.CommitsHeld || m.resets[id] {
+					offsets = append(offsets, OffsetRef{Partition: id, Offset: ask.offset, Tag: ask.tag})
 				}
 			}
 			if len(offsets) > 0 {
-				slices.SortFunc(offsets, func(a, b offsetRef) int { return int(a.partition - b.partition) })
-				busy, m.resetting = true, m.commitsHeld
+				slices.SortFunc(offsets, func(a, b OffsetRef) int { return int(a.Partition - b.Partition) })
+				busy, m.resetting = true, m.CommitsHeld
 				m.explicit.busy, m.explicit.sentAt = true, now
 				m.fx.commit(offsets)
 				// An offset sent in an explicit commit has been handed to librdkafka: its answer's
 				// lateness counts from now (lease.storedAt, heldAnswers).
 				for _, o := range offsets {
-					m.roles[o.partition].lease.storedAt(o.offset, now)
+					m.roles[o.Partition].Lease.StoredAt(o.Offset, now)
 				}
 				m.fx.note(levelDebug, "explicit commit", "goneli %s: committing heartbeat offsets %v explicitly", m.name, offsets)
 			}
@@ -178,52 +178,52 @@ func (m *machine) startCommits() {
 	if busy || len(m.storeAsks) == 0 {
 		return
 	}
-	offsets := make([]offsetRef, 0, len(m.storeAsks))
+	offsets := make([]OffsetRef, 0, len(m.storeAsks))
 	var hint time.Duration
 	for id, ask := range m.storeAsks {
 		p := m.roles[id]
-		if !p.lease.storable(ask.offset) {
+		if !p.Lease.storable(ask.offset) {
 			continue
 		}
-		offsets = append(offsets, offsetRef{partition: id, offset: ask.offset, tag: ask.tag})
-		hint = max(hint, p.lease.load().rtt)
+		offsets = append(offsets, OffsetRef{Partition: id, Offset: ask.offset, Tag: ask.tag})
+		hint = max(hint, p.Lease.Load().RTT)
 	}
 	clear(m.storeAsks)
-	slices.SortFunc(offsets, func(a, b offsetRef) int { return int(a.partition - b.partition) })
+	slices.SortFunc(offsets, func(a, b OffsetRef) int { return int(a.Partition - b.Partition) })
 	// The store time is read by the gate before its StoreOffsets call and recorded for what the call
 	// may have stored, with the time its chain of stores began (lease.storedAt and storedSince give
 	// the argument).
-	at, chain, stored, err := m.gate.store(offsets, hint)
+	at, chain, stored, err := m.Gate.Store(offsets, hint)
 	for _, o := range stored {
-		m.roles[o.partition].lease.storedSince(o.offset, at, chain)
+		m.roles[o.Partition].Lease.storedSince(o.Offset, at, chain)
 	}
 	if err != nil {
-		m.fx.note(levelWarn, "store", "goneli %s: cannot store heartbeat offsets: %v", m.name, err)
+		m.fx.note(LevelWarn, "store", "goneli %s: cannot store heartbeat offsets: %v", m.name, err)
 	}
 	m.unwatched = true // the gate's withdrawal is due within a tick
 }
 
 // explicitAnswered takes the answer to the explicit commit under way.
-func (m *machine) explicitAnswered(a commitAnswer) {
+func (m *Machine) ExplicitAnswered(a CommitAnswer) {
 	took := m.now() - m.explicit.sentAt
 	m.explicit.busy = false
-	m.gate.answered(took)
-	if took > m.timing.heartbeat() {
+	m.Gate.answered(took)
+	if took > m.timing.Heartbeat() {
 		m.holdCommits(took)
 	}
-	if a.err != nil && a.outcome == commitGeneration {
+	if a.Err != nil && a.Outcome == CommitGeneration {
 		// An explicit commit can go out behind the JoinGroup that ends the rebalance, still
 		// carrying the generation it was made with, and reach the coordinator after the new one
 		// began: the member is in the group all the same, unlike when librdkafka's own commit is
 		// refused so. It renews nothing, and the lease runs out on its own if nothing else renews it.
-		m.fx.note(levelDebug, "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", m.name, a.err)
+		m.fx.note(levelDebug, "explicit commit generation", "goneli %s: explicit heartbeat commit overtaken by a rebalance: %v", m.name, a.Err)
 		return
 	}
 	if m.resetting {
 		m.resetting = false
-		for _, c := range a.offsets {
-			if p := m.partition(c.partition); p != nil && c.err == nil && a.err == nil {
-				p.lease.resetCommitted(c.offset)
+		for _, c := range a.Offsets {
+			if p := m.partition(c.Partition); p != nil && c.Err == nil && a.Err == nil {
+				p.Lease.resetCommitted(c.Offset)
 			}
 		}
 		return
@@ -243,10 +243,10 @@ func (m *machine) explicitAnswered(a commitAnswer) {
 // then stop, and the lease lives on librdkafka's own commits, whose acceptance shows it steady in
 // the group again. What goneli cannot see is a heartbeat's answer held up while no explicit commit
 // was under way; the package doc states that assumption.
-func (m *machine) holdCommits(took time.Duration) {
-	if !m.commitsHeld {
-		m.commitsHeld = true
+func (m *Machine) holdCommits(took time.Duration) {
+	if !m.CommitsHeld {
+		m.CommitsHeld = true
 		m.fx.note(levelDebug, "", "goneli %s: an explicit commit has waited %v for its answer, more than a group heartbeat interval (%v): no explicit commits until librdkafka's own is accepted",
-			m.name, took.Round(time.Millisecond), m.timing.heartbeat())
+			m.name, took.Round(time.Millisecond), m.timing.Heartbeat())
 	}
 }

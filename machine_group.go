@@ -8,13 +8,13 @@ import (
 
 // groupState is what the machine knows of its membership of the group.
 type groupState struct {
-	parts      map[int32]bool // partitions of the leader topic the group has assigned to this member
-	rebalances int            // rebalance callbacks so far
+	Parts      map[int32]bool // partitions of the leader topic the group has assigned to this member
+	Rebalances int            // rebalance callbacks so far
 	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
 	// commits once more, until that commit's result has been polled.
-	owedCommit bool
+	OwedCommit bool
 	// member says whether this membership of the group passed a group check (groupcheck.go).
-	member membership
+	member Membership
 }
 
 // consumerRenewals are the replacements of a consumer that read nothing back (renewConsumer).
@@ -25,20 +25,20 @@ type consumerRenewals struct {
 
 // release is a tenure that gave its partition up while the barrier still had its LeaderRevoked:
 // once the barrier has returned from it (done), the released marker is written.
-type release struct {
-	p      *role
-	marker heartbeat
-	done   *delivery
-	fresh  bool // made by Close: its releasing marker has not been written yet
+type Release struct {
+	Role   *Role_
+	Marker Heartbeat
+	Done   *Delivery
+	Fresh  bool // made by Close: its releasing marker has not been written yet
 }
 
 // releaseWait is what ending tenures leaves the caller to wait for before it lets their partitions
 // go (endTenures): the releasing markers of pending to be written (markers), or else the barrier to
 // return from each one's LeaderRevoked, up to the rebalance timeout.
-type releaseWait struct {
-	pending []release
-	markers bool
-	limit   time.Duration
+type ReleaseWait struct {
+	Pending []Release
+	Markers bool
+	Limit   time.Duration
 }
 
 // releaseLookback is how many records before the end of a partition a new tenure starts reading,
@@ -46,7 +46,7 @@ type releaseWait struct {
 // writes; a revoked owner writes nothing after its marker but the released one, and a tenure that
 // waits on a marker writes one heartbeat until the wait is over, so the marker stays in reach
 // through a chain of fifteen successors that came and went while it waited.
-const releaseLookback = 16
+const ReleaseLookback = 16
 
 // batchTailsFrom is the least number of partitions taken at once whose starts goneli reads itself.
 // librdkafka resolves a logical offset such as OffsetTail with one ListOffsets request per
@@ -74,15 +74,15 @@ func offsetTail(n int64) int64 {
 // (startFrom), if any; take is false once Close has begun, when confluent-kafka-go applies the
 // assignment itself and no tenure begins. canRead says whether goneli's own connection can read
 // them.
-func (m *machine) assign(partitions []int32, member string, cooperative, canRead bool) (readEnds []int32, take bool) {
-	m.group.rebalances++
+func (m *Machine) Assign(partitions []int32, member string, cooperative, canRead bool) (readEnds []int32, take bool) {
+	m.Group.Rebalances++
 	if !cooperative {
-		clear(m.group.parts)
+		clear(m.Group.Parts)
 	}
 	for _, id := range partitions {
-		m.group.parts[id] = true
+		m.Group.Parts[id] = true
 	}
-	m.group.member.assigned(member, len(m.group.parts) > 0)
+	m.Group.member.Assigned(member, len(m.Group.Parts) > 0)
 	if !m.fx.live() {
 		return nil, false
 	}
@@ -111,22 +111,22 @@ func (m *machine) assign(partitions []int32, member string, cooperative, canRead
 // offset that lies beyond the end of a log that restarted (a broker that lost its data, an unclean
 // leader election): it auto-commits only offsets above the one it knows, so no heartbeat could be
 // confirmed until the log grew past it.
-func (m *machine) takeAt(ends map[int32]int64) []offsetRef {
-	out := make([]offsetRef, len(m.assignment))
+func (m *Machine) TakeAt(ends map[int32]int64) []OffsetRef {
+	out := make([]OffsetRef, len(m.assignment))
 	for i, id := range m.assignment {
 		if end, ok := ends[id]; ok {
-			out[i] = offsetRef{partition: id, offset: max(end-releaseLookback, 0)}
+			out[i] = OffsetRef{Partition: id, Offset: max(end-ReleaseLookback, 0)}
 		} else {
-			out[i] = offsetRef{partition: id, offset: offsetTail(releaseLookback)}
+			out[i] = OffsetRef{Partition: id, Offset: offsetTail(ReleaseLookback)}
 		}
 	}
 	return out
 }
 
 // taken says that librdkafka has the assignment (err nil), and begins its tenures.
-func (m *machine) taken(err error) {
+func (m *Machine) Taken(err error) {
 	if err != nil {
-		m.fx.note(levelError, "assign", "goneli %s: cannot take assignment: %v", m.name, err)
+		m.fx.note(LevelError, "assign", "goneli %s: cannot take assignment: %v", m.name, err)
 		return
 	}
 	// Judged once the assignment is taken, not when the callback began: librdkafka counts
@@ -160,62 +160,62 @@ func (m *machine) taken(err error) {
 // slow to come back is stored late). Without the first, the simulation found two leaders at a 500
 // ms lease; judged before the wait for the ends, a review found two leaders for 175-286 ms at the
 // default lease with four roles (issue 46).
-func (m *machine) heldAssignment() {
+func (m *Machine) heldAssignment() {
 	now := m.now()
-	bound := m.timing.answerBound(m.config)
+	bound := m.timing.AnswerBound(m.config)
 	for _, p := range m.roles {
 		from := m.drainedAt
-		if stored, ok := p.lease.oldestPending(); ok && stored < from {
+		if stored, ok := p.Lease.oldestPending(); ok && stored < from {
 			from = stored
 		}
 		if now-from > bound {
-			p.lease.holdRenewals(from, now+bound)
+			p.Lease.holdRenewals(from, now+bound)
 		}
 	}
 }
 
 // beginTenure starts p's tenure.
-func (m *machine) beginTenure(p *role) {
-	if p.lease.active() {
+func (m *Machine) beginTenure(p *Role_) {
+	if p.Lease.active() {
 		return
 	}
-	p.member = m.group.member.member
+	p.member = m.Group.member.member
 	// Under KIP-848 every tenure is checked, whatever its membership passed: the check reads the
 	// broker's session for the group again (driver.checkSessionAgain).
-	m.apply(p, p.lease.assign(m.group.member.vouched && m.timing.classic))
-	_, name := p.lease.tenure()
-	m.fx.note(levelDebug, "", "goneli %s: assigned partition %d (tenure %s)", m.name, p.id, name)
+	m.apply(p, p.Lease.Assign(m.Group.member.Vouched && m.timing.Classic))
+	_, name := p.Lease.Tenure()
+	m.fx.note(levelDebug, "", "goneli %s: assigned partition %d (tenure %s)", m.name, p.ID, name)
 }
 
 // revoke takes partitions of the leader topic from this instance (lost: the group moved on
 // without it), and returns what the callback must wait for before it gives them back (nil for
 // nothing) and those it gives back; give is false once Close has begun, when confluent-kafka-go
 // applies the change itself.
-func (m *machine) revoke(partitions []int32, lost, cooperative bool) (wait *releaseWait, back []int32, give bool) {
-	m.group.rebalances++
+func (m *Machine) Revoke(partitions []int32, lost, cooperative bool) (wait *ReleaseWait, back []int32, give bool) {
+	m.Group.Rebalances++
 	for _, p := range m.roles {
-		if m.group.parts[p.id] && (!cooperative || slices.Contains(partitions, p.id)) {
+		if m.Group.Parts[p.ID] && (!cooperative || slices.Contains(partitions, p.ID)) {
 			// What is stored is withdrawn, so that the revocation commits nothing: the commit
 			// would renew no tenure, and the unassign (and a LeaveGroup after it) would wait
 			// for its answer.
 			m.withdraw(p)
-			m.group.owedCommit = m.group.owedCommit || (m.gate.holds(p.id) && !lost)
+			m.Group.OwedCommit = m.Group.OwedCommit || (m.Gate.holds(p.ID) && !lost)
 		}
 	}
 	if !cooperative {
-		clear(m.group.parts)
+		clear(m.Group.Parts)
 	}
 	for _, id := range partitions {
-		delete(m.group.parts, id)
+		delete(m.Group.Parts, id)
 	}
-	m.group.member.revoked(lost, cooperative, len(m.group.parts) > 0)
+	m.Group.member.Revoked(lost, cooperative, len(m.Group.Parts) > 0)
 	if lost {
-		m.trouble()
+		m.Trouble()
 	}
 	if !m.fx.live() {
 		return nil, nil, false
 	}
-	var ending []*role
+	var ending []*Role_
 	for _, id := range partitions {
 		if p := m.partition(id); p != nil {
 			ending = append(ending, p)
@@ -239,16 +239,16 @@ func (m *machine) revoke(partitions []int32, lost, cooperative bool) (wait *rele
 // renew, and its markers would most likely be as late as its heartbeats, so the revocation is held
 // back at once rather than after the markers' wait. That holds up nothing else, as the instance
 // is leaving the group with every role.
-func (m *machine) endTenures(roles []*role, lost, markers bool) *releaseWait {
-	var pending []release
+func (m *Machine) endTenures(roles []*Role_, lost, markers bool) *ReleaseWait {
+	var pending []Release
 	for _, p := range roles {
-		out := p.lease.revoke(lost)
+		out := p.Lease.Revoke(lost)
 		if out.release != nil {
-			out.release.to = m.tagging
+			out.release.To = m.Tagging
 		}
 		dl := m.apply(p, out)
 		if out.release != nil && dl != nil {
-			pending = append(pending, release{p: p, marker: *out.release, done: dl})
+			pending = append(pending, Release{Role: p, Marker: *out.release, Done: dl})
 		}
 	}
 	if len(pending) == 0 {
@@ -257,65 +257,65 @@ func (m *machine) endTenures(roles []*role, lost, markers bool) *releaseWait {
 	if markers {
 		// Released markers follow either way: a releasing marker that reaches the broker late
 		// must not leave a successor waiting for the rebalance timeout.
-		m.releases = append(m.releases, pending...)
+		m.Releases = append(m.Releases, pending...)
 	}
-	return &releaseWait{pending: pending, markers: markers, limit: m.timing.maxPoll}
+	return &ReleaseWait{Pending: pending, Markers: markers, Limit: m.timing.MaxPoll}
 }
 
 // finishReleases writes the released marker of every release whose barrier call has returned.
-func (m *machine) finishReleases() {
-	kept := m.releases[:0]
-	for _, r := range m.releases {
-		if r.done.delivered() {
-			r.marker.kind = kindReleased
-			r.marker.seq++
-			r.marker.sentWall, r.marker.sentMono = m.clock.Now().UnixNano(), m.now()
-			m.fx.writeMarker(r.p, &r.marker)
+func (m *Machine) FinishReleases() {
+	kept := m.Releases[:0]
+	for _, r := range m.Releases {
+		if r.Done.delivered() {
+			r.Marker.Kind = KindReleased
+			r.Marker.Seq++
+			r.Marker.SentWall, r.Marker.SentMono = m.Clock.Now().UnixNano(), m.now()
+			m.fx.writeMarker(r.Role, &r.Marker)
 			continue
 		}
 		kept = append(kept, r)
 	}
-	clear(m.releases[len(kept):])
-	m.releases = kept
+	clear(m.Releases[len(kept):])
+	m.Releases = kept
 }
 
 // endAll ends every tenure for Close, and returns every release whose released marker is still to
 // be written, those just made first (fresh: their releasing marker is not written yet). What is
 // stored is withdrawn first, so that leaving the group commits nothing.
-func (m *machine) endAll() []release {
+func (m *Machine) EndAll() []Release {
 	clear(m.storeAsks)
-	m.gate.withdrawAll()
+	m.Gate.withdrawAll()
 	for _, p := range m.roles {
-		out := p.lease.revoke(false)
+		out := p.Lease.Revoke(false)
 		if dl := m.apply(p, out); dl != nil && out.release != nil {
-			m.releases = append(m.releases, release{p: p, marker: *out.release, done: dl, fresh: true})
+			m.Releases = append(m.Releases, Release{Role: p, Marker: *out.release, Done: dl, Fresh: true})
 		}
 	}
-	rs := m.releases
-	m.releases = nil
+	rs := m.Releases
+	m.Releases = nil
 	return rs
 }
 
 // # The group check
 
 // groupDesc is a description of the group, as far as the group check reads it.
-type groupDesc struct {
-	group   string
-	members []groupMember
+type GroupDesc struct {
+	Group   string
+	Members []GroupMember_
 }
 
 // groupMember is a member of a described group: its client.id, member id and host, and the
 // partitions it is assigned or is to be (a KIP-848 target assignment), with their topics where the
 // description names them.
-type groupMember struct {
-	clientID, memberID, host string
-	parts                    []topicPart
+type GroupMember_ struct {
+	ClientID, MemberID, Host string
+	Parts                    []TopicPart
 }
 
 // topicPart is a partition of a topic; topic is empty where a description names only topic ids.
-type topicPart struct {
-	topic     string
-	partition int32
+type TopicPart struct {
+	Topic     string
+	Partition int32
 }
 
 // startGroupCheck describes the group, off the pulsing goroutine, for every part whose lease has
@@ -325,78 +325,78 @@ type topicPart struct {
 // While a client has just seen a broker connection fail, the check waits for a quiet checkQuiet
 // (groupcheck.go), though never longer than checkQuietMax: a description sent as the
 // coordinator's connection drops can abort the process.
-func (m *machine) startGroupCheck() {
-	if m.check.busy || !slices.ContainsFunc(m.roles, func(p *role) bool { return p.wantCheck }) {
+func (m *Machine) StartGroupCheck() {
+	if m.Check.busy || !slices.ContainsFunc(m.roles, func(p *Role_) bool { return p.wantCheck }) {
 		return
 	}
 	now := m.now()
-	if m.check.troubled && now-m.check.troubleAt < checkQuiet {
-		if !m.check.deferring {
-			m.check.deferring, m.check.deferSince = true, now
+	if m.Check.Troubled && now-m.Check.TroubleAt < CheckQuiet {
+		if !m.Check.deferring {
+			m.Check.deferring, m.Check.deferSince = true, now
 		}
-		if now-m.check.deferSince < checkQuietMax {
+		if now-m.Check.deferSince < checkQuietMax {
 			return
 		}
-		m.fx.note(levelWarn, "check-unquiet", "goneli %s: broker connections have kept failing for %v; checking the group regardless",
+		m.fx.note(LevelWarn, "check-unquiet", "goneli %s: broker connections have kept failing for %v; checking the group regardless",
 			m.name, checkQuietMax)
 	}
-	m.check.deferring = false
-	m.check.count.Add(1)
+	m.Check.deferring = false
+	m.Check.Count.Add(1)
 	tenures := map[int32]uint64{}
 	for _, p := range m.roles {
 		if p.wantCheck {
 			p.wantCheck = false
-			tenures[p.id], _ = p.lease.tenure()
+			tenures[p.ID], _ = p.Lease.Tenure()
 		}
 	}
 	if err := m.fx.describe(tenures); err != nil {
-		m.fx.note(levelWarn, "check", "goneli %s: cannot check the group's members: %v", m.name, err)
+		m.fx.note(LevelWarn, "check", "goneli %s: cannot check the group's members: %v", m.name, err)
 		for _, id := range sortedKeys(tenures) {
 			p := m.roles[id]
-			m.apply(p, p.lease.checked(tenures[id], groupCheck{err: err}))
+			m.apply(p, p.Lease.Checked(tenures[id], GroupCheck{err: err}))
 		}
 		return
 	}
-	m.check.busy = true
+	m.Check.busy = true
 }
 
 // checked takes a group check's answer for tenures: the description, or why there is none (err;
 // fallback says that goneli's own connection gave way to librdkafka, which says nothing of the
 // brokers' connections), and sessionErr if the session the check read is too short for the lease.
-func (m *machine) checked(tenures map[int32]uint64, desc groupDesc, err error, fallback bool, sessionErr error) {
-	m.check.busy = false
-	m.check.alone = err != nil
+func (m *Machine) Checked(tenures map[int32]uint64, desc GroupDesc, err error, fallback bool, sessionErr error) {
+	m.Check.busy = false
+	m.Check.Alone = err != nil
 	if err != nil && !fallback {
-		m.trouble()
+		m.Trouble()
 	}
 	switch {
 	case err != nil:
-		m.fx.note(levelWarn, "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
-			m.name, desc.group, err)
+		m.fx.note(LevelWarn, "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",
+			m.name, desc.Group, err)
 	default:
-		if conflict := judgeGroup(desc, m.topic, m.clientID, "", 0).conflict; conflict != nil {
-			m.fx.note(levelError, "conflict", "goneli %s: not leading: %v", m.name, conflict)
+		if conflict := JudgeGroup(desc, m.topic, m.ClientID, "", 0).Conflict; conflict != nil {
+			m.fx.note(LevelError, "conflict", "goneli %s: not leading: %v", m.name, conflict)
 		}
 	}
 	for _, id := range sortedKeys(tenures) {
 		p := m.roles[id]
-		c := groupCheck{err: err}
+		c := GroupCheck{err: err}
 		if err == nil {
-			c.verdict = judgeGroup(desc, m.topic, m.clientID, p.member, id)
+			c.Verdict = JudgeGroup(desc, m.topic, m.ClientID, p.member, id)
 		}
 		if sessionErr != nil {
 			c.err = sessionErr
 		}
-		m.apply(p, p.lease.checked(tenures[id], c))
-		if p.lease.cleared(tenures[id]) {
-			m.group.member.passed(p.member)
+		m.apply(p, p.Lease.Checked(tenures[id], c))
+		if p.Lease.cleared(tenures[id]) {
+			m.Group.member.Passed(p.member)
 		}
 	}
 }
 
 // trouble marks now as a moment when the brokers' connections were unsettled (startGroupCheck).
-func (m *machine) trouble() {
-	m.check.troubled, m.check.troubleAt = true, m.now()
+func (m *Machine) Trouble() {
+	m.Check.Troubled, m.Check.TroubleAt = true, m.now()
 }
 
 // sortedKeys returns the keys of a map by partition, in order: the machine walks maps so, as the
@@ -422,21 +422,21 @@ func sortedKeys[V any](m map[int32]V) []int32 {
 // whose own handles may be as stale and are replaced in their turn.
 
 // consumerRenewBackoff is the least time between two replacements of an instance's consumer.
-func (m *machine) consumerRenewBackoff() time.Duration {
-	return 4 * m.config.lease
+func (m *Machine) consumerRenewBackoff() time.Duration {
+	return 4 * m.config.Lease
 }
 
 // stuckConsumer returns why the consumer should be replaced, if a tenure reads nothing back
 // although the producer delivers (delivering: it delivered a heartbeat within the last lease).
-func (m *machine) stuckConsumer(delivering bool) (string, bool) {
-	lease := m.config.lease
+func (m *Machine) StuckConsumer(delivering bool) (string, bool) {
+	lease := m.config.Lease
 	if !m.mayRenewConsumer(m.now(), delivering) {
 		return "", false
 	}
 	for _, p := range m.roles {
-		if unread := p.lease.unread(); unread > 2*lease {
+		if unread := p.Lease.unread(); unread > 2*lease {
 			return fmt.Sprintf("partition %d has read back no own heartbeat for %v while the producer delivers them",
-				p.id, unread.Round(time.Millisecond)), true
+				p.ID, unread.Round(time.Millisecond)), true
 		}
 	}
 	return "", false
@@ -444,8 +444,8 @@ func (m *machine) stuckConsumer(delivering bool) (string, bool) {
 
 // mayRenewConsumer reports whether the consumer would be replaced now, were a tenure to read
 // nothing back: the producer delivers, and no replacement was made too recently.
-func (m *machine) mayRenewConsumer(now time.Duration, delivering bool) bool {
-	return m.fx.live() && !m.yield.unsubscribed && delivering &&
+func (m *Machine) mayRenewConsumer(now time.Duration, delivering bool) bool {
+	return m.fx.live() && !m.Yield.Unsubscribed && delivering &&
 		!(m.renewals.count > 0 && now-m.renewals.last < m.consumerRenewBackoff())
 }
 
@@ -453,32 +453,32 @@ func (m *machine) mayRenewConsumer(now time.Duration, delivering bool) bool {
 // hand-over: p has read back none of its heartbeats for a lease although the producer delivers
 // them, so the consumer itself is suspect, and leaving the group on the same handle would not mend
 // it.
-func (m *machine) consumerSuspect(p *role, now time.Duration, delivering bool) bool {
-	return m.mayRenewConsumer(now, delivering) && p.lease.unread() > m.config.lease
+func (m *Machine) consumerSuspect(p *Role_, now time.Duration, delivering bool) bool {
+	return m.mayRenewConsumer(now, delivering) && p.Lease.unread() > m.config.Lease
 }
 
 // replacingConsumer ends every tenure before the consumer is replaced (driver.renewConsumer), and
 // returns what to wait for before it leaves the group.
-func (m *machine) replacingConsumer() *releaseWait {
+func (m *Machine) ReplacingConsumer() *ReleaseWait {
 	m.renewals.last = m.now()
 	m.renewals.count++
 	w := m.endTenures(m.roles, false, true)
-	m.group.member.left()
+	m.Group.member.Left()
 	// Nothing the old consumer holds is to be committed any more, and nothing is stored on it
 	// from now on.
-	m.gate.withdrawAll()
-	m.gate.close()
+	m.Gate.withdrawAll()
+	m.Gate.Close()
 	return w
 }
 
 // consumerReplaced starts afresh with the new consumer, whose StoreOffsets st is.
-func (m *machine) consumerReplaced(st storer) {
-	m.newGate(st)
-	m.commitsHeld, m.resetting = false, false
+func (m *Machine) ConsumerReplaced(st Storer) {
+	m.NewGate(st)
+	m.CommitsHeld, m.resetting = false, false
 	m.explicit.busy = false
-	clear(m.group.parts)
+	clear(m.Group.Parts)
 	clear(m.commitAsks)
 	clear(m.resets)
 	clear(m.storeAsks)
-	m.group.owedCommit = false
+	m.Group.OwedCommit = false
 }

@@ -18,32 +18,32 @@ import (
 
 // yieldState is whether, and until when, the instance yields.
 type yieldState struct {
-	until     atomic.Int64 // on the machine's clock, until which this instance stays out of the group
-	requested atomic.Bool  // a Yield has yet to take this instance out of the group
+	Until     atomic.Int64 // on the machine's clock, until which this instance stays out of the group
+	Requested atomic.Bool  // a Yield has yet to take this instance out of the group
 	// unsubscribed says that the consumer has left the group for a yield (or a standby) and not
 	// joined it again yet.
-	unsubscribed bool
+	Unsubscribed bool
 	// handingOver says that the yield under way is a hand-over (checkHandOver): its revocation is
 	// held back at once, without release markers (endTenures).
 	handingOver bool
 }
 
 // yielding reports whether a yield is asked for or under way. Safe without the caller's lock.
-func (m *machine) yielding() bool {
-	return m.yield.requested.Load() || m.yield.until.Load() > int64(m.now())
+func (m *Machine) Yielding() bool {
+	return m.Yield.Requested.Load() || m.Yield.Until.Load() > int64(m.now())
 }
 
 // extendYield makes the instance stay out of the group for at least d from now. Safe without the
 // caller's lock.
-func (m *machine) extendYield(d time.Duration) {
+func (m *Machine) ExtendYield(d time.Duration) {
 	now := m.now()
 	until := int64(now + d)
 	if until < int64(now) {
 		until = math.MaxInt64
 	}
 	for {
-		old := m.yield.until.Load()
-		if old >= until || m.yield.until.CompareAndSwap(old, until) {
+		old := m.Yield.Until.Load()
+		if old >= until || m.Yield.Until.CompareAndSwap(old, until) {
 			return
 		}
 	}
@@ -51,61 +51,61 @@ func (m *machine) extendYield(d time.Duration) {
 
 // requestYield asks for a yield of at least d, carried out by the next cycle (applyYield). Safe
 // without the caller's lock.
-func (m *machine) requestYield(d time.Duration) {
-	m.extendYield(d)
-	m.yield.requested.Store(true)
+func (m *Machine) RequestYield(d time.Duration) {
+	m.ExtendYield(d)
+	m.Yield.Requested.Store(true)
 }
 
 // applyYield leaves the group when a yield is asked for, joins it again once it is over, and
 // otherwise begins the tenure of a partition that stayed assigned across a yield that could not
 // leave. What it returns is for the caller: to wait for, then to call (then is nil if nothing is
 // to follow).
-func (m *machine) applyYield() (*releaseWait, func()) {
-	yielding := m.yield.until.Load() > int64(m.now())
+func (m *Machine) ApplyYield() (*ReleaseWait, func()) {
+	yielding := m.Yield.Until.Load() > int64(m.now())
 	switch {
-	case (yielding || m.yield.requested.Load()) && !m.yield.unsubscribed:
-		w := m.endTenures(m.roles, false, !m.yield.handingOver)
-		m.yield.handingOver = false
+	case (yielding || m.Yield.Requested.Load()) && !m.Yield.Unsubscribed:
+		w := m.endTenures(m.roles, false, !m.Yield.handingOver)
+		m.Yield.handingOver = false
 		return w, func() { m.leave(yielding) }
-	case !yielding && m.yield.unsubscribed:
+	case !yielding && m.Yield.Unsubscribed:
 		if err := m.fx.subscribe(); err != nil {
-			m.fx.note(levelWarn, "subscribe", "goneli %s: cannot rejoin the group after yielding: %v", m.name, err)
+			m.fx.note(LevelWarn, "subscribe", "goneli %s: cannot rejoin the group after yielding: %v", m.name, err)
 			return nil, nil
 		}
-		m.yield.unsubscribed = false
-		m.fx.note(levelInfo, "", "goneli %s: yield over, contending again", m.name)
-	case !yielding && !m.yield.unsubscribed:
+		m.Yield.Unsubscribed = false
+		m.fx.note(LevelInfo, "", "goneli %s: yield over, contending again", m.name)
+	case !yielding && !m.Yield.Unsubscribed:
 		m.resumeTenure()
 	}
 	return nil, nil
 }
 
 // leave unsubscribes for the yield under way, its tenures ended.
-func (m *machine) leave(yielding bool) {
-	member := m.group.member.member
-	m.group.member.left()
+func (m *Machine) leave(yielding bool) {
+	member := m.Group.member.member
+	m.Group.member.Left()
 	if err := m.fx.unsubscribe(); err != nil {
-		m.fx.note(levelWarn, "unsubscribe", "goneli %s: cannot leave the group to yield: %v", m.name, err)
+		m.fx.note(LevelWarn, "unsubscribe", "goneli %s: cannot leave the group to yield: %v", m.name, err)
 		if !yielding {
-			m.yield.requested.Store(false)
+			m.Yield.Requested.Store(false)
 		}
 		return
 	}
-	m.yield.requested.Store(false)
-	m.yield.unsubscribed = true
+	m.Yield.Requested.Store(false)
+	m.Yield.Unsubscribed = true
 	if member != "" {
 		m.fx.left(member)
 	}
-	m.fx.note(levelInfo, "", "goneli %s: yielding for %v", m.name, max(time.Duration(m.yield.until.Load())-m.now(), 0))
+	m.fx.note(LevelInfo, "", "goneli %s: yielding for %v", m.name, max(time.Duration(m.Yield.Until.Load())-m.now(), 0))
 }
 
 // resumeTenure begins the tenure of a partition the group still assigns this instance after a
 // yield that could not leave the group (the unsubscribe failed), or one that ended too soon for
 // the rebalance to take effect.
-func (m *machine) resumeTenure() {
+func (m *Machine) resumeTenure() {
 	for _, p := range m.roles {
-		if !p.lease.active() && m.group.parts[p.id] {
-			m.fx.note(levelInfo, "", "goneli %s: still assigned partition %d after yielding; contending again", m.name, p.id)
+		if !p.Lease.active() && m.Group.Parts[p.ID] {
+			m.fx.note(LevelInfo, "", "goneli %s: still assigned partition %d after yielding; contending again", m.name, p.ID)
 			m.beginTenure(p)
 		}
 	}
@@ -116,41 +116,41 @@ func (m *machine) resumeTenure() {
 // (handover.go): the instance yields for the back-off, so that the group gives its roles to
 // others. delivering says whether the producer delivered a heartbeat within the last lease. What
 // it returns is applyYield's.
-func (m *machine) checkHandOver(delivering bool) (*releaseWait, func()) {
-	if !m.fx.live() || m.yield.unsubscribed {
+func (m *Machine) CheckHandOver(delivering bool) (*ReleaseWait, func()) {
+	if !m.fx.live() || m.Yield.Unsubscribed {
 		return nil, nil
 	}
 	now := m.now()
 	roles := make([]roleLease, len(m.roles))
 	for i, p := range m.roles {
-		v := p.lease.load()
-		r := roleLease{assigned: v.assigned, leading: v.leading, fresh: v.token == 0, since: v.idle}
-		if v.leading {
-			r.since = v.led
+		v := p.Lease.Load()
+		r := roleLease{assigned: v.Assigned, leading: v.Leading, fresh: v.Token == 0, since: v.Idle}
+		if v.Leading {
+			r.since = v.Led
 		}
-		r.deferred, r.readsBack = m.consumerSuspect(p, now, delivering), p.lease.readsBack()
+		r.deferred, r.readsBack = m.consumerSuspect(p, now, delivering), p.Lease.readsBack()
 		roles[i] = r
-		if p.lease.quiesce(m.handover.quiet(now, r)) {
+		if p.Lease.quiesce(m.handover.quiet(now, r)) {
 			m.withdraw(p)
 		}
 	}
-	if m.yielding() {
+	if m.Yielding() {
 		return nil, nil
 	}
 	backoff, ok := m.handover.decide(now, roles)
 	if !ok {
 		return nil, nil
 	}
-	m.handOvers.Add(1)
+	m.HandOvers.Add(1)
 	var stuck []string
 	for i, r := range roles {
 		if m.handover.stuck(now, r) {
-			stuck = append(stuck, fmt.Sprintf("partition %d for %v", m.roles[i].id, (now-r.since).Round(time.Millisecond)))
+			stuck = append(stuck, fmt.Sprintf("partition %d for %v", m.roles[i].ID, (now-r.since).Round(time.Millisecond)))
 		}
 	}
-	m.fx.note(levelWarn, "", "goneli %s: assigned but not leading (%s): handing over, and contending again in %v",
+	m.fx.note(LevelWarn, "", "goneli %s: assigned but not leading (%s): handing over, and contending again in %v",
 		m.name, strings.Join(stuck, ", "), backoff)
-	m.requestYield(backoff)
-	m.yield.handingOver = true
-	return m.applyYield()
+	m.RequestYield(backoff)
+	m.Yield.handingOver = true
+	return m.ApplyYield()
 }

@@ -87,7 +87,6 @@ type Neli interface {
 	Background(task LeaderTask) (Pulser, error)
 }
 
-
 // neli is the instance behind the Neli, Curator and Roles interfaces. It keeps what the API needs:
 // the parts whose leases IsLeader, Token and Stats read, the dispatchers that call the application,
 // the pulse loop's throttle and wake-up, and the lifecycle that Close moves on. Everything Kafka is
@@ -135,7 +134,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if err != nil {
 		return nil, err
 	}
-	n := assemble(config, timing, roles, digest, barrier, systemClock{})
+	n := assemble(config, timing, roles, digest, barrier, SystemClock{})
 	if err := n.d.join(); err != nil {
 		n.d.check.checker.stop()
 		n.d.closeSide()
@@ -167,13 +166,13 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	// The driver's timing, not the one New was given: joining may have raised the session to the
 	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.describe())
+		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.Describe())
 	return n, nil
 }
 
 // assemble builds an instance and its driver from a prepared config, without I/O: the driver joins
 // the group in join. Tests of the driver assemble one on clients of their own (driver_test.go).
-func assemble(config Config, timing groupTiming, roles []string, digest string, barrier []Barrier, clk clock) *neli {
+func assemble(config Config, timing GroupTiming, roles []string, digest string, barrier []Barrier, clk Clock) *neli {
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -199,12 +198,12 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		clock:     clk,
 		base:      base,
 	}
-	d.m = newMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
+	d.m = NewMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
 	d.throttle.every = 10 * time.Second
 	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
 	if digest != "" {
 		// The group check tells members with another role list by this suffix (groupcheck.go).
-		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + rolesSuffix + digest
+		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + RolesSuffix + digest
 	}
 	d.logs = startLogForwarder(d.log, config.Name, config.forwardsLogs())
 	d.logs.attach(consumerConf)
@@ -213,9 +212,9 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	adminConf["log_level"] = 0
 	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
 	d.clientID = fmt.Sprint(consumerConf["client.id"])
-	d.m.clientID = d.clientID
+	d.m.ClientID = d.clientID
 	d.check.checker = newGroupChecker()
-	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: *config.HeartbeatTimeout,
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.Classic, Limit: *config.HeartbeatTimeout,
 		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
 	if err == nil {
 		d.check.wire = side
@@ -233,19 +232,19 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 // startDispatchers gives every part the goroutine that calls the application with its events.
 // newParts makes the parts of roles, each with its lease, for config and timing as New derived
 // them, on the clock clk from base.
-func newParts(config Config, timing groupTiming, roles []string, clk clock, base time.Time) []*part {
+func newParts(config Config, timing GroupTiming, roles []string, clk Clock, base time.Time) []*part {
 	var parts []*part
-	for _, r := range newRoles(config.settings(), timing, roles, clk, base) {
-		parts = append(parts, &part{role: r, signal: make(chan struct{}, 1)})
+	for _, r := range NewRoles_(config.settings(), timing, roles, clk, base) {
+		parts = append(parts, &part{Role_: r, signal: make(chan struct{}, 1)})
 	}
 	return parts
 }
 
 // rolesOf returns the machine's roles of parts.
-func rolesOf(parts []*part) []*role {
-	out := make([]*role, len(parts))
+func rolesOf(parts []*part) []*Role_ {
+	out := make([]*Role_, len(parts))
 	for i, p := range parts {
-		out[i] = p.role
+		out[i] = p.Role_
 	}
 	return out
 }
@@ -264,7 +263,7 @@ func (n *neli) IsLeader() bool {
 
 // isLeaderOf is IsLeader for one role.
 func (n *neli) isLeaderOf(p *part) bool {
-	return n.State() == Live && !n.d.yielding() && p.lease.isLeader()
+	return n.State() == Live && !n.d.yielding() && p.Lease.IsLeader()
 }
 
 // leadsAny reports whether this instance leads at least one role.
@@ -369,11 +368,10 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 	return nil
 }
 
-
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {
 	if n.d.proving() {
-		return proofPoll
+		return ProofPoll
 	}
 	return max(n.pollDeadline.Remaining(), time.Millisecond)
 }
@@ -389,14 +387,14 @@ func (n *neli) runCycle(limit time.Duration) (err error) {
 // deliver posts the events of a transition of p's lease to the application, in order.
 // LeaderAcquired becomes visible to IsLeader once its barrier call has returned. It returns the
 // delivery of the last event, if any.
-func (n *neli) deliver(p *part, events []Event, dl *delivery) {
+func (n *neli) deliver(p *part, events []Event, dl *Delivery) {
 	var calls []func()
 	for _, e := range events {
 		n.log.I()("goneli %s: %v", n.config.Name, e)
 		call := func() { n.barrier(e) }
 		if _, ok := e.(LeaderAcquired); ok {
-			l := p.lease
-			epoch := l.epoch
+			l := p.Lease
+			epoch := l.Epoch
 			token := e.(LeaderAcquired).Token
 			call = func() {
 				p.acquiring.Store(epoch)
@@ -404,7 +402,7 @@ func (n *neli) deliver(p *part, events []Event, dl *delivery) {
 				// FencedProducer can commit.
 				p.hooks.run(token)
 				n.barrier(e)
-				l.acquiredDelivered(epoch)
+				l.AcquiredDelivered(epoch)
 				for _, s := range []chan struct{}{n.leaderSignal, p.signal} {
 					select {
 					case s <- struct{}{}:
@@ -425,9 +423,9 @@ func (n *neli) deliver(p *part, events []Event, dl *delivery) {
 // that ends the acquisition may come at any moment after.
 func (n *neli) acquisitionStands(role string) bool {
 	for _, p := range n.parts {
-		if p.name == role {
-			v := p.lease.load()
-			return n.State() == Live && !n.d.yielding() && v.leading && v.epoch == p.acquiring.Load() && n.d.now() < v.end
+		if p.Name == role {
+			v := p.Lease.Load()
+			return n.State() == Live && !n.d.yielding() && v.Leading && v.Epoch == p.acquiring.Load() && n.d.now() < v.End
 		}
 	}
 	return false

@@ -119,7 +119,7 @@ func parseClientID(clientID string) (name string, priority int, ok bool) {
 	if !ok {
 		return "", 0, false
 	}
-	if i := strings.LastIndex(rest, rolesSuffix); i >= 0 {
+	if i := strings.LastIndex(rest, RolesSuffix); i >= 0 {
 		rest = rest[:i]
 	}
 	priority, name = splitPriority(rest)

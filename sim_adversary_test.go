@@ -273,7 +273,7 @@ func (a *simAdversary) leader() *simMember {
 		if m.alive && m.leading {
 			return m
 		}
-		if m.alive && m.view().leading {
+		if m.alive && m.view().Leading {
 			last = m
 		}
 	}

@@ -74,7 +74,7 @@ func (c *simConsumer) serveAt(local time.Duration, serve func()) {
 func (c *simConsumer) take() {
 	c.assignedP0, c.lost = true, false
 	c.stored = -1
-	c.fetch = c.w.topic.fetch(c.m, c.m.fetchLink, releaseLookback)
+	c.fetch = c.w.topic.fetch(c.m, c.m.fetchLink, ReleaseLookback)
 }
 
 // giveBack is the application's unassign of partition 0: the fetcher stops, and the stored offset

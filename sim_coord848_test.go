@@ -59,14 +59,14 @@ func (c *simCG) member(id int) *simCGMember {
 
 // describe is ConsumerGroupDescribe: every member with its assigned partitions, whatever the
 // group's epoch (Apache Kafka describes a consumer group's assignments in every state).
-func (c *simCG) describe() groupDesc {
-	d := groupDesc{group: c.w.prof.group}
+func (c *simCG) describe() GroupDesc {
+	d := GroupDesc{Group: c.w.prof.group}
 	for _, m := range c.members {
-		gm := groupMember{clientID: m.inst.name, memberID: fmt.Sprintf("m%d", m.id)}
+		gm := GroupMember_{ClientID: m.inst.name, MemberID: fmt.Sprintf("m%d", m.id)}
 		if m.assigned {
-			gm.parts = []topicPart{{topic: c.w.prof.topic, partition: 0}}
+			gm.Parts = []TopicPart{{Topic: c.w.prof.topic, Partition: 0}}
 		}
-		d.members = append(d.members, gm)
+		d.Members = append(d.Members, gm)
 	}
 	return d
 }

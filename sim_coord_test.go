@@ -10,7 +10,7 @@ import (
 type simCoordinator interface {
 	serve(r *simReq)
 	// describe is the group's description made now, as the group check reads it (groupDesc).
-	describe() groupDesc
+	describe() GroupDesc
 }
 
 // simClassic is the group coordinator of the classic protocol, written from Apache Kafka's
@@ -120,14 +120,14 @@ func (c *simClassic) allJoined() bool {
 	return true
 }
 
-func (c *simClassic) describe() groupDesc {
-	d := groupDesc{group: c.w.prof.group}
+func (c *simClassic) describe() GroupDesc {
+	d := GroupDesc{Group: c.w.prof.group}
 	for _, m := range c.members {
-		gm := groupMember{clientID: m.inst.name, memberID: fmt.Sprintf("m%d", m.id)}
+		gm := GroupMember_{ClientID: m.inst.name, MemberID: fmt.Sprintf("m%d", m.id)}
 		if c.owner == m.id && (c.state == groupStable || c.describeAll) {
-			gm.parts = []topicPart{{topic: c.w.prof.topic, partition: 0}}
+			gm.Parts = []TopicPart{{Topic: c.w.prof.topic, Partition: 0}}
 		}
-		d.members = append(d.members, gm)
+		d.Members = append(d.Members, gm)
 	}
 	return d
 }

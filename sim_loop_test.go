@@ -41,7 +41,7 @@ func (m *simMember) loop() {
 
 // pollFor is driver.pollFor, with the driver's idle poll of MinPollInterval.
 func (m *simMember) pollFor() time.Duration {
-	if m.mach.busyLoop() {
+	if m.mach.BusyLoop() {
 		return m.prof.pollDuration
 	}
 	return m.prof.minPoll
@@ -49,13 +49,13 @@ func (m *simMember) pollFor() time.Duration {
 
 // idle reports whether a cycle would do nothing but poll (see cycle).
 func (m *simMember) idle() bool {
-	return !m.mach.busyLoop() && !m.mach.yield.unsubscribed && m.commitAns == nil && m.checkAns == nil &&
-		!m.mach.explicit.busy && !m.mach.check.busy && len(m.mach.commitAsks) == 0 && !m.part.wantCheck
+	return !m.mach.BusyLoop() && !m.mach.Yield.Unsubscribed && m.commitAns == nil && m.checkAns == nil &&
+		!m.mach.explicit.busy && !m.mach.Check.busy && len(m.mach.commitAsks) == 0 && !m.part.wantCheck
 }
 
 // cycle is driver.cycle: a yield applied, a poll, then the rest (finish).
 func (m *simMember) cycle(wait time.Duration) {
-	w, then := m.mach.applyYield()
+	w, then := m.mach.ApplyYield()
 	m.wait(w, then, func() { m.poll(wait) })
 }
 
@@ -117,7 +117,7 @@ func (m *simMember) push(e simAppEvent) {
 // drain handles the polled events, then finishes the cycle. A rebalance callback that waits
 // (blocked) goes on with drain when its wait is over.
 func (m *simMember) drain() {
-	for n := 0; n < maxEventsPerCycle && len(m.queue) > 0 && !m.blocked; n++ {
+	for n := 0; n < MaxEventsPerCycle && len(m.queue) > 0 && !m.blocked; n++ {
 		e := m.queue[0]
 		m.queue = m.queue[1:]
 		m.handle(e)
@@ -125,7 +125,7 @@ func (m *simMember) drain() {
 	if m.blocked {
 		return
 	}
-	m.mach.polled(len(m.queue) == 0)
+	m.mach.Polled(len(m.queue) == 0)
 	m.finish()
 }
 
@@ -137,19 +137,19 @@ func (m *simMember) finish() {
 	}
 	m.collectCommits()
 	m.collectGroupCheck()
-	m.mach.finishReleases()
-	m.mach.tick(m.mayProduce())
+	m.mach.FinishReleases()
+	m.mach.Tick(m.mayProduce())
 	m.sendBeats()
-	w, then := m.mach.checkHandOver(false)
+	w, then := m.mach.CheckHandOver(false)
 	m.wait(w, then, func() {
 		if !m.closing {
-			m.mach.startGroupCheck()
-			m.mach.startCommits()
+			m.mach.StartGroupCheck()
+			m.mach.StartCommits()
 		}
 		m.watchPending()
 		next := m.clock.trueAt(m.deadlineAt + m.prof.minPoll)
 		if m.mach.proving() {
-			next = min(next, m.clock.afterLocal(proofPoll))
+			next = min(next, m.clock.afterLocal(ProofPoll))
 		}
 		m.wakeLoop(next)
 	})

@@ -60,8 +60,8 @@ type simMember struct {
 	clock *simClock
 	rdk   simGroupClient
 	// mach is the instance's machine, and part its one role.
-	mach *machine
-	part *role
+	mach *Machine
+	part *Role_
 
 	coordConn, prodConn, checkConn *simConn
 	fetchLink                      *simLink
@@ -86,14 +86,14 @@ type simMember struct {
 	// The shell's state: the heartbeats the machine produced in this cycle, the round in flight
 	// (driver.mayProduce), the answers waiting for the next cycle, the alarm, the releases Close
 	// left, and librdkafka's view of partition 0.
-	beats        []*heartbeat
+	beats        []*Heartbeat
 	lastBeat     *simReq
 	lastBeatAt   time.Duration
 	commitAns    *simAnswer
 	checkAns     *simAnswer
 	checkTenures map[int32]uint64
 	alarmTok     int
-	finals       []release
+	finals       []Release
 	groupP0      bool
 
 	// The dispatcher.
@@ -130,13 +130,13 @@ type simAnswer struct {
 	offset int64
 	tag    string
 	err    simErr
-	desc   groupDesc
+	desc   GroupDesc
 	failed bool
 }
 
 // simDelivery is one call of the barrier (dispatch.go's delivery).
 type simDelivery struct {
-	dl       *delivery
+	dl       *Delivery
 	acquired bool
 	epoch    uint64
 	what     string
@@ -196,17 +196,17 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 	m.lastPoll = m.clock.local(w.now)
 	m.deadlineAt = m.lastPoll - p.minPoll
 	base := m.clock.Now()
-	roles := newRoles(p.settings, p.timing, []string{""}, m.clock, base)
+	roles := NewRoles_(p.settings, p.timing, []string{""}, m.clock, base)
 	m.part = roles[0]
 	// Tenure ids come from the schedule's random source rather than crypto/rand.
-	m.part.lease.random = w.rng.Uint64
+	m.part.Lease.random = w.rng.Uint64
 	config := p.settings
-	config.name = name
+	config.Name = name
 	fx := simFx{m}
-	m.mach = newMachine(config, p.timing, roles, fx, m.clock, base)
-	m.mach.clientID = name
-	m.mach.useTiming(p.timing)
-	m.mach.newGate(fx.storeOffsets)
+	m.mach = NewMachine(config, p.timing, roles, fx, m.clock, base)
+	m.mach.ClientID = name
+	m.mach.UseTiming(p.timing)
+	m.mach.NewGate(fx.storeOffsets)
 	m.barrier = w.between(0, 2*time.Millisecond)
 	lat := func() *simLink {
 		return newSimLink(w, w.between(100*time.Microsecond, 2*time.Millisecond), w.between(0, time.Millisecond))
@@ -336,25 +336,25 @@ func (m *simMember) pause(d time.Duration) {
 		}
 	})
 	// librdkafka checks max.poll.interval.ms on a timer of its own.
-	m.at(m.clock.afterLocal(m.prof.timing.maxPoll+time.Millisecond), m.rdk.serve)
+	m.at(m.clock.afterLocal(m.prof.timing.MaxPoll+time.Millisecond), m.rdk.serve)
 }
 
 // isLeader is IsLeader: Live, not yielding, the lease announced and not run out.
 func (m *simMember) isLeader() bool {
-	if !m.alive || m.closing || m.mach.yielding() {
+	if !m.alive || m.closing || m.mach.Yielding() {
 		return false
 	}
-	l := m.part.lease
-	v := l.load()
-	return l.announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.end
+	l := m.part.Lease
+	v := l.Load()
+	return l.Announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.End
 }
 
 // view is what the lease publishes.
-func (m *simMember) view() *leaseView { return m.part.lease.load() }
+func (m *simMember) view() *LeaseView { return m.part.Lease.Load() }
 
 // leaseEnd is the true time at which the current lease runs out.
 func (m *simMember) leaseEnd() time.Duration {
-	return m.clock.trueAt(m.leaseBase + m.view().end)
+	return m.clock.trueAt(m.leaseBase + m.view().End)
 }
 
 // leaseEndNote renders the lease end in true time, for the timeline.

@@ -112,7 +112,7 @@ type simReq struct {
 	members   []simJoinedMember // JoinGroup, to the group leader
 	hasP0     bool              // SyncGroup and ConsumerGroupHeartbeat: the assignment includes partition 0
 	assigns   bool              // ConsumerGroupHeartbeat: the answer carries an assignment
-	desc      groupDesc         // DescribeGroups for the group check
+	desc      GroupDesc         // DescribeGroups for the group check
 	interval  time.Duration     // ConsumerGroupHeartbeat: the heartbeat interval
 	answered  bool
 	// acceptedAt is when the coordinator accepted an OffsetCommit (true time), for the timeline's

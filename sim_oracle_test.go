@@ -37,8 +37,8 @@ func (o *simOracle) check(w *simWorld) {
 	var leaders []*simMember
 	for _, m := range w.members {
 		if w.tracing() && m.alive {
-			if v := m.view(); v.leading && v.end != m.tracedEnd {
-				m.tracedEnd = v.end
+			if v := m.view(); v.Leading && v.End != m.tracedEnd {
+				m.tracedEnd = v.End
 				m.note("lease renewed to %s", m.leaseEndNote())
 			}
 		}
@@ -62,7 +62,7 @@ func (o *simOracle) check(w *simWorld) {
 	ea, eb := a.leaseEnd(), b.leaseEnd()
 	w.verdict = &simVerdict{kind: "overlap", at: w.now, who: []string{a.name, b.name}, overlap: min(ea, eb) - w.now,
 		detail: fmt.Sprintf("%s and %s both lead at %s: %s's lease runs to %s, %s's to %s (token %d and %d)",
-			a.name, b.name, fmtDur(w.now), a.name, fmtDur(ea), b.name, fmtDur(eb), a.view().token, b.view().token)}
+			a.name, b.name, fmtDur(w.now), a.name, fmtDur(ea), b.name, fmtDur(eb), a.view().Token, b.view().Token)}
 	// What the analysis of issue 38 needs: when each one's last automatic commit was accepted and
 	// when the driver processed its result, against the last rebalance's start.
 	for _, m := range leaders {
@@ -71,7 +71,7 @@ func (o *simOracle) check(w *simWorld) {
 	}
 	w.verdict.detail += fmt.Sprintf("; the last rebalance began at %s", fmtDur(w.rebalanceAt))
 	stale := a
-	if vb := b.view(); vb.token < a.view().token {
+	if vb := b.view(); vb.Token < a.view().Token {
 		stale = b
 	}
 	w.verdict.mechanism = mechanism(w, stale)

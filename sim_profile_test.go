@@ -11,7 +11,7 @@ import (
 type simProfile struct {
 	name    string
 	classic bool
-	timing  groupTiming
+	timing  GroupTiming
 
 	ht, renew, minPoll, pollDuration time.Duration
 	// session and hbInterval are what the coordinator applies: the client's under the classic
@@ -33,22 +33,22 @@ type simProfile struct {
 	// the schedule runs tail beyond the last.
 	faultWindow, tail time.Duration
 	// settings are what the machine needs of the profile's Config, its defaults applied.
-	settings settings
+	settings Settings
 	// group and topic name the group and its leader topic.
 	group, topic string
 }
 
 // kip848 is a configuration's group.protocol=consumer.
-var kip848 = timingOverrides{consumerProtocol: true}
+var kip848 = TimingOverrides{ConsumerProtocol: true}
 
 // simProfiles are the settings of issue 38: the default lease, and the short leases with which the
 // hole was measured, under both group protocols where they apply.
 func simProfiles() []simProfile {
 	return []simProfile{
-		newSimProfile("default", 5*time.Second, timingOverrides{}, 0, 0, 0),
-		newSimProfile("ht500ms", 500*time.Millisecond, timingOverrides{}, 0, 0, 0),
-		newSimProfile("ht1s-session2s", time.Second, timingOverrides{session: 2 * time.Second}, 0, 0, 0),
-		newSimProfile("ht1s-brokermin6s", time.Second, timingOverrides{}, 6*time.Second, 0, 0),
+		newSimProfile("default", 5*time.Second, TimingOverrides{}, 0, 0, 0),
+		newSimProfile("ht500ms", 500*time.Millisecond, TimingOverrides{}, 0, 0, 0),
+		newSimProfile("ht1s-session2s", time.Second, TimingOverrides{Session: 2 * time.Second}, 0, 0, 0),
+		newSimProfile("ht1s-brokermin6s", time.Second, TimingOverrides{}, 6*time.Second, 0, 0),
 		// KIP-848: the broker's session and heartbeat interval. At the default lease, Apache
 		// Kafka's defaults (group.consumer.session.timeout.ms 45 s, heartbeat 5 s); for the short
 		// leases, a broker set as the classic sessions above are.
@@ -76,30 +76,30 @@ func simProfileNamed(name string) (simProfile, bool) {
 // SetDefaults, deriveTiming): o is what the configuration sets of the timing, brokerMin the brokers'
 // group.min.session.timeout.ms (classic; 0 for Kafka's default, which New does not need to read at
 // sessions of 6 s and more), and session848 and interval848 the broker's KIP-848 timing.
-func newSimProfile(name string, ht time.Duration, o timingOverrides, brokerMin, session848, interval848 time.Duration) simProfile {
-	minPoll := defaultMinPollInterval(ht)
-	s := settings{name: "sim", topic: "sim.neli", lease: ht, renew: defaultRenewInterval(ht, minPoll), minPoll: minPoll,
-		handOverAfter: handOverBound(ht)}
-	t, err := deriveTiming(ht, minPoll, o)
+func newSimProfile(name string, ht time.Duration, o TimingOverrides, brokerMin, session848, interval848 time.Duration) simProfile {
+	minPoll := DefaultMinPollInterval_(ht)
+	s := Settings{Name: "sim", Topic: "sim.neli", Lease: ht, Renew: DefaultRenewInterval(ht, minPoll), MinPoll: minPoll,
+		HandOverAfter: HandOverBound(ht)}
+	t, err := DeriveTiming(ht, minPoll, o)
 	if err != nil {
 		panic(fmt.Sprintf("simulation profile %s: %v", name, err))
 	}
-	if t.classic && !t.userSession && brokerMin > t.session {
+	if t.Classic && !t.UserSession && brokerMin > t.Session {
 		// fitSession
-		t.session = brokerMin
-		t.maxPoll = max(t.maxPoll, brokerMin)
+		t.Session = brokerMin
+		t.MaxPoll = max(t.MaxPoll, brokerMin)
 	}
-	if !t.classic {
+	if !t.Classic {
 		// checkConsumerGroupSession
-		t.brokerSession, t.brokerInterval = session848, interval848
+		t.BrokerSession, t.BrokerInterval = session848, interval848
 	}
-	p := simProfile{name: name, classic: t.classic, timing: t, ht: ht, renew: s.renew, minPoll: s.minPoll,
-		pollDuration: defaultPollDuration, session: t.session, hbInterval: t.interval, maxPoll: t.maxPoll, commitInterval: t.commit,
-		handOverAfter: s.handOverAfter, window: t.commitWindow(s), settings: s, group: "sim", topic: s.topic}
-	if !t.classic {
+	p := simProfile{name: name, classic: t.Classic, timing: t, ht: ht, renew: s.Renew, minPoll: s.MinPoll,
+		pollDuration: DefaultPollDuration_, session: t.Session, hbInterval: t.Interval, maxPoll: t.MaxPoll, commitInterval: t.Commit,
+		handOverAfter: s.HandOverAfter, window: t.CommitWindow(s), settings: s, group: "sim", topic: s.Topic}
+	if !t.Classic {
 		p.session, p.hbInterval = session848, interval848
 	}
-	p.rateBound = int64(sessionMargin(ht)) * 1_000_000 / int64(sessionTimeout(ht))
+	p.rateBound = int64(SessionMargin(ht)) * 1_000_000 / int64(SessionTimeout_(ht))
 	join := time.Duration(0)
 	if p.classic {
 		join = time.Second

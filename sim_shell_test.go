@@ -15,17 +15,17 @@ func (m *simMember) handle(e simAppEvent) {
 	switch e.kind {
 	case appMessage:
 		r := e.rec
-		if r.hb.kind == kindHeartbeat && r.writer.name == m.name {
-			m.mach.readBack(m.part, r.hb, r.offset)
+		if r.hb.Kind == KindHeartbeat && r.writer.name == m.name {
+			m.mach.ReadBack(m.part, r.hb, r.offset)
 			return
 		}
-		m.mach.foreign(m.part, r.hb)
+		m.mach.Foreign(m.part, r.hb)
 	case appCommitted:
 		if e.err == errNone && e.offset >= 0 {
 			m.autoAccepted, m.autoQueued, m.autoProcessed = e.accepted, e.queued, m.w.now
 			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
 		}
-		m.renewal(false, 0, func() { m.mach.autoCommitted(m.answerOf(e.offset, e.tag, e.err)) })
+		m.renewal(false, 0, func() { m.mach.AutoCommitted(m.answerOf(e.offset, e.tag, e.err)) })
 	case appAssigned:
 		m.assigned(e)
 	case appRevoked:
@@ -41,18 +41,18 @@ func (m *simMember) assigned(e simAppEvent) {
 		m.groupP0 = true
 		partitions = []int32{0}
 	}
-	_, take := m.mach.assign(partitions, m.memberName(), true, false)
+	_, take := m.mach.Assign(partitions, m.memberName(), true, false)
 	if !take {
 		m.rdk.assigned(e.p0) // confluent-kafka-go applies it itself
 		return
 	}
-	m.mach.takeAt(nil)
+	m.mach.TakeAt(nil)
 	finish := func() {
 		m.rdk.assigned(e.p0)
-		m.mach.taken(nil)
+		m.mach.Taken(nil)
 		if e.p0 {
-			_, name := m.part.lease.tenure()
-			m.note("tenure %s begins (%s, vouched %v)", name, m.memberName(), m.mach.group.member.vouched)
+			_, name := m.part.Lease.Tenure()
+			m.note("tenure %s begins (%s, vouched %v)", name, m.memberName(), m.mach.Group.member.Vouched)
 		}
 	}
 	if stall := m.stallAssign; stall > 0 {
@@ -72,8 +72,8 @@ func (m *simMember) revoked(e simAppEvent) {
 		partitions = []int32{0}
 		m.groupP0 = false
 	}
-	active := m.part.lease.active()
-	w, _, give := m.mach.revoke(partitions, e.lost, true)
+	active := m.part.Lease.active()
+	w, _, give := m.mach.Revoke(partitions, e.lost, true)
 	if !give {
 		m.rdk.unassigned()
 		return
@@ -94,7 +94,7 @@ func (m *simMember) memberName() string {
 // wait makes the waits w leaves (driver.waitReleases), calls then (what the machine left to follow
 // them) and goes on with next. The loop is blocked meanwhile: inside a rebalance callback the
 // consumer's poll does not return, and a yield's waits hold the cycle.
-func (m *simMember) wait(w *releaseWait, then func(), next func()) {
+func (m *simMember) wait(w *ReleaseWait, then func(), next func()) {
 	done := func() {
 		if then != nil {
 			then()
@@ -106,24 +106,24 @@ func (m *simMember) wait(w *releaseWait, then func(), next func()) {
 		return
 	}
 	barrier := func() {
-		m.block(w.limit, func() bool {
-			for _, r := range w.pending {
-				if !r.done.delivered() {
+		m.block(w.Limit, func() bool {
+			for _, r := range w.Pending {
+				if !r.Done.delivered() {
 					return false
 				}
 			}
 			return true
 		}, done)
 	}
-	if !w.markers {
+	if !w.Markers {
 		barrier()
 		return
 	}
 	// The releasing markers, each written and waited for (driver.writeMarkers), within half a
 	// lease (driver.releaseFlush).
 	var qs []*simReq
-	for _, r := range w.pending {
-		qs = append(qs, m.produceRecord(r.marker))
+	for _, r := range w.Pending {
+		qs = append(qs, m.produceRecord(r.Marker))
 	}
 	written := func() bool {
 		for _, q := range qs {
@@ -173,31 +173,31 @@ func (m *simMember) block(limit time.Duration, ready func() bool, then func()) {
 // renewal runs call, a machine call that may renew the lease, and notes for the oracle whether it
 // did by an explicit commit (offset, if explicit, is the commit's).
 func (m *simMember) renewal(explicit bool, offset int64, call func()) {
-	before := m.view().end
+	before := m.view().End
 	call()
-	if v := m.view(); v.leading && v.end != before {
+	if v := m.view(); v.Leading && v.End != before {
 		m.renewedExplicitly = explicit
 		m.renewedRestarted = explicit && offset == m.restartedAsk
 	}
 }
 
 // answerOf is a commit's answer for partition 0, as driver.commitAnswerOf translates librdkafka's.
-func (m *simMember) answerOf(offset int64, tag string, err simErr) commitAnswer {
-	c := committed{offsetRef: offsetRef{partition: 0, offset: offset, tag: tag}}
+func (m *simMember) answerOf(offset int64, tag string, err simErr) CommitAnswer {
+	c := Committed{OffsetRef: OffsetRef{Partition: 0, Offset: offset, Tag: tag}}
 	switch err {
 	case errNone:
 	case errUnknownMemberID, errFencedMemberEpoch:
-		c.err, c.outcome = err, commitGone
+		c.Err, c.Outcome = err, CommitGone
 	case errIllegalGeneration:
-		c.err, c.outcome = err, commitGeneration
+		c.Err, c.Outcome = err, CommitGeneration
 	default:
-		c.err, c.outcome = err, commitNotAccepted
+		c.Err, c.Outcome = err, CommitNotAccepted
 	}
 	if err == errIllegalGeneration {
 		// librdkafka reports a refused commit as the whole request's error as well.
-		return commitAnswer{offsets: []committed{c}, err: err, outcome: commitGeneration}
+		return CommitAnswer{Offsets: []Committed{c}, Err: err, Outcome: CommitGeneration}
 	}
-	return commitAnswer{offsets: []committed{c}}
+	return CommitAnswer{Offsets: []Committed{c}}
 }
 
 // explicitAnswered is the committer goroutine's answer, for the next cycle.
@@ -212,7 +212,7 @@ func (m *simMember) collectCommits() {
 		return
 	}
 	m.commitAns = nil
-	m.renewal(true, a.offset, func() { m.mach.explicitAnswered(m.answerOf(a.offset, a.tag, a.err)) })
+	m.renewal(true, a.offset, func() { m.mach.ExplicitAnswered(m.answerOf(a.offset, a.tag, a.err)) })
 }
 
 func (m *simMember) checkAnswered(q *simReq) {
@@ -230,7 +230,7 @@ func (m *simMember) collectGroupCheck() {
 	if a.failed {
 		err = errSimCheck
 	}
-	m.mach.checked(m.checkTenures, a.desc, err, false, nil)
+	m.mach.Checked(m.checkTenures, a.desc, err, false, nil)
 }
 
 // errSimCheck is a group check that failed.
@@ -252,12 +252,12 @@ func (m *simMember) mayProduce() bool {
 func (m *simMember) sendBeats() {
 	for _, h := range m.beats {
 		m.lastBeat, m.lastBeatAt = m.produceRecord(*h), m.dnow()
-		m.part.lease.sent()
+		m.part.Lease.Sent()
 	}
 	m.beats = m.beats[:0]
 }
 
-func (m *simMember) produceRecord(h heartbeat) *simReq {
+func (m *simMember) produceRecord(h Heartbeat) *simReq {
 	q := &simReq{kind: reqProduce, from: m, rec: &simRecord{writer: m, hb: h}}
 	m.prodConn.send(q)
 	return q
@@ -278,7 +278,7 @@ func (m *simMember) fetched(f *simFetch, r simRecord) {
 
 // watchPending aims the alarm if the machine's deadline may have changed.
 func (m *simMember) watchPending() {
-	if m.mach.watchPending() {
+	if m.mach.WatchPending() {
 		m.aim()
 	}
 }
@@ -286,7 +286,7 @@ func (m *simMember) watchPending() {
 // aim sets the alarm at the machine's deadline: the earliest lease end, or the commit gate's next
 // withdrawal. It rings whatever the loop does (the driver's alarm takes only the machine's lock).
 func (m *simMember) aim() {
-	at, ok := m.mach.deadline()
+	at, ok := m.mach.Deadline()
 	if !ok {
 		return
 	}
@@ -296,7 +296,7 @@ func (m *simMember) aim() {
 		if tok != m.alarmTok || m.closing {
 			return
 		}
-		m.mach.alarm()
+		m.mach.Alarm()
 		m.aim()
 	})
 }
@@ -318,11 +318,11 @@ func (m *simMember) dispatch() {
 	}
 	m.at(m.clock.afterLocal(took), func() {
 		if d.acquired {
-			m.part.lease.acquiredDelivered(d.epoch)
+			m.part.Lease.AcquiredDelivered(d.epoch)
 			m.note("barrier returned from LeaderAcquired: leads until %s", m.leaseEndNote())
 		}
 		if d.dl != nil {
-			d.dl.finish()
+			d.dl.Finish()
 		}
 		m.dispBusy = false
 		m.dispatch()
@@ -340,28 +340,28 @@ func (m *simMember) close() {
 	}
 	m.note("Close")
 	m.closing = true
-	m.finals = m.mach.endAll()
+	m.finals = m.mach.EndAll()
 	m.blocked = true
-	deadline := m.clock.afterLocal(m.prof.timing.maxPoll)
+	deadline := m.clock.afterLocal(m.prof.timing.MaxPoll)
 	var poll func()
 	poll = func() {
 		for _, r := range m.finals {
-			if !r.done.delivered() && m.w.now < deadline {
+			if !r.Done.delivered() && m.w.now < deadline {
 				m.at(min(deadline, m.w.now+time.Millisecond), poll)
 				return
 			}
 		}
 		m.blocked = false
-		var busy []release
+		var busy []Release
 		for _, r := range m.finals {
 			switch {
-			case r.done.delivered():
-				r.marker.kind = kindReleased
-				m.produceRecord(r.marker)
+			case r.Done.delivered():
+				r.Marker.Kind = KindReleased
+				m.produceRecord(r.Marker)
 			default:
 				busy = append(busy, r)
-				if r.fresh {
-					m.produceRecord(r.marker)
+				if r.Fresh {
+					m.produceRecord(r.Marker)
 				}
 			}
 		}
@@ -376,9 +376,9 @@ func (m *simMember) afterClosingCycle() {
 	// The released markers of barriers that return after Close (closer.go writes them as they do).
 	kept := m.finals[:0]
 	for _, r := range m.finals {
-		if r.done.delivered() {
-			r.marker.kind = kindReleased
-			m.produceRecord(r.marker)
+		if r.Done.delivered() {
+			r.Marker.Kind = KindReleased
+			m.produceRecord(r.Marker)
 			continue
 		}
 		kept = append(kept, r)
@@ -397,40 +397,40 @@ func (m *simMember) afterClosingCycle() {
 // simFx carries the machine's effects out on a member's models.
 type simFx struct{ m *simMember }
 
-func (f simFx) storeOffsets(offsets []offsetRef) ([]offsetRef, error) {
+func (f simFx) storeOffsets(offsets []OffsetRef) ([]OffsetRef, error) {
 	m := f.m
-	var stored []offsetRef
+	var stored []OffsetRef
 	for _, o := range offsets {
-		if o.partition != 0 {
+		if o.Partition != 0 {
 			continue
 		}
-		if o.offset < 0 {
+		if o.Offset < 0 {
 			m.rdk.withdraw()
 			continue
 		}
-		if m.rdk.store(o.offset, o.tag) {
+		if m.rdk.store(o.Offset, o.Tag) {
 			stored = append(stored, o)
 			m.storedCount++
-			m.note("stores offset %d", o.offset)
+			m.note("stores offset %d", o.Offset)
 			m.w.adv.offsetStored(m)
 		}
 	}
 	return stored, nil
 }
 
-func (f simFx) produce(p *role, h *heartbeat) {
+func (f simFx) produce(p *Role_, h *Heartbeat) {
 	f.m.beats = append(f.m.beats, h)
 }
 
-func (f simFx) writeMarker(p *role, h *heartbeat) {
+func (f simFx) writeMarker(p *Role_, h *Heartbeat) {
 	f.m.produceRecord(*h)
 }
 
-func (f simFx) commit(offsets []offsetRef) {
+func (f simFx) commit(offsets []OffsetRef) {
 	m := f.m
 	for _, o := range offsets {
-		if o.partition == 0 {
-			m.rdk.commit(o.offset, o.tag)
+		if o.Partition == 0 {
+			m.rdk.commit(o.Offset, o.Tag)
 		}
 	}
 }
@@ -441,23 +441,23 @@ func (f simFx) describe(tenures map[int32]uint64) error {
 	return nil
 }
 
-func (f simFx) deliver(p *role, events []tenureEvent, dl *delivery) {
+func (f simFx) deliver(p *Role_, events []TenureEvent, dl *Delivery) {
 	m := f.m
 	for i, e := range events {
 		d := &simDelivery{what: fmt.Sprint(e)}
 		if i == len(events)-1 {
 			d.dl = dl
 		}
-		if _, ok := e.(acquired); ok {
-			d.acquired, d.epoch = true, p.lease.newestEpoch()
+		if _, ok := e.(Acquired); ok {
+			d.acquired, d.epoch = true, p.Lease.newestEpoch()
 		}
 		if m.w.tracing() {
 			switch e := e.(type) {
-			case acquired:
+			case Acquired:
 				m.note("LeaderAcquired (lease to %s)", m.leaseEndNote())
-			case fenced:
-				m.note("LeaderFenced: %s", e.reason)
-			case revoked:
+			case Fenced:
+				m.note("LeaderFenced: %s", e.Reason)
+			case Revoked:
 				m.note("LeaderRevoked")
 			}
 		}
@@ -469,7 +469,7 @@ func (f simFx) deliver(p *role, events []tenureEvent, dl *delivery) {
 	m.w.oracle.check(m.w)
 }
 
-func (f simFx) note(_ logLevel, _, format string, args ...any) {
+func (f simFx) note(_ LogLevel, _, format string, args ...any) {
 	m := f.m
 	if m.w.tracing() {
 		m.w.note(m.name, "%s", strings.TrimPrefix(fmt.Sprintf(format, args...), "goneli "+m.name+": "))

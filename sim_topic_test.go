@@ -19,7 +19,7 @@ type simTopic struct {
 // (the record's key, Config.Name).
 type simRecord struct {
 	writer *simMember
-	hb     heartbeat
+	hb     Heartbeat
 	offset int64
 	at     time.Duration
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 )
 
-
 // tailsWait is the longest the rebalance callback waits for the ends of the partitions it takes:
 // half a lease, 2.5 s by default, which covers a broker that answers a second late and the
 // metadata request that may precede the ListOffsets on goneli's connection (a quarter of the lease

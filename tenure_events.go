@@ -6,30 +6,30 @@ import "time"
 // as the public events (LeaderAcquired, LeaderFenced, LeaderRevoked; neli.deliver).
 
 // tenureEvent is one of acquired, fenced and revoked.
-type tenureEvent interface {
+type TenureEvent interface {
 	tenureEvent()
 }
 
 // acquired says that the tenure leads from now on (LeaderAcquired).
-type acquired struct {
-	role, tenure string
-	token        int64
-	since        time.Time
+type Acquired struct {
+	Role_, Tenure string
+	Token         int64
+	Since         time.Time
 }
 
 // fenced says that the tenure stopped leading and still holds the partition (LeaderFenced).
-type fenced struct {
-	role, tenure, reason string
-	token                int64
-	leaseAge             time.Duration
+type Fenced struct {
+	Role_, Tenure, Reason string
+	Token                 int64
+	LeaseAge              time.Duration
 }
 
 // revoked says that the tenure is over (LeaderRevoked).
-type revoked struct {
-	role, tenure string
-	token        int64
+type Revoked struct {
+	Role_, Tenure string
+	Token         int64
 }
 
-func (acquired) tenureEvent() {}
-func (fenced) tenureEvent()   {}
-func (revoked) tenureEvent()  {}
+func (Acquired) tenureEvent() {}
+func (Fenced) tenureEvent()   {}
+func (Revoked) tenureEvent()  {}

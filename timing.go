@@ -12,108 +12,108 @@ import (
 // stop coming back fences itself HeartbeatTimeout after the last good one, while the coordinator
 // cannot expel it sooner than one session timeout after the group heartbeat that preceded that
 // heartbeat's commit, which is at most one heartbeat interval earlier.
-type groupTiming struct {
-	session      time.Duration // session.timeout.ms
-	interval     time.Duration // heartbeat.interval.ms
-	maxPoll      time.Duration // max.poll.interval.ms, also the classic protocol's rebalance timeout
-	commit       time.Duration // auto.commit.interval.ms
-	classic      bool          // false under group.protocol=consumer (KIP-848)
-	userSession  bool
+type GroupTiming struct {
+	Session      time.Duration // session.timeout.ms
+	Interval     time.Duration // heartbeat.interval.ms
+	MaxPoll      time.Duration // max.poll.interval.ms, also the classic protocol's rebalance timeout
+	Commit       time.Duration // auto.commit.interval.ms
+	Classic      bool          // false under group.protocol=consumer (KIP-848)
+	UserSession  bool
 	userInterval bool
 
 	// brokerSession and brokerInterval are the broker's KIP-848 session timeout and group
 	// heartbeat interval for the group, as New read them (session848.go); zero if not read.
-	brokerSession, brokerInterval time.Duration
+	BrokerSession, BrokerInterval time.Duration
 }
 
 // timingOverrides are the settings of the group timing that a configuration may make (under the
 // classic protocol): session.timeout.ms, heartbeat.interval.ms and max.poll.interval.ms, zero where
 // not set; consumerProtocol is group.protocol=consumer (KIP-848).
-type timingOverrides struct {
-	consumerProtocol           bool
-	session, interval, maxPoll time.Duration
+type TimingOverrides struct {
+	ConsumerProtocol           bool
+	Session, Interval, MaxPoll time.Duration
 }
 
 // timingError is a setting deriveTiming refuses: key and its value, and why.
 type timingError struct {
-	key    string
-	value  time.Duration
-	reason string
+	Key    string
+	Value  time.Duration
+	Reason string
 }
 
 func (e *timingError) Error() string {
-	return fmt.Sprintf("%s=%d: %s", e.key, e.value.Milliseconds(), e.reason)
+	return fmt.Sprintf("%s=%d: %s", e.Key, e.Value.Milliseconds(), e.Reason)
 }
 
 // deriveTiming is the group timing for a lease of ht, a MinPollInterval of minPoll and what the
 // configuration sets (o): the session and the group heartbeat interval derived from the lease
 // unless set (SessionTimeout, groupHeartbeatInterval), the auto-commit interval from the poll
 // (autoCommitInterval), and the rebalance timeout.
-func deriveTiming(ht, minPoll time.Duration, o timingOverrides) (groupTiming, *timingError) {
-	t := groupTiming{classic: !o.consumerProtocol}
-	t.interval = groupHeartbeatInterval(ht)
-	t.session = sessionTimeout(ht)
+func DeriveTiming(ht, minPoll time.Duration, o TimingOverrides) (GroupTiming, *timingError) {
+	t := GroupTiming{Classic: !o.ConsumerProtocol}
+	t.Interval = groupHeartbeatInterval(ht)
+	t.Session = SessionTimeout_(ht)
 	// About a quarter poll: a new tenure's first proof waits for a tick (13 ms on average at the
 	// defaults), and a stored offset is withdrawn a millisecond before the next tick could send it
 	// again (commitgate.go), which misses a tick in about one store in twenty.
-	t.commit = autoCommitInterval(minPoll)
-	if t.classic {
-		if o.interval > 0 {
-			t.interval, t.userInterval = o.interval, true
+	t.Commit = AutoCommitInterval(minPoll)
+	if t.Classic {
+		if o.Interval > 0 {
+			t.Interval, t.userInterval = o.Interval, true
 		}
-		if o.session > 0 {
-			t.session, t.userSession = o.session, true
+		if o.Session > 0 {
+			t.Session, t.UserSession = o.Session, true
 		}
-		if floor := ht + 2*t.interval; t.session < floor {
-			key, value := "session.timeout.ms", t.session
-			if t.userInterval && !t.userSession {
-				key, value = "heartbeat.interval.ms", t.interval
+		if floor := ht + 2*t.Interval; t.Session < floor {
+			key, value := "session.timeout.ms", t.Session
+			if t.userInterval && !t.UserSession {
+				key, value = "heartbeat.interval.ms", t.Interval
 			}
-			return t, &timingError{key: key, value: value,
-				reason: fmt.Sprintf("unsafe with HeartbeatTimeout=%v: session.timeout.ms (%d) must be at least "+
+			return t, &timingError{Key: key, Value: value,
+				Reason: fmt.Sprintf("unsafe with HeartbeatTimeout=%v: session.timeout.ms (%d) must be at least "+
 					"HeartbeatTimeout + 2 x heartbeat.interval.ms (%d), so that a leader cut off from Kafka "+
 					"fences itself before the coordinator can expel it",
-					ht, t.session.Milliseconds(), floor.Milliseconds())}
+					ht, t.Session.Milliseconds(), floor.Milliseconds())}
 		}
 	}
 	// The rebalance timeout bounds how long a revoked leader's barrier may hold its successor back
 	// and how long Close waits; it is kept at twice the lease, whatever the session, so that a
 	// barrier gets as long as it did when the session was derived as twice the lease. It must be at
 	// least the session timeout (the package doc's fourth assumption).
-	floor := t.session
-	if !t.classic {
+	floor := t.Session
+	if !t.Classic {
 		floor = 2 * ht
 	}
-	t.maxPoll = max(floor, 2*ht)
-	if o.maxPoll > 0 {
-		if o.maxPoll < floor {
-			return t, &timingError{key: "max.poll.interval.ms", value: o.maxPoll,
-				reason: fmt.Sprintf("must be at least %d (the session timeout): it is also the rebalance timeout, "+
+	t.MaxPoll = max(floor, 2*ht)
+	if o.MaxPoll > 0 {
+		if o.MaxPoll < floor {
+			return t, &timingError{Key: "max.poll.interval.ms", Value: o.MaxPoll,
+				Reason: fmt.Sprintf("must be at least %d (the session timeout): it is also the rebalance timeout, "+
 					"after which a leader that has not released partition 0 is expelled", floor.Milliseconds())}
 		}
-		t.maxPoll = o.maxPoll
+		t.MaxPoll = o.MaxPoll
 	}
 	return t, nil
 }
 
 // sessionTimeout is SessionTimeout.
-func sessionTimeout(ht time.Duration) time.Duration {
-	return max(ht+2*groupHeartbeatInterval(ht)+sessionMargin(ht), time.Second)
+func SessionTimeout_(ht time.Duration) time.Duration {
+	return max(ht+2*groupHeartbeatInterval(ht)+SessionMargin(ht), time.Second)
 }
 
 // groupHeartbeatInterval is the heartbeat.interval.ms goneli derives for a lease.
 func groupHeartbeatInterval(ht time.Duration) time.Duration {
-	return clampDuration(ht/10, 100*time.Millisecond, 3*time.Second)
+	return ClampDuration(ht/10, 100*time.Millisecond, 3*time.Second)
 }
 
 // sessionMargin is what a derived session keeps beyond the lease and two group heartbeat
 // intervals: a twentieth of the lease, 4 to 5% of the session, against clocks whose rates differ by a few hundred
 // parts per million at worst when disciplined by NTP, which slews by at most 500.
-func sessionMargin(ht time.Duration) time.Duration {
+func SessionMargin(ht time.Duration) time.Duration {
 	return max(ht/20, 50*time.Millisecond)
 }
 
-func clampDuration(d, lo, hi time.Duration) time.Duration {
+func ClampDuration(d, lo, hi time.Duration) time.Duration {
 	return max(lo, min(d, hi))
 }
 
@@ -125,8 +125,8 @@ func clampDuration(d, lo, hi time.Duration) time.Duration {
 // cycle, presumed unsent and stored anew at the same phase for as long as the two clocks hold it
 // (the simulation found a new tenure that never led so). With the poll interval not a multiple of
 // the tick, each cycle falls at another phase of the timer.
-func autoCommitInterval(poll time.Duration) time.Duration {
-	tick := clampDuration((poll / 4).Truncate(time.Millisecond), 10*time.Millisecond, time.Second)
+func AutoCommitInterval(poll time.Duration) time.Duration {
+	tick := ClampDuration((poll / 4).Truncate(time.Millisecond), 10*time.Millisecond, time.Second)
 	if poll%tick == 0 {
 		tick += time.Millisecond
 	}
@@ -134,42 +134,42 @@ func autoCommitInterval(poll time.Duration) time.Duration {
 }
 
 // defaultRenewInterval is the RenewInterval that SetDefaults derives.
-func defaultRenewInterval(lease, poll time.Duration) time.Duration {
-	return max(poll, lease/renewalsPerLease)
+func DefaultRenewInterval(lease, poll time.Duration) time.Duration {
+	return max(poll, lease/RenewalsPerLease_)
 }
 
 // The loop's bounds (neli.go, driver.go), which the simulation's loop keeps too.
 const (
 	// maxEventsPerCycle bounds the work one Pulse does when a backlog has built up in the
 	// consumer.
-	maxEventsPerCycle = 1000
+	MaxEventsPerCycle = 1000
 	// proofPoll is the poll interval of an instance with a tenure that proves its first lease. The
 	// proof is a chain of round trips (the heartbeat produced, fetched back, its offset committed,
 	// the group described), each of which would otherwise wait for the next MinPollInterval to be
 	// seen.
-	proofPoll = 2 * time.Millisecond
+	ProofPoll = 2 * time.Millisecond
 )
 
 // The defaults of the Config's intervals (config.go names them for the API).
 const (
 	// defaultPollDuration is Config.PollDuration's default.
-	defaultPollDuration = time.Millisecond
+	DefaultPollDuration_ = time.Millisecond
 	// minPollCap is the longest default MinPollInterval, at leases of 2 s and more.
-	minPollCap = 100 * time.Millisecond
+	MinPollCap_ = 100 * time.Millisecond
 	// renewalsPerLease sets the default RenewInterval: the lease divided by it.
-	renewalsPerLease = 10
+	RenewalsPerLease_ = 10
 )
 
 // defaultMinPollInterval is the MinPollInterval that SetDefaults derives for a lease of ht.
-func defaultMinPollInterval(ht time.Duration) time.Duration {
-	return min(minPollCap, max(ht/20, time.Millisecond))
+func DefaultMinPollInterval_(ht time.Duration) time.Duration {
+	return min(MinPollCap_, max(ht/20, time.Millisecond))
 }
 
 // closeBound is how long Close may take with this timing and a lease of ht: the rebalance timeout,
 // for which a revocation may wait for the barrier or a close may wait for a rebalance under way,
 // plus one lease for leaving the group and closing the clients.
-func (t groupTiming) closeBound(ht time.Duration) time.Duration {
-	return t.maxPoll + ht
+func (t GroupTiming) CloseBound(ht time.Duration) time.Duration {
+	return t.MaxPoll + ht
 }
 
 // expelBound is how long after a rebalance began that it did not rejoin the coordinator may still
@@ -181,21 +181,21 @@ func (t groupTiming) closeBound(ht time.Duration) time.Duration {
 // are accepted is removed only when the join phase it did not rejoin ends, the rebalance timeout
 // after it began. Under KIP-848 commits renew no session (only ConsumerGroupHeartbeat does), so the
 // session counts as well, the broker's once New has read it.
-func (t groupTiming) expelBound() time.Duration {
+func (t GroupTiming) expelBound() time.Duration {
 	switch {
-	case t.classic:
-		return t.maxPoll
-	case t.brokerSession > 0:
-		return min(t.brokerSession, t.maxPoll)
+	case t.Classic:
+		return t.MaxPoll
+	case t.BrokerSession > 0:
+		return min(t.BrokerSession, t.MaxPoll)
 	}
-	return t.maxPoll
+	return t.MaxPoll
 }
 
 // commitWindow is the lease's window for explicit commits (commitWindow in lease.go) under this
 // timing: what the coordinator's bound on keeping a member that did not rejoin a rebalance
 // (expelBound) leaves beyond a lease of ht and two group heartbeat intervals.
-func (t groupTiming) commitWindow(s settings) time.Duration {
-	return commitWindow(t.expelBound(), s.lease, t.heartbeat(), t.answerBound(s), s.renew)
+func (t GroupTiming) CommitWindow(s Settings) time.Duration {
+	return commitWindow(t.expelBound(), s.Lease, t.Heartbeat(), t.AnswerBound(s), s.Renew)
 }
 
 // answerBound is how long after an offset was stored for commit the leader may see the commit's
@@ -203,23 +203,23 @@ func (t groupTiming) commitWindow(s settings) time.Duration {
 // (lease.heldAnswers): an auto-commit interval until the commit goes out, a poll interval until the
 // answer is seen, and a group heartbeat interval for the round trip, which the package doc assumes
 // the group heartbeats' answers take at most.
-func (t groupTiming) answerBound(s settings) time.Duration {
-	return t.commit + s.minPoll + t.heartbeat()
+func (t GroupTiming) AnswerBound(s Settings) time.Duration {
+	return t.Commit + s.MinPoll + t.Heartbeat()
 }
 
 // heartbeat is the group heartbeat interval in force: the broker's under KIP-848 once New has read
 // it, else heartbeat.interval.ms.
-func (t groupTiming) heartbeat() time.Duration {
-	if !t.classic && t.brokerInterval > 0 {
-		return t.brokerInterval
+func (t GroupTiming) Heartbeat() time.Duration {
+	if !t.Classic && t.BrokerInterval > 0 {
+		return t.BrokerInterval
 	}
-	return t.interval
+	return t.Interval
 }
 
 // describe renders the group timing for New's log line.
-func (t groupTiming) describe() string {
-	if t.classic {
-		return fmt.Sprintf("session %v, group heartbeat %v", t.session, t.interval)
+func (t GroupTiming) Describe() string {
+	if t.Classic {
+		return fmt.Sprintf("session %v, group heartbeat %v", t.Session, t.Interval)
 	}
 	what := func(d time.Duration) string {
 		if d == 0 {
@@ -227,5 +227,5 @@ func (t groupTiming) describe() string {
 		}
 		return d.String()
 	}
-	return fmt.Sprintf("KIP-848, the broker's session %s, group heartbeat %s", what(t.brokerSession), what(t.brokerInterval))
+	return fmt.Sprintf("KIP-848, the broker's session %s, group heartbeat %s", what(t.BrokerSession), what(t.BrokerInterval))
 }

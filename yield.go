@@ -6,12 +6,12 @@ import "time"
 
 // yielding reports whether a Yield keeps this instance from leading now. Safe without mu.
 func (d *driver) yielding() bool {
-	return d.m.yielding()
+	return d.m.Yielding()
 }
 
 // extendYield keeps the instance out of the group for at least dur from now. Safe without mu.
 func (d *driver) extendYield(dur time.Duration) {
-	d.m.extendYield(dur)
+	d.m.ExtendYield(dur)
 }
 
 // requestYield keeps the instance out of the group for d from now (Curator.Yield). inCall says
@@ -20,7 +20,7 @@ func (d *driver) requestYield(dur time.Duration, inCall bool) {
 	// However briefly it lasts, a yield leaves the group once: the time may be up before the next
 	// cycle, and a yield that then did nothing would hand nothing over. IsLeader is false from
 	// here on.
-	d.m.requestYield(dur)
+	d.m.RequestYield(dur)
 	// The group is left now if nothing else holds the consumer, else by the next cycle. From the
 	// barrier it is always the next cycle: leaving waits for the barrier to see LeaderRevoked,
 	// and the barrier would be waiting for itself.
@@ -38,17 +38,17 @@ func (d *driver) requestYield(dur time.Duration, inCall bool) {
 // no tenure: the next cycle tries again, and the machine contends again if the yield ends first.
 // Called with mu held.
 func (d *driver) applyYield() {
-	var w *releaseWait
+	var w *ReleaseWait
 	var then func()
-	d.machine(func(m *machine) { w, then = m.applyYield() })
+	d.machine(func(m *Machine) { w, then = m.ApplyYield() })
 	d.finishYield(w, then)
 }
 
 // finishYield makes the waits a yield leaves, then what follows them.
-func (d *driver) finishYield(w *releaseWait, then func()) {
+func (d *driver) finishYield(w *ReleaseWait, then func()) {
 	d.waitReleases(w)
 	if then != nil {
-		d.machine(func(*machine) { then() })
+		d.machine(func(*Machine) { then() })
 	}
 }
 
@@ -58,8 +58,8 @@ func (d *driver) checkHandOver() {
 		return
 	}
 	delivering := d.delivering()
-	var w *releaseWait
+	var w *ReleaseWait
 	var then func()
-	d.machine(func(m *machine) { w, then = m.checkHandOver(delivering) })
+	d.machine(func(m *Machine) { w, then = m.CheckHandOver(delivering) })
 	d.finishYield(w, then)
 }
