@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -145,7 +147,7 @@ func (d *driver) leave(deadline time.Duration) error {
 		d.awaitLeft(deadline)
 	}
 	commits := d.commits
-	d.machine(func(m *Machine) { m.Gate.Close() })
+	d.machine(func(m *core.Machine) { m.Gate.Close() })
 	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }}}
 	if d.observer != nil {
 		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
@@ -164,9 +166,9 @@ func (d *driver) leave(deadline time.Duration) error {
 func (d *driver) endAll(deadline time.Duration) {
 	// Nothing stored is committed from here on: the tenures end, and the unassign that comes
 	// before the LeaveGroup would wait for the commit's answer.
-	var releases []Release
-	d.machine(func(m *Machine) { releases = m.EndAll() })
-	var finals []*Delivery
+	var releases []core.Release
+	d.machine(func(m *core.Machine) { releases = m.EndAll() })
+	var finals []*core.Delivery
 	for _, r := range releases {
 		finals = append(finals, r.Done)
 	}
@@ -178,11 +180,11 @@ func (d *driver) endAll(deadline time.Duration) {
 				d.config.Name, d.timing.MaxPoll)
 		}
 	}
-	var done, busy, unmarked []Release
+	var done, busy, unmarked []core.Release
 	for _, r := range releases {
 		select {
 		case <-r.Done.Wait():
-			r.Marker.Kind = KindReleased
+			r.Marker.Kind = core.KindReleased
 			done = append(done, r)
 		default:
 			busy = append(busy, r)
@@ -226,8 +228,8 @@ func (d *driver) endAll(deadline time.Duration) {
 			go func() {
 				defer writers.Done()
 				if awaitDelivery(r.Done, deadline-d.now(), nil) {
-					r.Marker.Kind = KindReleased
-					d.writeMarkers([]Release{r}, d.releaseFlush())
+					r.Marker.Kind = core.KindReleased
+					d.writeMarkers([]core.Release{r}, d.releaseFlush())
 				}
 			}()
 		}
@@ -294,7 +296,7 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 func (d *driver) drainForClose() bool {
 	before := d.m.Group.Rebalances
 	served := false
-	for i := 0; i < MaxEventsPerCycle; i++ {
+	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		ev := d.consumer.Poll(0)
 		if ev == nil && d.m.Group.Rebalances == before {
 			break

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/kprobe"
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -20,10 +22,10 @@ import (
 // Default values of the optional Config fields, applied by Config.SetDefaults.
 const (
 	// DefaultPollDuration is the default value of Config.PollDuration.
-	DefaultPollDuration = DefaultPollDuration_
+	DefaultPollDuration = core.DefaultPollDuration
 
 	// DefaultMinPollInterval is the default value of Config.MinPollInterval.
-	DefaultMinPollInterval = MinPollCap_
+	DefaultMinPollInterval = core.MinPollCap
 
 	// DefaultHeartbeatTimeout is the default value of Config.HeartbeatTimeout.
 	DefaultHeartbeatTimeout = 5 * time.Second
@@ -33,7 +35,7 @@ const (
 	// least nine tenths of a lease (less one round trip) after every renewal, and can miss five
 	// renewals in a row (eight at the default lease) before its lease runs out; see the package
 	// doc, Protocol.
-	DefaultRenewalsPerLease = RenewalsPerLease_
+	DefaultRenewalsPerLease = core.RenewalsPerLease
 
 	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
 	// names none.
@@ -242,10 +244,10 @@ func (c *Config) SetDefaults() {
 		c.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
 	}
 	if c.MinPollInterval == nil {
-		c.MinPollInterval = Duration(DefaultMinPollInterval_(*c.HeartbeatTimeout))
+		c.MinPollInterval = Duration(core.DefaultMinPollInterval(*c.HeartbeatTimeout))
 	}
 	if c.RenewInterval == nil {
-		c.RenewInterval = Duration(DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
+		c.RenewInterval = Duration(core.DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
 	}
 }
 
@@ -376,7 +378,7 @@ func (c Config) Validate() error {
 	case leaseInRange && *c.RenewInterval > *c.HeartbeatTimeout/3 &&
 		// The default RenewInterval exceeds HeartbeatTimeout/3 exactly when MinPollInterval does,
 		// which the HeartbeatTimeout error already reports.
-		(leaseOK || *c.RenewInterval != DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
+		(leaseOK || *c.RenewInterval != core.DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
 	}
 	if c.HandOverAfter != nil && leaseInRange && *c.HandOverAfter < *c.HeartbeatTimeout/2 {
@@ -431,8 +433,8 @@ func (c Config) String() string {
 }
 
 // settings are what the machine needs of a Config that SetDefaults has filled (machine.go).
-func (c Config) settings() Settings {
-	return Settings{Name: c.Name, Topic: c.LeaderTopic, Lease: *c.HeartbeatTimeout, Renew: *c.RenewInterval,
+func (c Config) settings() core.Settings {
+	return core.Settings{Name: c.Name, Topic: c.LeaderTopic, Lease: *c.HeartbeatTimeout, Renew: *c.RenewInterval,
 		MinPoll: *c.MinPollInterval, HandOverAfter: c.handOverAfter()}
 }
 
@@ -441,7 +443,7 @@ func (c Config) handOverAfter() time.Duration {
 	if c.HandOverAfter != nil {
 		return *c.HandOverAfter
 	}
-	return HandOverBound(*c.HeartbeatTimeout)
+	return core.HandOverBound(*c.HeartbeatTimeout)
 }
 
 // renewalBound is the shortest lease that a leader polled every poll and renewing every renew keeps
@@ -462,8 +464,8 @@ func durationString(d *time.Duration) string {
 }
 
 // groupTiming derives the group timing of a Config that SetDefaults has filled (deriveTiming).
-func (c Config) groupTiming() (GroupTiming, error) {
-	var o TimingOverrides
+func (c Config) groupTiming() (core.GroupTiming, error) {
+	var o core.TimingOverrides
 	if p, ok := c.KafkaConfig["group.protocol"]; ok && strings.EqualFold(fmt.Sprint(p), "consumer") {
 		// KIP-848 moves the session timeout and heartbeat interval to the broker; librdkafka rejects
 		// them on the client.
@@ -479,13 +481,13 @@ func (c Config) groupTiming() (GroupTiming, error) {
 		}
 		v, ok, err := c.kafkaMillis(k.key)
 		if err != nil {
-			return GroupTiming{}, err
+			return core.GroupTiming{}, err
 		}
 		if ok {
 			*k.to = v
 		}
 	}
-	t, err := DeriveTiming(*c.HeartbeatTimeout, *c.MinPollInterval, o)
+	t, err := core.DeriveTiming(*c.HeartbeatTimeout, *c.MinPollInterval, o)
 	if err != nil {
 		return t, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", err.Key), Value: err.Value.Milliseconds(), Reason: err.Reason}
 	}
@@ -503,7 +505,7 @@ func (c Config) groupTiming() (GroupTiming, error) {
 // group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
 // it where it can read it.
 func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
-	return SessionTimeout_(heartbeatTimeout)
+	return core.SessionTimeout(heartbeatTimeout)
 }
 
 // CloseBound is how long Close may take with this configuration, its unset fields taking their
@@ -538,7 +540,7 @@ func (c Config) CloseBound() (time.Duration, error) {
 
 // prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,
 // validates it and derives the group timing.
-func (c Config) prepare() (Config, GroupTiming, error) {
+func (c Config) prepare() (Config, core.GroupTiming, error) {
 	if c.KafkaConfig != nil {
 		clone := make(KafkaConfigMap, len(c.KafkaConfig))
 		for k, v := range c.KafkaConfig {
@@ -549,7 +551,7 @@ func (c Config) prepare() (Config, GroupTiming, error) {
 	noGroup := c.LeaderGroupID == ""
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
-		return c, GroupTiming{}, err
+		return c, core.GroupTiming{}, err
 	}
 	if noGroup {
 		// Kept from v0.5.0, but two services built as "app" on one cluster would share a group and
@@ -627,7 +629,7 @@ func (c Config) forwardsLogs() bool {
 
 // clientConfigs builds the consumer, producer and admin configurations. User settings are copied
 // first; the derived settings fill in what the user left unset; owned settings always win.
-func (c Config) clientConfigs(t GroupTiming) (consumer, producer, admin kafka.ConfigMap) {
+func (c Config) clientConfigs(t core.GroupTiming) (consumer, producer, admin kafka.ConfigMap) {
 	base := kafka.ConfigMap{}
 	for k, v := range c.KafkaConfig {
 		base[k] = v
@@ -666,7 +668,7 @@ func (c Config) clientConfigs(t GroupTiming) (consumer, producer, admin kafka.Co
 	// wait for a fetch in flight.
 	fetchWait := 100 * time.Millisecond
 	if c.RenewInterval != nil {
-		fetchWait = ClampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
+		fetchWait = core.ClampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
 	}
 	if c.HeartbeatTimeout != nil {
 		fetchWait = min(fetchWait, *c.HeartbeatTimeout/3)

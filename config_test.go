@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -75,7 +77,7 @@ func TestRenewIntervalDefault(t *testing.T) {
 		}
 		timing, _ := c.groupTiming()
 		consumer, _, _ := c.clientConfigs(timing)
-		if wait := time.Duration(consumer["fetch.wait.max.ms"].(int)) * time.Millisecond; wait != ClampDuration(2*tc.want, 100*time.Millisecond, time.Second) {
+		if wait := time.Duration(consumer["fetch.wait.max.ms"].(int)) * time.Millisecond; wait != core.ClampDuration(2*tc.want, 100*time.Millisecond, time.Second) {
 			t.Errorf("lease %v: fetch.wait.max.ms %v, want twice the renewal interval within 100ms to 1s", tc.lease, wait)
 		}
 	}
@@ -264,7 +266,7 @@ func TestAutoCommitIntervalIsNotCommensurateWithThePoll(t *testing.T) {
 		{time.Millisecond, 10 * time.Millisecond},
 		{4 * time.Second, 1001 * time.Millisecond},
 	} {
-		got := AutoCommitInterval(tc.poll)
+		got := core.AutoCommitInterval(tc.poll)
 		if got != tc.want {
 			t.Errorf("poll %v: auto.commit.interval.ms %v, want %v", tc.poll, got, tc.want)
 		}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
@@ -209,7 +211,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	for p, rec := range newest {
 		rs := RoleStatus{Partition: int32(p), Owner: owners[int32(p)]}
 		if rec != nil {
-			rs.Role = rec.h.Role_
+			rs.Role = rec.h.Role
 			rs.Newest = RecordStatus{
 				Name:   rec.name,
 				Kind:   rec.h.Kind.String(),
@@ -222,8 +224,8 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 			// A heartbeat from well in the future says more about the sender's clock than about
 			// its leadership, so it names no live leader either.
 			lease := *config.HeartbeatTimeout
-			if rec.h.Kind == KindHeartbeat && rec.h.Token > 0 && rs.Newest.Age <= lease && rs.Newest.Age >= -lease {
-				rs.Leader = LeaderInfo{Role: rec.h.Role_, Partition: int32(p), Name: rec.name, Address: rec.h.Address,
+			if rec.h.Kind == core.KindHeartbeat && rec.h.Token > 0 && rs.Newest.Age <= lease && rs.Newest.Age >= -lease {
+				rs.Leader = LeaderInfo{Role: rec.h.Role, Partition: int32(p), Name: rec.name, Address: rec.h.Address,
 					Tenure: rs.Newest.Tenure, Token: rec.h.Token, Since: time.Unix(0, rec.h.Since), LastHeartbeat: rs.Newest.Sent}
 			}
 		}
@@ -232,22 +234,8 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	return status, nil
 }
 
-func (k RecordKind) String() string {
-	switch k {
-	case KindHeartbeat:
-		return "heartbeat"
-	case KindReleasing:
-		return "releasing"
-	case KindReleased:
-		return "released"
-	case KindTransfer:
-		return "transfer"
-	}
-	return "kind " + strconv.Itoa(int(k))
-}
-
 type newestRecord struct {
-	h      Heartbeat
+	h      core.Heartbeat
 	name   string
 	offset int64
 }
@@ -319,7 +307,7 @@ func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partit
 			if e.TopicPartition.Error != nil || p < 0 || p >= partitions || want[p] < 0 {
 				continue
 			}
-			var h Heartbeat
+			var h core.Heartbeat
 			if h.Decode(e.Value) == nil {
 				newest[p] = &newestRecord{h: h, name: string(e.Key), offset: int64(e.TopicPartition.Offset)}
 			}

@@ -3,6 +3,8 @@ package goneli
 import (
 	"sync"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // dispatcher calls the application (the barrier, OnLeaderChange) from a goroutine of its own, one
@@ -21,7 +23,7 @@ type dispatcher struct {
 // queued is a call posted, and the delivery that says it has returned.
 type queued struct {
 	call func()
-	dl   *Delivery
+	dl   *core.Delivery
 }
 
 func newDispatcher() *dispatcher {
@@ -31,17 +33,17 @@ func newDispatcher() *dispatcher {
 }
 
 // post queues calls and returns the last one's delivery, or nil if there were none.
-func (d *dispatcher) post(calls ...func()) *Delivery {
+func (d *dispatcher) post(calls ...func()) *core.Delivery {
 	if len(calls) == 0 {
 		return nil
 	}
-	last := NewDelivery()
+	last := core.NewDelivery()
 	d.postAs(last, calls...)
 	return last
 }
 
 // postAs queues calls, the last one's delivery being last.
-func (d *dispatcher) postAs(last *Delivery, calls ...func()) {
+func (d *dispatcher) postAs(last *core.Delivery, calls ...func()) {
 	if len(calls) == 0 {
 		return
 	}
@@ -49,7 +51,7 @@ func (d *dispatcher) postAs(last *Delivery, calls ...func()) {
 	for i, c := range calls {
 		dl := last
 		if i < len(calls)-1 {
-			dl = NewDelivery()
+			dl = core.NewDelivery()
 		}
 		d.queue = append(d.queue, queued{call: c, dl: dl})
 	}
@@ -69,7 +71,7 @@ func (d *dispatcher) inCall() bool {
 
 // awaitDelivery waits until dl has been delivered, limit has passed, or abort is closed, and
 // reports whether it was delivered. A nil dl counts as delivered.
-func awaitDelivery(dl *Delivery, limit time.Duration, abort <-chan struct{}) bool {
+func awaitDelivery(dl *core.Delivery, limit time.Duration, abort <-chan struct{}) bool {
 	if dl == nil {
 		return true
 	}
@@ -86,7 +88,7 @@ func awaitDelivery(dl *Delivery, limit time.Duration, abort <-chan struct{}) boo
 
 // awaitDeliveries is awaitDelivery for several deliveries under one limit, measured on the clock
 // that now reads.
-func awaitDeliveries(dls []*Delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
+func awaitDeliveries(dls []*core.Delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
 	deadline := now() + limit
 	for _, dl := range dls {
 		if !awaitDelivery(dl, deadline-now(), abort) {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -156,7 +158,7 @@ type doctor struct {
 	report CheckReport
 
 	config Config
-	timing GroupTiming
+	timing core.GroupTiming
 	// timingOK: the configuration passed Validate, so timing is what New would derive.
 	timingOK  bool
 	need      int // partitions: one per role

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -32,7 +34,7 @@ import (
 // time while the loop waits in a poll. mm is never held while waiting, and always taken after mu.
 type driver struct {
 	config   Config
-	timing   GroupTiming // the machine's, as the shell reads it (changed only with mu and mm held)
+	timing   core.GroupTiming // the machine's, as the shell reads it (changed only with mu and mm held)
 	log      scribe.Scribe
 	topic    string
 	key      []byte
@@ -43,13 +45,13 @@ type driver struct {
 	life  *lifecycle
 	// deliverTo posts a lease's events to the application (neli.deliver); the driver never calls
 	// the application itself.
-	deliverTo func(p *part, events []Event, dl *Delivery)
-	clock     Clock
+	deliverTo func(p *part, events []Event, dl *core.Delivery)
+	clock     core.Clock
 	base      time.Time // origin of the monotonic durations that leases, yields and deadlines are measured in
 
 	mu sync.Mutex
 	mm sync.Mutex
-	m  *Machine
+	m  *core.Machine
 
 	consumer KafkaConsumer
 	heart    heartbeatProducer
@@ -105,12 +107,12 @@ func (d *driver) now() time.Duration {
 }
 
 // live reports whether Close has yet to begin. Safe without mu.
-func (d *driver) live() bool {
+func (d *driver) Live() bool {
 	return d.life.state() == Live
 }
 
 // machine runs f on the machine with mm held. Called with mu held, or from the alarm.
-func (d *driver) machine(f func(m *Machine)) {
+func (d *driver) machine(f func(m *core.Machine)) {
 	d.mm.Lock()
 	defer d.mm.Unlock()
 	f(d.m)
@@ -121,7 +123,7 @@ func (d *driver) machine(f func(m *Machine)) {
 // what the API keeps beside them. The driver finds parts by partition (partOf) and walks them in
 // order (neli.parts).
 type part struct {
-	*Role_
+	*core.Role
 	events *dispatcher
 	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
 	signal chan struct{}
@@ -137,7 +139,7 @@ type part struct {
 func (d *driver) step(poll, limit time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.live() {
+	if !d.Live() {
 		return nil
 	}
 	if poll < 0 {
@@ -153,7 +155,7 @@ func (d *driver) step(poll, limit time.Duration) error {
 func (d *driver) pollFor(limit time.Duration) time.Duration {
 	base := *d.config.PollDuration
 	busy := false
-	d.machine(func(m *Machine) { busy = m.BusyLoop() })
+	d.machine(func(m *core.Machine) { busy = m.BusyLoop() })
 	if busy {
 		return base
 	}
@@ -209,12 +211,12 @@ func (d *driver) cycle(poll time.Duration) error {
 		if err := d.handle(ev); err != nil && fatal == nil {
 			fatal = err
 		}
-		if i+1 >= MaxEventsPerCycle || !d.live() {
+		if i+1 >= core.MaxEventsPerCycle || !d.Live() {
 			break
 		}
 		ev = d.consumer.Poll(0)
 	}
-	d.machine(func(m *Machine) { m.Polled(ev == nil) })
+	d.machine(func(m *core.Machine) { m.Polled(ev == nil) })
 	if denied := d.drainProducer(); fatal == nil {
 		fatal = denied
 	}
@@ -223,14 +225,14 @@ func (d *driver) cycle(poll time.Duration) error {
 	d.checkReadBack()
 	d.probeReach()
 	d.collectGroupCheck()
-	d.machine(func(m *Machine) { m.FinishReleases() })
-	if d.live() {
+	d.machine(func(m *core.Machine) { m.FinishReleases() })
+	if d.Live() {
 		beats := d.mayProduce()
-		d.machine(func(m *Machine) { m.Tick(beats) })
+		d.machine(func(m *core.Machine) { m.Tick(beats) })
 		d.sendHeartbeats()
 		d.checkHandOver()
 		d.watchGroup()
-		d.machine(func(m *Machine) {
+		d.machine(func(m *core.Machine) {
 			m.StartGroupCheck()
 			m.StartCommits()
 		})
@@ -247,10 +249,10 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
-		d.machine(func(m *Machine) { m.AutoCommitted(commitAnswerOf(e)) })
+		d.machine(func(m *core.Machine) { m.AutoCommitted(commitAnswerOf(e)) })
 	case kafka.Error:
 		if e.IsFatal() {
-			d.machine(func(m *Machine) { m.Fail("fatal consumer error: " + e.Error()) })
+			d.machine(func(m *core.Machine) { m.Fail("fatal consumer error: " + e.Error()) })
 			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
 		}
 		if e.Code() == kafka.ErrInvalidSessionTimeout && d.timing.Classic {
@@ -282,12 +284,12 @@ func (d *driver) onMessage(msg *kafka.Message) {
 	if p == nil {
 		return
 	}
-	var h Heartbeat
+	var h core.Heartbeat
 	if h.Decode(msg.Value) != nil {
 		return
 	}
-	if h.Kind == KindHeartbeat && string(msg.Key) == d.config.Name {
-		d.machine(func(m *Machine) { m.ReadBack(p.Role_, h, int64(msg.TopicPartition.Offset)) })
+	if h.Kind == core.KindHeartbeat && string(msg.Key) == d.config.Name {
+		d.machine(func(m *core.Machine) { m.ReadBack(p.Role, h, int64(msg.TopicPartition.Offset)) })
 		return
 	}
 	d.foreignRecord(p, string(msg.Key), h)
@@ -302,10 +304,10 @@ func (d *driver) partOf(tp kafka.TopicPartition) *part {
 }
 
 // commitAnswerOf translates a commit's answer for the machine.
-func commitAnswerOf(e kafka.OffsetsCommitted) CommitAnswer {
-	a := CommitAnswer{Err: e.Error, Outcome: commitOutcomeOf(e.Error)}
+func commitAnswerOf(e kafka.OffsetsCommitted) core.CommitAnswer {
+	a := core.CommitAnswer{Err: e.Error, Outcome: commitOutcomeOf(e.Error)}
 	for _, tp := range e.Offsets {
-		c := Committed{OffsetRef: OffsetRef{Partition: tp.Partition, Offset: int64(tp.Offset)}, Err: tp.Error, Outcome: commitOutcomeOf(tp.Error)}
+		c := core.Committed{OffsetRef: core.OffsetRef{Partition: tp.Partition, Offset: int64(tp.Offset)}, Err: tp.Error, Outcome: commitOutcomeOf(tp.Error)}
 		if tp.Metadata != nil {
 			c.Tag = *tp.Metadata
 		}
@@ -315,27 +317,27 @@ func commitAnswerOf(e kafka.OffsetsCommitted) CommitAnswer {
 }
 
 // commitOutcomeOf sorts a commit's error (lease.rejected and commitOutcome say why).
-func commitOutcomeOf(err error) CommitOutcome {
+func commitOutcomeOf(err error) core.CommitOutcome {
 	if err == nil {
-		return CommitOK
+		return core.CommitOK
 	}
 	var ke kafka.Error
 	if !errors.As(err, &ke) {
-		return CommitFailed
+		return core.CommitFailed
 	}
 	switch ke.Code() {
 	case kafka.ErrNoOffset:
-		return CommitNoOffset
+		return core.CommitNoOffset
 	case kafka.ErrIllegalGeneration:
-		return CommitGeneration
+		return core.CommitGeneration
 	case kafka.ErrUnknownMemberID, kafka.ErrFencedInstanceID, kafka.ErrFencedMemberEpoch:
-		return CommitGone
+		return core.CommitGone
 	}
-	return CommitNotAccepted
+	return core.CommitNotAccepted
 }
 
 // offsetsOf translates offsets of the leader topic for librdkafka.
-func (d *driver) offsetsOf(offsets []OffsetRef) []kafka.TopicPartition {
+func (d *driver) offsetsOf(offsets []core.OffsetRef) []kafka.TopicPartition {
 	out := make([]kafka.TopicPartition, len(offsets))
 	for i, o := range offsets {
 		out[i] = kafka.TopicPartition{Topic: &d.topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset)}
@@ -349,13 +351,13 @@ func (d *driver) offsetsOf(offsets []OffsetRef) []kafka.TopicPartition {
 
 // storerOf is consumer c's StoreOffsets as the commit gate needs it (storer): the offsets it
 // stored, of those asked.
-func (d *driver) storerOf(c KafkaConsumer) Storer {
-	return func(offsets []OffsetRef) ([]OffsetRef, error) {
+func (d *driver) storerOf(c KafkaConsumer) core.Storer {
+	return func(offsets []core.OffsetRef) ([]core.OffsetRef, error) {
 		stored, err := c.StoreOffsets(d.offsetsOf(offsets))
-		var out []OffsetRef
+		var out []core.OffsetRef
 		for _, tp := range stored {
 			if tp.Error == nil {
-				out = append(out, OffsetRef{Partition: tp.Partition, Offset: int64(tp.Offset)})
+				out = append(out, core.OffsetRef{Partition: tp.Partition, Offset: int64(tp.Offset)})
 			}
 		}
 		if err != nil && len(stored) == 0 {
@@ -374,7 +376,7 @@ func (d *driver) collectCommits() {
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
 	}
-	d.machine(func(m *Machine) { m.ExplicitAnswered(commitAnswerOf(e)) })
+	d.machine(func(m *core.Machine) { m.ExplicitAnswered(commitAnswerOf(e)) })
 }
 
 func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
@@ -413,23 +415,23 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 		take := false
 		member := s.MemberID()
 		canRead := d.check.wire != nil && d.check.wire.Fallback() == nil
-		d.machine(func(m *Machine) { read, take = m.Assign(partitions, member, cooperative, canRead) })
+		d.machine(func(m *core.Machine) { read, take = m.Assign(partitions, member, cooperative, canRead) })
 		if !take {
 			// Close has ended the tenures already; confluent-kafka-go applies the change itself.
 			return nil
 		}
 		ends := d.endsOf(read)
-		var offsets []OffsetRef
-		d.machine(func(m *Machine) { offsets = m.TakeAt(ends) })
+		var offsets []core.OffsetRef
+		d.machine(func(m *core.Machine) { offsets = m.TakeAt(ends) })
 		err := s.Take(d.offsetsOf(offsets))
-		d.machine(func(m *Machine) { m.Taken(err) })
+		d.machine(func(m *core.Machine) { m.Taken(err) })
 		return err
 	case kafka.RevokedPartitions:
 		partitions := d.partitionsOf(e.Partitions)
-		var wait *ReleaseWait
+		var wait *core.ReleaseWait
 		var back []int32
 		give := false
-		d.machine(func(m *Machine) { wait, back, give = m.Revoke(partitions, lost, cooperative) })
+		d.machine(func(m *core.Machine) { wait, back, give = m.Revoke(partitions, lost, cooperative) })
 		if lost {
 			d.trouble()
 		}
@@ -454,10 +456,10 @@ func (d *driver) partitionsOf(tps []kafka.TopicPartition) []int32 {
 }
 
 // refsOf returns partitions as offsets that name no offset.
-func refsOf(partitions []int32) []OffsetRef {
-	out := make([]OffsetRef, len(partitions))
+func refsOf(partitions []int32) []core.OffsetRef {
+	out := make([]core.OffsetRef, len(partitions))
 	for i, id := range partitions {
-		out[i] = OffsetRef{Partition: id, Offset: OffsetInvalid}
+		out[i] = core.OffsetRef{Partition: id, Offset: core.OffsetInvalid}
 	}
 	return out
 }
@@ -465,7 +467,7 @@ func refsOf(partitions []int32) []OffsetRef {
 // waitReleases makes the waits that ending tenures leave (machine.endTenures): the releasing
 // markers written, or else the barrier's return from each LeaderRevoked, up to the rebalance
 // timeout; it ends early if Close begins, since Close may be waiting for it.
-func (d *driver) waitReleases(w *ReleaseWait) {
+func (d *driver) waitReleases(w *core.ReleaseWait) {
 	if w == nil {
 		return
 	}
@@ -482,7 +484,7 @@ func (d *driver) waitReleases(w *ReleaseWait) {
 	deadline := d.now() + w.Limit
 	for _, r := range w.Pending {
 		if !awaitDelivery(r.Done, deadline-d.now(), d.life.closing) {
-			if d.live() {
+			if d.Live() {
 				d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
 					d.config.Name, w.Limit)
 			}
@@ -516,7 +518,7 @@ func (d *driver) checkReadBack() {
 	var why string
 	stuck := false
 	delivering := d.delivering()
-	d.machine(func(m *Machine) { why, stuck = m.StuckConsumer(delivering) })
+	d.machine(func(m *core.Machine) { why, stuck = m.StuckConsumer(delivering) })
 	if stuck {
 		d.renewConsumer(why)
 	}
@@ -531,8 +533,8 @@ func (d *driver) renewConsumer(reason string) {
 		return
 	}
 	d.log.W()("goneli %s: replacing the Kafka consumer: %s", d.config.Name, reason)
-	var wait *ReleaseWait
-	d.machine(func(m *Machine) { wait = m.ReplacingConsumer() })
+	var wait *core.ReleaseWait
+	d.machine(func(m *core.Machine) { wait = m.ReplacingConsumer() })
 	d.waitReleases(wait)
 	old, oldCommits := d.consumer, d.commits
 	if err := old.Unsubscribe(); err == nil {
@@ -541,7 +543,7 @@ func (d *driver) renewConsumer(reason string) {
 	if kc, ok := old.(*kafka.Consumer); ok {
 		d.retired.Store(kc, true)
 	}
-	d.machine(func(m *Machine) {
+	d.machine(func(m *core.Machine) {
 		d.consumer, d.commits = fresh, newCommitter(fresh, &d.closers)
 		m.ConsumerReplaced(d.storerOf(fresh))
 	})
@@ -571,7 +573,7 @@ func (d *driver) collectGroupCheck() {
 	fallback := res.err != nil && sidechan.IsFallback(res.err)
 	desc := describedOf(res.desc)
 	desc.Group = d.config.LeaderGroupID
-	d.machine(func(m *Machine) { m.Checked(tenures, desc, res.err, fallback, sessionErr) })
+	d.machine(func(m *core.Machine) { m.Checked(tenures, desc, res.err, fallback, sessionErr) })
 }
 
 // noteTrouble marks a failed broker connection that a client reported (machine.startGroupCheck).
@@ -585,14 +587,14 @@ func (d *driver) noteTrouble(e kafka.Error) {
 
 // trouble marks now as a moment when the brokers' connections were unsettled.
 func (d *driver) trouble() {
-	d.machine(func(m *Machine) { m.Trouble() })
+	d.machine(func(m *core.Machine) { m.Trouble() })
 }
 
 // troubled reports whether the brokers' connections were unsettled within the last checkQuiet.
 // Called with mu held.
 func (d *driver) troubled() bool {
 	t := false
-	d.machine(func(m *Machine) { t = m.Check.Troubled && d.now()-m.Check.TroubleAt < CheckQuiet })
+	d.machine(func(m *core.Machine) { t = m.Check.Troubled && d.now()-m.Check.TroubleAt < core.CheckQuiet })
 	return t
 }
 
@@ -631,7 +633,7 @@ func (d *driver) describer(alone bool) (groupDescriber, func(), error) {
 
 // watchPending aims the alarm again if the machine's deadline may have changed.
 func (d *driver) watchPending() {
-	d.machine(func(m *Machine) {
+	d.machine(func(m *core.Machine) {
 		if m.WatchPending() {
 			d.aim(m)
 		}
@@ -639,7 +641,7 @@ func (d *driver) watchPending() {
 }
 
 // aim aims the alarm at the machine's deadline. Called with mm held.
-func (d *driver) aim(m *Machine) {
+func (d *driver) aim(m *core.Machine) {
 	if at, ok := m.Deadline(); ok {
 		d.alarm.aim(at)
 	}
@@ -648,8 +650,8 @@ func (d *driver) aim(m *Machine) {
 // ring is the alarm's call, at the machine's deadline: it fences every lease that has run out and
 // lets the commit gate act, with mm alone held.
 func (d *driver) ring() {
-	d.machine(func(m *Machine) {
-		if !d.live() {
+	d.machine(func(m *core.Machine) {
+		if !d.Live() {
 			return
 		}
 		m.Alarm()
@@ -668,25 +670,25 @@ func (d *driver) logKafkaError(client string, e kafka.Error) {
 
 // # The machine's effects (machine.effects), carried out on Kafka's clients.
 
-func (d *driver) storeOffsets(offsets []OffsetRef) ([]OffsetRef, error) {
+func (d *driver) StoreOffsets(offsets []core.OffsetRef) ([]core.OffsetRef, error) {
 	return d.storerOf(d.consumer)(offsets)
 }
 
-func (d *driver) produce(r *Role_, h *Heartbeat) {
+func (d *driver) Produce(r *core.Role, h *core.Heartbeat) {
 	d.beats = append(d.beats, wireBeat{p: r, h: h})
 }
 
-func (d *driver) writeMarker(p *Role_, h *Heartbeat) {
+func (d *driver) WriteMarker(p *core.Role, h *core.Heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, p.ID, err)
 	}
 }
 
-func (d *driver) commit(offsets []OffsetRef) {
+func (d *driver) Commit(offsets []core.OffsetRef) {
 	d.commits.start(d.offsetsOf(offsets), d.now())
 }
 
-func (d *driver) describe(tenures map[int32]uint64) error {
+func (d *driver) Describe(tenures map[int32]uint64) error {
 	desc, release, err := d.describer(d.m.Check.Alone)
 	if err != nil {
 		return err
@@ -695,18 +697,18 @@ func (d *driver) describe(tenures map[int32]uint64) error {
 	return nil
 }
 
-func (d *driver) deliver(r *Role_, events []TenureEvent, dl *Delivery) {
+func (d *driver) Deliver(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
 	d.deliverTo(d.parts[r.ID], publicEvents(events), dl)
 }
 
-func (d *driver) note(level LogLevel, key, format string, args ...any) {
+func (d *driver) Note(level core.LogLevel, key, format string, args ...any) {
 	logger := d.log.D()
 	switch level {
-	case LevelInfo:
+	case core.LevelInfo:
 		logger = d.log.I()
-	case LevelWarn:
+	case core.LevelWarn:
 		logger = d.log.W()
-	case LevelError:
+	case core.LevelError:
 		logger = d.log.E()
 	}
 	if key == "" {
@@ -716,14 +718,14 @@ func (d *driver) note(level LogLevel, key, format string, args ...any) {
 	d.throttle.log(logger, key, format, args...)
 }
 
-func (d *driver) unsubscribe() error {
+func (d *driver) Unsubscribe() error {
 	return d.consumer.Unsubscribe()
 }
 
-func (d *driver) subscribe() error {
+func (d *driver) Subscribe() error {
 	return d.consumer.Subscribe(d.topic, d.onRebalance)
 }
 
-func (d *driver) left(member string) {
+func (d *driver) Left(member string) {
 	d.leftGroup(member)
 }

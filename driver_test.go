@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -344,7 +346,7 @@ type scriptProducer struct {
 	log    *scriptLog
 	events chan kafka.Event
 	mu     sync.Mutex
-	sent   []Heartbeat
+	sent   []core.Heartbeat
 	closed bool
 	// reportDelay delays the reports that go to events; flying counts those on their way, and
 	// maxFlying the most at once.
@@ -355,7 +357,7 @@ type scriptProducer struct {
 func (p *scriptProducer) Events() chan kafka.Event { return p.events }
 
 func (p *scriptProducer) Produce(m *kafka.Message, reports chan kafka.Event) error {
-	var h Heartbeat
+	var h core.Heartbeat
 	if err := h.Decode(m.Value); err != nil {
 		return err
 	}
@@ -409,10 +411,10 @@ func (p *scriptProducer) Close() {
 }
 
 // kinds lists the kinds of what the producer sent, in order.
-func (p *scriptProducer) kinds() []RecordKind {
+func (p *scriptProducer) kinds() []core.RecordKind {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []RecordKind
+	var out []core.RecordKind
 	for _, h := range p.sent {
 		out = append(out, h.Kind)
 	}
@@ -499,7 +501,7 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 		t.Fatal(err)
 	}
 	l.consumer.auto.tick = time.Duration(timing.Commit.Milliseconds()) * time.Millisecond
-	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, SystemClock{})
+	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, core.SystemClock{})
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
 	r.n.d.closeSide()
@@ -645,13 +647,13 @@ func TestDriverSequences(t *testing.T) {
 				t.Fatal("leads after the revocation")
 			}
 			kinds := r.producer.kinds()
-			if kinds[len(kinds)-1] != KindReleasing {
+			if kinds[len(kinds)-1] != core.KindReleasing {
 				t.Fatalf("last record of kind %d, want a releasing marker while the barrier holds LeaderRevoked", kinds[len(kinds)-1])
 			}
 			close(r.hold)
 			r.pulse(scriptLease/2, false)
 			kinds = r.producer.kinds()
-			if kinds[len(kinds)-1] != KindReleased {
+			if kinds[len(kinds)-1] != core.KindReleased {
 				t.Fatalf("last record of kind %d, want a released marker once the barrier returned", kinds[len(kinds)-1])
 			}
 			r.close()
@@ -668,7 +670,7 @@ func TestDriverSequences(t *testing.T) {
 			r.revoke(true)
 			r.pulse(scriptLease/2, false)
 			for _, k := range r.producer.kinds()[before:] {
-				if k == KindReleasing || k == KindReleased {
+				if k == core.KindReleasing || k == core.KindReleased {
 					t.Fatalf("marker of kind %d written for a lost assignment", k)
 				}
 			}
@@ -793,7 +795,7 @@ func TestDriverSequences(t *testing.T) {
 			// and the LeaveGroup waits for no commit's answer.
 			d := r.n.d
 			d.mu.Lock()
-			stored := []OffsetRef{{Partition: 0, Offset: 1 << 40}} // above any committed offset
+			stored := []core.OffsetRef{{Partition: 0, Offset: 1 << 40}} // above any committed offset
 			d.mm.Lock()
 			_, _, _, err := d.m.Gate.Store(stored, 0)
 			d.mm.Unlock()
@@ -843,7 +845,7 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 		roles := Shards(3)
 		// Renewals many polls apart, so that roles acquired a few polls apart would renew in
 		// different cycles if each kept its own schedule.
-		r := newScriptRigFor(t, roles, RolesDigest(roles), Config{MinPollInterval: Duration(10 * time.Millisecond), RenewInterval: Duration(300 * time.Millisecond)})
+		r := newScriptRigFor(t, roles, core.RolesDigest(roles), Config{MinPollInterval: Duration(10 * time.Millisecond), RenewInterval: Duration(300 * time.Millisecond)})
 		interval := *r.n.config.RenewInterval
 		var assigned []int32
 		for i := range roles {
@@ -865,7 +867,7 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 		r.producer.mu.Lock()
 		for _, h := range r.producer.sent {
 			if h.SentMono > from+interval {
-				sent[h.SentMono] = append(sent[h.SentMono], h.Role_)
+				sent[h.SentMono] = append(sent[h.SentMono], h.Role)
 			}
 		}
 		r.producer.mu.Unlock()

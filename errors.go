@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/core"
 )
 
 // ErrNonLivePulse is returned by Pulse, PulseCtx, Background and Yield once Close has begun.
@@ -139,3 +140,18 @@ func (e *FencedWriteError) Is(target error) bool { return target == ErrWriteFenc
 
 // Unwrap returns the broker's error, if any.
 func (e *FencedWriteError) Unwrap() error { return e.Err }
+
+// GroupConflictError reports members of the leader group that work on another leader topic, or
+// with another list of roles, or whose partitions the group coordinator's description does not name
+// the topic of. No instance that sees such a member leads until it has gone: fix the configuration
+// so that every contender of the group names the same LeaderTopic and the same roles in the same
+// order. Its fields: Group and Topic, this instance's group and leader topic; Roles, the digest of
+// this instance's role list (see NewRoles; empty for New); Members, the members that disagree, or
+// that cannot be told to agree.
+type GroupConflictError = core.GroupConflictError
+
+// ForeignMember is a member of the leader group that holds partitions of other topics (Topics), or
+// has another role list (Roles, its digest), or holds partitions whose topic the group's description
+// does not name (Unnamed: they may be partitions of another leader topic); ClientID and Host say who
+// it is.
+type ForeignMember = core.ForeignMember

@@ -3,6 +3,8 @@ package goneli
 import (
 	"fmt"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // Event is a change of leadership status, delivered to the Barrier. The concrete types are
@@ -118,16 +120,16 @@ func (e LeaderFenced) String() string {
 }
 
 // publicEvents are the events of a tenure as the application sees them.
-func publicEvents(events []TenureEvent) []Event {
+func publicEvents(events []core.TenureEvent) []Event {
 	out := make([]Event, len(events))
 	for i, e := range events {
 		switch e := e.(type) {
-		case Acquired:
-			out[i] = LeaderAcquired{Role: e.Role_, Tenure: e.Tenure, Token: e.Token, Since: e.Since}
-		case Fenced:
-			out[i] = LeaderFenced{Role: e.Role_, Tenure: e.Tenure, Token: e.Token, Reason: e.Reason, LeaseAge: e.LeaseAge}
-		case Revoked:
-			out[i] = LeaderRevoked{Role: e.Role_, Tenure: e.Tenure, Token: e.Token}
+		case core.Acquired:
+			out[i] = LeaderAcquired{Role: e.Role, Tenure: e.Tenure, Token: e.Token, Since: e.Since}
+		case core.Fenced:
+			out[i] = LeaderFenced{Role: e.Role, Tenure: e.Tenure, Token: e.Token, Reason: e.Reason, LeaseAge: e.LeaseAge}
+		case core.Revoked:
+			out[i] = LeaderRevoked{Role: e.Role, Tenure: e.Tenure, Token: e.Token}
 		}
 	}
 	return out

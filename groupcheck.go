@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
@@ -28,10 +30,10 @@ type groupDescriber interface {
 
 // describedOf reads librdkafka's description of a group for judgeGroup: each member's current
 // assignment and, under KIP-848, its target assignment too.
-func describedOf(d kafka.ConsumerGroupDescription) GroupDesc {
-	out := GroupDesc{Group: d.GroupID}
+func describedOf(d kafka.ConsumerGroupDescription) core.GroupDesc {
+	out := core.GroupDesc{Group: d.GroupID}
 	for _, m := range d.Members {
-		gm := GroupMember_{ClientID: m.ClientID, MemberID: m.ConsumerID, Host: m.Host}
+		gm := core.GroupMember{ClientID: m.ClientID, MemberID: m.ConsumerID, Host: m.Host}
 		parts := m.Assignment.TopicPartitions
 		if m.TargetAssignment != nil {
 			parts = append(append([]kafka.TopicPartition(nil), parts...), m.TargetAssignment.TopicPartitions...)
@@ -41,7 +43,7 @@ func describedOf(d kafka.ConsumerGroupDescription) GroupDesc {
 			if tp.Topic != nil {
 				name = *tp.Topic
 			}
-			gm.Parts = append(gm.Parts, TopicPart{Topic: name, Partition: tp.Partition})
+			gm.Parts = append(gm.Parts, core.TopicPart{Topic: name, Partition: tp.Partition})
 		}
 		out.Members = append(out.Members, gm)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -42,7 +44,7 @@ func TestJudgeGroup(t *testing.T) {
 		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPartOf("t", 1))}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}), "t", "me", "", 0)
+			v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}), "t", "me", "", 0)
 			if v.SawSelf != tc.sawSelf {
 				t.Errorf("sawSelf = %v, want %v", v.SawSelf, tc.sawSelf)
 			}
@@ -63,16 +65,16 @@ func TestJudgeGroup(t *testing.T) {
 	pred.ConsumerID = "me-old"
 	self := member("me")
 	self.ConsumerID = "me-new"
-	if v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}), "t", "me", "me-new", 0); v.SawSelf {
+	if v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}), "t", "me", "me-new", 0); v.SawSelf {
 		t.Error("a predecessor's assignment was taken for this member's")
 	}
 	self.Assignment.TopicPartitions = []kafka.TopicPartition{topicPartOf("t", 0)}
-	if v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}), "t", "me", "me-new", 0); !v.SawSelf {
+	if v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}), "t", "me", "me-new", 0); !v.SawSelf {
 		t.Error("this member's own assignment not seen by its member id")
 	}
 	target := member("x")
 	target.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPartOf("u", 0)}}
-	if v := JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}), "t", "me", "", 0); v.Conflict == nil {
+	if v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}), "t", "me", "", 0); v.Conflict == nil {
 		t.Error("a partition of another topic in a KIP-848 target assignment must count")
 	}
 }
@@ -83,50 +85,50 @@ func TestJudgeGroup(t *testing.T) {
 func TestMembership(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		steps func(m *Membership)
+		steps func(m *core.Membership)
 		want  bool
 	}{
-		{"never checked", func(m *Membership) { m.Assigned("m1", true) }, false},
-		{"passed", func(m *Membership) { m.Assigned("m1", true); m.Passed("m1") }, true},
-		{"passed under an earlier member id", func(m *Membership) { m.Assigned("m2", true); m.Passed("m1") }, false},
-		{"member id unknown", func(m *Membership) { m.Assigned("", true); m.Passed("") }, false},
-		{"eager rebalance keeps a partition", func(m *Membership) {
+		{"never checked", func(m *core.Membership) { m.Assigned("m1", true) }, false},
+		{"passed", func(m *core.Membership) { m.Assigned("m1", true); m.Passed("m1") }, true},
+		{"passed under an earlier member id", func(m *core.Membership) { m.Assigned("m2", true); m.Passed("m1") }, false},
+		{"member id unknown", func(m *core.Membership) { m.Assigned("", true); m.Passed("") }, false},
+		{"eager rebalance keeps a partition", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Revoked(false, false, false)
 			m.Assigned("m1", true)
 		}, true},
-		{"eager rebalance gives nothing", func(m *Membership) {
+		{"eager rebalance gives nothing", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Revoked(false, false, false)
 			m.Assigned("m1", false)
 			m.Assigned("m1", true)
 		}, false},
-		{"rejoined under a new member id", func(m *Membership) {
+		{"rejoined under a new member id", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Revoked(false, false, false)
 			m.Assigned("m2", true)
 		}, false},
-		{"assignment lost", func(m *Membership) {
+		{"assignment lost", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Revoked(true, false, false)
 			m.Assigned("m1", true)
 		}, false},
-		{"cooperative revocation keeps a partition", func(m *Membership) {
+		{"cooperative revocation keeps a partition", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Revoked(false, true, true)
 		}, true},
-		{"cooperative revocation of the last partition", func(m *Membership) {
+		{"cooperative revocation of the last partition", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Revoked(false, true, false)
 			m.Assigned("m1", true)
 		}, false},
-		{"left to yield", func(m *Membership) {
+		{"left to yield", func(m *core.Membership) {
 			m.Assigned("m1", true)
 			m.Passed("m1")
 			m.Left()
@@ -134,7 +136,7 @@ func TestMembership(t *testing.T) {
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m Membership
+			var m core.Membership
 			tc.steps(&m)
 			if m.Vouched != tc.want {
 				t.Errorf("vouched %v, want %v", m.Vouched, tc.want)
@@ -169,7 +171,7 @@ func TestUnnamedConflict(t *testing.T) {
 		{ClientID: "me", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(0)}}},
 		{ClientID: "x", Host: "/10.0.0.2", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(2), nameless(0)}}},
 	}}
-	c := JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict
+	c := core.JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict
 	if c == nil || c.Definite() || len(c.Members) != 1 || !slices.Equal(c.Members[0].Unnamed, []int32{0, 2}) {
 		t.Fatalf("conflict %+v, want x's partitions 0 and 2 unnamed and nothing definite", c)
 	}
@@ -177,7 +179,7 @@ func TestUnnamedConflict(t *testing.T) {
 		t.Errorf("message does not name the member and its partitions: %s", msg)
 	}
 	d.Members = append(d.Members, kafka.MemberDescription{ClientID: "y", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPartOf("u", 0)}}})
-	if c := JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict; c == nil || !c.Definite() {
+	if c := core.JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict; c == nil || !c.Definite() {
 		t.Errorf("a member on another named topic must make the conflict definite: %+v", c)
 	}
 }
@@ -190,7 +192,7 @@ func TestRolesDigestIsUnambiguous(t *testing.T) {
 		{{"ab", "c"}, {"a", "bc"}},
 		{{"a", ""}, {"a"}},
 	} {
-		if a, b := RolesDigest(pair[0]), RolesDigest(pair[1]); a == b {
+		if a, b := core.RolesDigest(pair[0]), core.RolesDigest(pair[1]); a == b {
 			t.Errorf("rolesDigest(%q) = rolesDigest(%q) = %s", pair[0], pair[1], a)
 		}
 	}

@@ -119,7 +119,7 @@ func (d *driver) leftGroup(member string) {
 // It also carries out a TransferTo that could not take the lock.
 func (d *driver) holdOut() {
 	d.preferences()
-	if d.live() {
+	if d.Live() {
 		d.takeAsked()
 	}
 	l := &d.prio.leave
@@ -187,7 +187,7 @@ func (d *driver) watchGroup() {
 			return
 		}
 	}
-	if !d.live() || now < w.retryAt || !d.wantWatch(now) {
+	if !d.Live() || now < w.retryAt || !d.wantWatch(now) {
 		return
 	}
 	if d.troubled() {

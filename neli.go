@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -134,7 +136,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	if err != nil {
 		return nil, err
 	}
-	n := assemble(config, timing, roles, digest, barrier, SystemClock{})
+	n := assemble(config, timing, roles, digest, barrier, core.SystemClock{})
 	if err := n.d.join(); err != nil {
 		n.d.check.checker.stop()
 		n.d.closeSide()
@@ -172,7 +174,7 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 
 // assemble builds an instance and its driver from a prepared config, without I/O: the driver joins
 // the group in join. Tests of the driver assemble one on clients of their own (driver_test.go).
-func assemble(config Config, timing GroupTiming, roles []string, digest string, barrier []Barrier, clk Clock) *neli {
+func assemble(config Config, timing core.GroupTiming, roles []string, digest string, barrier []Barrier, clk core.Clock) *neli {
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -198,12 +200,12 @@ func assemble(config Config, timing GroupTiming, roles []string, digest string, 
 		clock:     clk,
 		base:      base,
 	}
-	d.m = NewMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
+	d.m = core.NewMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
 	d.throttle.every = 10 * time.Second
 	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
 	if digest != "" {
 		// The group check tells members with another role list by this suffix (groupcheck.go).
-		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + RolesSuffix + digest
+		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + core.RolesSuffix + digest
 	}
 	d.logs = startLogForwarder(d.log, config.Name, config.forwardsLogs())
 	d.logs.attach(consumerConf)
@@ -232,19 +234,19 @@ func assemble(config Config, timing GroupTiming, roles []string, digest string, 
 // startDispatchers gives every part the goroutine that calls the application with its events.
 // newParts makes the parts of roles, each with its lease, for config and timing as New derived
 // them, on the clock clk from base.
-func newParts(config Config, timing GroupTiming, roles []string, clk Clock, base time.Time) []*part {
+func newParts(config Config, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
 	var parts []*part
-	for _, r := range NewRoles_(config.settings(), timing, roles, clk, base) {
-		parts = append(parts, &part{Role_: r, signal: make(chan struct{}, 1)})
+	for _, r := range core.NewRoles(config.settings(), timing, roles, clk, base) {
+		parts = append(parts, &part{Role: r, signal: make(chan struct{}, 1)})
 	}
 	return parts
 }
 
 // rolesOf returns the machine's roles of parts.
-func rolesOf(parts []*part) []*Role_ {
-	out := make([]*Role_, len(parts))
+func rolesOf(parts []*part) []*core.Role {
+	out := make([]*core.Role, len(parts))
 	for i, p := range parts {
-		out[i] = p.Role_
+		out[i] = p.Role
 	}
 	return out
 }
@@ -371,7 +373,7 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {
 	if n.d.proving() {
-		return ProofPoll
+		return core.ProofPoll
 	}
 	return max(n.pollDeadline.Remaining(), time.Millisecond)
 }
@@ -387,7 +389,7 @@ func (n *neli) runCycle(limit time.Duration) (err error) {
 // deliver posts the events of a transition of p's lease to the application, in order.
 // LeaderAcquired becomes visible to IsLeader once its barrier call has returned. It returns the
 // delivery of the last event, if any.
-func (n *neli) deliver(p *part, events []Event, dl *Delivery) {
+func (n *neli) deliver(p *part, events []Event, dl *core.Delivery) {
 	var calls []func()
 	for _, e := range events {
 		n.log.I()("goneli %s: %v", n.config.Name, e)

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -73,7 +75,7 @@ func newObserver(config Config, conf kafka.ConfigMap, partitions int, onChange f
 
 // poll reads what has arrived and reports changes. Not safe for concurrent use with itself.
 func (o *observer) poll() {
-	for i := 0; i < MaxEventsPerCycle; i++ {
+	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		ev := o.consumer.Poll(0)
 		if ev == nil {
 			break
@@ -104,13 +106,13 @@ func (o *observer) poll() {
 }
 
 func (o *observer) onMessage(m *kafka.Message) {
-	var h Heartbeat
+	var h core.Heartbeat
 	p := m.TopicPartition.Partition
 	if m.TopicPartition.Error != nil || p < 0 || int(p) >= len(o.roles) || h.Decode(m.Value) != nil || h.Token == 0 {
 		return
 	}
 	info := LeaderInfo{
-		Role:          h.Role_,
+		Role:          h.Role,
 		Partition:     p,
 		Name:          string(m.Key),
 		Address:       h.Address,
@@ -121,7 +123,7 @@ func (o *observer) onMessage(m *kafka.Message) {
 	}
 	o.mu.Lock()
 	r := &o.roles[p]
-	if h.Kind != KindHeartbeat {
+	if h.Kind != core.KindHeartbeat {
 		// The tenure gave the partition up: its leader is gone now, not a lease from now.
 		was := r.known && r.last.Tenure == info.Tenure
 		if was {

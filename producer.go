@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
 
 // wireBeat is a heartbeat that a lease produced in a cycle, for sendHeartbeats at its end.
 type wireBeat struct {
-	p *Role_
-	h *Heartbeat
+	p *core.Role
+	h *core.Heartbeat
 }
 
 // heartbeatProducer is the producer that writes a tenure's heartbeats and release markers, opened
@@ -133,7 +135,7 @@ func (d *driver) sendHeartbeats() {
 					Made: b.h.SentMono, Of: b}
 			}
 			if d.wire.Start(batch) {
-				d.machine(func(*Machine) {
+				d.machine(func(*core.Machine) {
 					for _, b := range beats {
 						b.p.Lease.Sent()
 					}
@@ -195,22 +197,22 @@ func (d *driver) awaitHeartbeats() time.Duration {
 	return max(limit-(d.now()-start), 0)
 }
 
-func (d *driver) sendOne(p *Role_, h *Heartbeat) {
+func (d *driver) sendOne(p *core.Role, h *core.Heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		return
 	}
-	d.machine(func(*Machine) { p.Lease.Sent() })
+	d.machine(func(*core.Machine) { p.Lease.Sent() })
 }
 
 // produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
 // comes through the producer's events.
-func (d *driver) produceRecord(p *Role_, h *Heartbeat) error {
+func (d *driver) produceRecord(p *core.Role, h *core.Heartbeat) error {
 	return d.produceRecordTo(p, h, nil)
 }
 
 // produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
-func (d *driver) produceRecordTo(p *Role_, h *Heartbeat, reports chan kafka.Event) error {
+func (d *driver) produceRecordTo(p *core.Role, h *core.Heartbeat, reports chan kafka.Event) error {
 	if !d.ensureProducer() {
 		return errors.New("no producer")
 	}
@@ -234,7 +236,7 @@ func (d *driver) drainProducer() (denied error) {
 	if d.heart.p == nil {
 		return nil
 	}
-	for i := 0; i < MaxEventsPerCycle; i++ {
+	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		select {
 		case ev := <-d.heart.p.Events():
 			switch e := ev.(type) {
@@ -269,7 +271,7 @@ func (d *driver) drainProducer() (denied error) {
 // writeMarkers produces the release markers and waits up to limit for the broker to have them
 // all, reporting whether it did. Their delivery reports come on a channel of their own, which the
 // producer's own goroutine serves, so the wait needs no poll of ours.
-func (d *driver) writeMarkers(rs []Release, limit time.Duration) bool {
+func (d *driver) writeMarkers(rs []core.Release, limit time.Duration) bool {
 	if limit <= 0 || !d.ensureProducer() {
 		return false
 	}

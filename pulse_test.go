@@ -3,6 +3,8 @@ package goneli
 import (
 	"testing"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // An instance that holds no partition waits in the consumer's poll for up to a group heartbeat
@@ -19,9 +21,9 @@ func TestPollFor(t *testing.T) {
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
 	newDriver := func() *driver {
 		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll), HeartbeatTimeout: Duration(time.Second), RenewInterval: Duration(minPoll)},
-			clock: clk, base: clk.now, timing: GroupTiming{Classic: true, Interval: heartbeat}}
-		d.parts = []*part{{Role_: &Role_{Lease: NewLease(LeaseConfig{Timeout: time.Second, Interval: minPoll, Clock: clk, Base: clk.now})}}}
-		d.m = NewMachine(d.config.settings(), d.timing, rolesOf(d.parts), d, clk, clk.now)
+			clock: clk, base: clk.now, timing: core.GroupTiming{Classic: true, Interval: heartbeat}}
+		d.parts = []*part{{Role: &core.Role{Lease: core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: minPoll, Clock: clk, Base: clk.now})}}}
+		d.m = core.NewMachine(d.config.settings(), d.timing, rolesOf(d.parts), d, clk, clk.now)
 		return d
 	}
 	for _, tc := range []struct {
@@ -36,7 +38,7 @@ func TestPollFor(t *testing.T) {
 		{"idle, within Pulse's timeout", func(*driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
 		{"idle, timeout spent", func(*driver) {}, 0, pollDuration},
 		{"holds a partition", func(d *driver) { d.parts[0].Lease.Assign(false) }, -1, pollDuration},
-		{"owes a released marker", func(d *driver) { d.m.Releases = []Release{{}} }, -1, pollDuration},
+		{"owes a released marker", func(d *driver) { d.m.Releases = []core.Release{{}} }, -1, pollDuration},
 		{"yielding", func(d *driver) { d.m.Yield.Requested.Store(true) }, -1, pollDuration},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,8 +55,8 @@ func TestPollFor(t *testing.T) {
 // tenure waits for a predecessor to release the partition.
 func TestProving(t *testing.T) {
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
-	l := NewLease(LeaseConfig{Timeout: time.Second, Interval: 100 * time.Millisecond, ReleaseWait: 2 * time.Second, Clock: clk, Base: clk.now})
-	n := &driver{clock: clk, base: clk.now, parts: []*part{{Role_: &Role_{Lease: l}}}}
+	l := core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: 100 * time.Millisecond, ReleaseWait: 2 * time.Second, Clock: clk, Base: clk.now})
+	n := &driver{clock: clk, base: clk.now, parts: []*part{{Role: &core.Role{Lease: l}}}}
 	if n.proving() {
 		t.Fatal("proving without a tenure")
 	}
@@ -62,11 +64,11 @@ func TestProving(t *testing.T) {
 	if !n.proving() {
 		t.Fatal("not proving a new tenure")
 	}
-	l.Foreign(Heartbeat{Tenure: 7, Kind: KindReleasing})
+	l.Foreign(core.Heartbeat{Tenure: 7, Kind: core.KindReleasing})
 	if n.proving() {
 		t.Fatal("proving while a predecessor releases the partition")
 	}
-	l.Foreign(Heartbeat{Tenure: 7, Kind: KindReleased})
+	l.Foreign(core.Heartbeat{Tenure: 7, Kind: core.KindReleased})
 	if !n.proving() {
 		t.Fatal("not proving once the predecessor released the partition")
 	}

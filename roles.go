@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 )
 
@@ -111,7 +113,7 @@ func NewRoles(config Config, roles []string, barrier ...Barrier) (Roles, error) 
 	if err := validateRoles(roles); err != nil {
 		return nil, err
 	}
-	n, err := newInstance(config, roles, RolesDigest(roles), barrier)
+	n, err := newInstance(config, roles, core.RolesDigest(roles), barrier)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +132,7 @@ func Shards(n int) []string {
 // MaxRoles is the most roles NewRoles accepts. Each role is a partition of the leader topic, and
 // an instance that leads many reads a heartbeat of each back every MinPollInterval, which one poll
 // cycle serves up to this many of.
-const MaxRoles = MaxEventsPerCycle
+const MaxRoles = core.MaxEventsPerCycle
 
 func validateRoles(roles []string) error {
 	if len(roles) == 0 {
@@ -145,8 +147,8 @@ func validateRoles(roles []string) error {
 		switch {
 		case r == "":
 			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Reason: "must not be empty"})
-		case len(r) > MaxRoleName:
-			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r[:16] + "...", Reason: fmt.Sprintf("at most %d bytes", MaxRoleName)})
+		case len(r) > core.MaxRoleName:
+			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r[:16] + "...", Reason: fmt.Sprintf("at most %d bytes", core.MaxRoleName)})
 		case strings.IndexFunc(r, unicode.IsControl) >= 0:
 			// A name is printed in logs, events and `neli run`'s NELI_ROLE, where a control
 			// character would garble or forge lines; and a NUL once let two role lists share a digest.

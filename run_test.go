@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/goneli/goneli/internal/testkit"
 )
 
@@ -154,9 +156,9 @@ type runRig struct {
 
 func newRunRig(t *testing.T) *runRig {
 	r := &runRig{leaseRig: newLeaseRig(t), calls: make(chan uint64, 4), entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
-	r.p = &part{Role_: &Role_{Lease: r.l}, events: newDispatcher(), signal: make(chan struct{}, 1)}
+	r.p = &part{Role: &core.Role{Lease: r.l}, events: newDispatcher(), signal: make(chan struct{}, 1)}
 	d := &driver{clock: r.clock, base: r.clock.now}
-	d.m = &Machine{Clock: r.clock, Base: r.clock.now}
+	d.m = &core.Machine{Clock: r.clock, Base: r.clock.now}
 	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), life: newLifecycle(), d: d,
 		parts: []*part{r.p}, events: dispatchers{r.p.events}, leaderSignal: make(chan struct{}, 1)}
 	r.tr = newTenureRunner(context.Background(), func(ctx context.Context, _ string) {
@@ -180,11 +182,11 @@ func newRunRig(t *testing.T) *runRig {
 
 // post hands the events the lease has produced since the last post to the dispatcher, as the
 // driver does, and returns the delivery of the last.
-func (r *runRig) post() *Delivery {
+func (r *runRig) post() *core.Delivery {
 	if len(r.events) == 0 {
 		return nil
 	}
-	d := NewDelivery()
+	d := core.NewDelivery()
 	r.n.deliver(r.p, publicEvents(r.events), d)
 	r.events = nil
 	return d
@@ -252,17 +254,17 @@ func TestRunStartsNoTaskForAnEndedTenure(t *testing.T) {
 type leaseRig struct {
 	t      *testing.T
 	clock  *stepClock
-	l      *Lease
-	events []TenureEvent
+	l      *core.Lease
+	events []core.TenureEvent
 	offset int64
 }
 
 func newLeaseRig(t *testing.T) *leaseRig {
 	c := &stepClock{now: time.Unix(1_800_000_000, 0)}
-	return &leaseRig{t: t, clock: c, l: NewLease(LeaseConfig{Timeout: time.Second, Interval: 100 * time.Millisecond, ReleaseWait: 2 * time.Second, Clock: c, Base: c.now})}
+	return &leaseRig{t: t, clock: c, l: core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: 100 * time.Millisecond, ReleaseWait: 2 * time.Second, Clock: c, Base: c.now})}
 }
 
-func (r *leaseRig) take(out LeaseOut) LeaseOut {
+func (r *leaseRig) take(out core.LeaseOut) core.LeaseOut {
 	r.events = append(r.events, out.Events...)
 	return out
 }
@@ -275,7 +277,7 @@ func (r *leaseRig) expire()              { r.take(r.l.Expire()) }
 // accepted after a further lag.
 func (r *leaseRig) renewal(rtt, lag time.Duration) {
 	r.t.Helper()
-	var h *Heartbeat
+	var h *core.Heartbeat
 	for i := 0; h == nil; i++ {
 		if i == 100 {
 			r.t.Fatal("no heartbeat due within 100 ms")
@@ -297,6 +299,6 @@ func (r *leaseRig) renewal(rtt, lag time.Duration) {
 func (r *leaseRig) acquire() {
 	r.take(r.l.Assign(false))
 	id, _ := r.l.Tenure()
-	r.take(r.l.Checked(id, GroupCheck{Verdict: GroupVerdict{SawSelf: true}}))
+	r.take(r.l.Checked(id, core.GroupCheck{Verdict: core.GroupVerdict{SawSelf: true}}))
 	r.renewal(10*time.Millisecond, 10*time.Millisecond)
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -176,7 +178,7 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 			group, why, ht), nil
 	}
 	// Without the interval, only what any interval needs is checked.
-	margin := SessionMargin(ht)
+	margin := core.SessionMargin(ht)
 	floor, need := ht+margin, fmt.Sprintf("HeartbeatTimeout + a margin for clock rates (%v + %v)", ht, margin)
 	if t.interval.from != "" {
 		floor = ht + 2*t.interval.value + margin
@@ -228,7 +230,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 // (sessionMargin), so it is found by stepping down from what the session leaves without one.
 func maxLeaseFor(session, intervals time.Duration) time.Duration {
 	ht := session - intervals
-	for ht > 0 && ht+SessionMargin(ht) > session-intervals {
+	for ht > 0 && ht+core.SessionMargin(ht) > session-intervals {
 		ht -= time.Millisecond
 	}
 	return ht
@@ -269,7 +271,7 @@ func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
 		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",
 			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
 		d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
-		d.machine(func(m *Machine) { m.UseTiming(d.timing) })
+		d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
@@ -66,7 +68,7 @@ func (w *tailWire) Close()          {}
 // (or err).
 func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRig, *tailWire) {
 	roles := Shards(n)
-	r := newScriptRigFor(t, roles, RolesDigest(roles), Config{})
+	r := newScriptRigFor(t, roles, core.RolesDigest(roles), Config{})
 	w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: n, clientID: r.n.d.clientID}, ends: ends, err: err}
 	r.n.d.mu.Lock()
 	r.n.d.check.wire = w
@@ -78,7 +80,7 @@ func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRi
 // in one request over goneli's own connection; what that request cannot tell, a lone partition,
 // and any assignment while a role of the instance leads start at OffsetTail for librdkafka.
 func TestAssignmentStartsReadInOneRequest(t *testing.T) {
-	tail := kafka.OffsetTail(ReleaseLookback)
+	tail := kafka.OffsetTail(core.ReleaseLookback)
 	for _, c := range []struct {
 		name  string
 		roles int
@@ -145,8 +147,8 @@ func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
 			t.Fatalf("%d assignments taken, want 2", len(taken))
 		}
 		for _, tp := range taken[1] {
-			if tp.Offset != kafka.OffsetTail(ReleaseLookback) {
-				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, ReleaseLookback)
+			if tp.Offset != kafka.OffsetTail(core.ReleaseLookback) {
+				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, core.ReleaseLookback)
 			}
 		}
 		if len(w.asked) != 0 {

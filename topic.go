@@ -7,6 +7,8 @@ import (
 	"maps"
 	"strconv"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -32,7 +34,7 @@ func (d *driver) join() error {
 	}
 	// What New read of the broker's session (fitSession, checkConsumerGroupSession) bounds how long
 	// a lease may renew on explicit commits.
-	d.machine(func(m *Machine) { m.UseTiming(d.timing) })
+	d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
@@ -45,7 +47,7 @@ func (d *driver) join() error {
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
-	d.machine(func(m *Machine) { m.NewGate(d.storerOf(consumer)) })
+	d.machine(func(m *core.Machine) { m.NewGate(d.storerOf(consumer)) })
 	return nil
 }
 
@@ -91,7 +93,7 @@ func (d *driver) prepareGroup() error {
 		return nil
 	}
 	d.standbyAtJoin(desc)
-	if v := JudgeGroup(describedOf(desc), d.topic, d.clientID, "", 0); v.Conflict != nil {
+	if v := core.JudgeGroup(describedOf(desc), d.topic, d.clientID, "", 0); v.Conflict != nil {
 		if v.Conflict.Definite() {
 			return v.Conflict
 		}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -172,7 +174,7 @@ func (n *neli) TransferTo(name string) error {
 // transferTo checks a transfer of p to the member named name and has the next cycle (or this call,
 // if it can take the lock) carry it out. Called without mu.
 func (d *driver) transferTo(p *part, name string, inCall bool) error {
-	if !d.live() {
+	if !d.Live() {
 		return ErrNonLivePulse
 	}
 	if len(d.parts) > 1 {
@@ -203,7 +205,7 @@ func (d *driver) transferTo(p *part, name string, inCall bool) error {
 	d.prio.asked.Store(&pendingTransfer{to: Sanitise(name), hold: hold, tenure: v.Tenure})
 	if !inCall && d.mu.TryLock() {
 		defer d.mu.Unlock()
-		if d.live() {
+		if d.Live() {
 			d.takeAsked()
 		}
 	}
@@ -212,7 +214,7 @@ func (d *driver) transferTo(p *part, name string, inCall bool) error {
 
 // settleLeft is how long the tenure behind v must still lead before it may hand over: a role
 // changes hands at most once per settle time.
-func (d *driver) settleLeft(v *LeaseView) time.Duration {
+func (d *driver) settleLeft(v *core.LeaseView) time.Duration {
 	return max(prioritySettle(*d.config.HeartbeatTimeout)-(d.now()-v.Led), 0)
 }
 
@@ -238,40 +240,40 @@ func (d *driver) carryOut(t pendingTransfer, by string) {
 	d.prio.transfers.Add(1)
 	d.log.I()("goneli %s: handing over to %s%s; staying out of the group for %v", d.config.Name, t.to, by, t.hold)
 	// The release markers of the tenures that end now name the target (machine.endTenures).
-	d.machine(func(m *Machine) { m.Tagging = t.to })
+	d.machine(func(m *core.Machine) { m.Tagging = t.to })
 	d.extendYield(t.hold)
 	d.m.Yield.Requested.Store(true)
 	d.applyYield()
-	d.machine(func(m *Machine) { m.Tagging = "" })
+	d.machine(func(m *core.Machine) { m.Tagging = "" })
 }
 
 // foreignRecord takes a record of another tenure from p's partition (driver.onMessage): a
 // transfer request, a release marker that names a transfer's target, or anything else, which the
 // lease judges.
-func (d *driver) foreignRecord(p *part, key string, h Heartbeat) {
+func (d *driver) foreignRecord(p *part, key string, h core.Heartbeat) {
 	d.preferences()
 	switch h.Kind {
-	case KindTransfer:
+	case core.KindTransfer:
 		d.transferAsked(p, key, h)
 		return
-	case KindReleasing, KindReleased:
+	case core.KindReleasing, core.KindReleased:
 		if h.To != "" {
 			d.transferSeen(p, h)
 		}
-	case KindHeartbeat:
+	case core.KindHeartbeat:
 		if hp := d.prio.hops[p.ID]; hp != nil && h.Token > 0 && h.Tenure != hp.from {
 			// A tenure led after the transfer: it is over.
 			d.cancelHop(p)
 		}
 	}
-	d.machine(func(m *Machine) { m.Foreign(p.Role_, h) })
+	d.machine(func(m *core.Machine) { m.Foreign(p.Role, h) })
 }
 
 // transferAsked takes a transfer request. Only a tenure that leads as it reads the request acts
 // on it: that one was written after the tenure began.
-func (d *driver) transferAsked(p *part, by string, h Heartbeat) {
+func (d *driver) transferAsked(p *part, by string, h core.Heartbeat) {
 	v := p.Lease.Load()
-	if !v.Leading || h.Role_ != p.Name {
+	if !v.Leading || h.Role != p.Name {
 		return
 	}
 	if len(d.parts) > 1 {
@@ -314,7 +316,7 @@ func (d *driver) serveRequests(cs []contender, now time.Duration) {
 // transferSeen takes a release marker that names the target of a transfer. A tenure that is not
 // the target holds its renewals (a releasing marker of its own making, hopSentinel) until a
 // description says whether to pass the partition on.
-func (d *driver) transferSeen(p *part, h Heartbeat) {
+func (d *driver) transferSeen(p *part, h core.Heartbeat) {
 	v := p.Lease.Load()
 	if !v.Assigned || v.Leading || len(d.parts) > 1 {
 		return
@@ -329,8 +331,8 @@ func (d *driver) transferSeen(p *part, h Heartbeat) {
 	d.cancelHop(p)
 	hp := &hop{to: h.To, tenure: v.Tenure, from: h.Tenure, sentinel: h.Tenure ^ hopSentinel, at: d.now(), confirmed: v.Counts.Confirmed}
 	d.prio.hops[p.ID] = hp
-	d.machine(func(m *Machine) {
-		m.Foreign(p.Role_, Heartbeat{Tenure: hp.sentinel, Kind: KindReleasing, Role_: p.Name})
+	d.machine(func(m *core.Machine) {
+		m.Foreign(p.Role, core.Heartbeat{Tenure: hp.sentinel, Kind: core.KindReleasing, Role: p.Name})
 	})
 }
 
@@ -341,8 +343,8 @@ func (d *driver) cancelHop(p *part) {
 		return
 	}
 	delete(d.prio.hops, p.ID)
-	d.machine(func(m *Machine) {
-		m.Foreign(p.Role_, Heartbeat{Tenure: hp.sentinel, Kind: KindReleased, Role_: p.Name})
+	d.machine(func(m *core.Machine) {
+		m.Foreign(p.Role, core.Heartbeat{Tenure: hp.sentinel, Kind: core.KindReleased, Role: p.Name})
 	})
 }
 
@@ -490,7 +492,7 @@ func Transfer(ctx context.Context, config Config, role, to string) (TransferResu
 
 // writeTransferRequest produces a transfer request for rs's partition and waits for the broker to
 // have it.
-func writeTransferRequest(ctx context.Context, config Config, timing GroupTiming, rs RoleStatus, to string) error {
+func writeTransferRequest(ctx context.Context, config Config, timing core.GroupTiming, rs RoleStatus, to string) error {
 	_, producerConf, _ := config.clientConfigs(timing)
 	producerConf["client.id"] = fmt.Sprint(producerConf["client.id"]) + "-transfer"
 	producerConf["log_level"] = 0
@@ -500,7 +502,7 @@ func writeTransferRequest(ctx context.Context, config Config, timing GroupTiming
 	}
 	defer p.Close()
 	now := time.Now()
-	h := Heartbeat{Tenure: RandomTenure(), Seq: 1, SentWall: now.UnixNano(), Kind: KindTransfer, Role_: rs.Role, To: to}
+	h := core.Heartbeat{Tenure: core.RandomTenure(), Seq: 1, SentWall: now.UnixNano(), Kind: core.KindTransfer, Role: rs.Role, To: to}
 	reports := make(chan kafka.Event, 1)
 	topic := config.LeaderTopic
 	if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: rs.Partition},

@@ -1,6 +1,10 @@
 package goneli
 
-import "time"
+import (
+	"time"
+
+	"github.com/goneli/goneli/internal/core"
+)
 
 // The shell's side of a yield (machine_yield.go decides it).
 
@@ -26,7 +30,7 @@ func (d *driver) requestYield(dur time.Duration, inCall bool) {
 	// and the barrier would be waiting for itself.
 	if !inCall && d.mu.TryLock() {
 		defer d.mu.Unlock()
-		if d.live() {
+		if d.Live() {
 			d.applyYield()
 		}
 	}
@@ -38,28 +42,28 @@ func (d *driver) requestYield(dur time.Duration, inCall bool) {
 // no tenure: the next cycle tries again, and the machine contends again if the yield ends first.
 // Called with mu held.
 func (d *driver) applyYield() {
-	var w *ReleaseWait
+	var w *core.ReleaseWait
 	var then func()
-	d.machine(func(m *Machine) { w, then = m.ApplyYield() })
+	d.machine(func(m *core.Machine) { w, then = m.ApplyYield() })
 	d.finishYield(w, then)
 }
 
 // finishYield makes the waits a yield leaves, then what follows them.
-func (d *driver) finishYield(w *ReleaseWait, then func()) {
+func (d *driver) finishYield(w *core.ReleaseWait, then func()) {
 	d.waitReleases(w)
 	if then != nil {
-		d.machine(func(*Machine) { then() })
+		d.machine(func(*core.Machine) { then() })
 	}
 }
 
 // checkHandOver lets the machine hand the roles over (machine.checkHandOver). Called with mu held.
 func (d *driver) checkHandOver() {
-	if !d.live() {
+	if !d.Live() {
 		return
 	}
 	delivering := d.delivering()
-	var w *ReleaseWait
+	var w *core.ReleaseWait
 	var then func()
-	d.machine(func(m *Machine) { w, then = m.CheckHandOver(delivering) })
+	d.machine(func(m *core.Machine) { w, then = m.CheckHandOver(delivering) })
 	d.finishYield(w, then)
 }
