@@ -36,11 +36,11 @@ func TestHeartbeatRecords(t *testing.T) {
 	for _, bad := range [][]byte{
 		nil,
 		[]byte("not a heartbeat at all, but long enough to be one if it were"),
-		in.AppendTo(nil)[:heartbeatV2Size+3],               // the role is cut short
+		in.AppendTo(nil)[:heartbeatV2Size+3],              // the role is cut short
 		in.AppendTo(nil)[:heartbeatV2Size+len(in.Role)+1], // the address's length is cut short
 		in.AppendTo(nil)[:heartbeatV3Size+len(in.Role)+1], // the address is cut short
-		in.AppendTo(nil)[:in.Size()-len(in.To)-1],          // the target's length is cut short
-		in.AppendTo(nil)[:in.Size()-1],                     // the target is cut short
+		in.AppendTo(nil)[:in.Size()-len(in.To)-1],         // the target's length is cut short
+		in.AppendTo(nil)[:in.Size()-1],                    // the target is cut short
 		append([]byte{'N', 'L', 2}, make([]byte, heartbeatV1Size)...)[:heartbeatV2Size-1],
 	} {
 		if err := out.Decode(bad); err == nil {

@@ -13,21 +13,21 @@ type TenureEvent interface {
 // acquired says that the tenure leads from now on (LeaderAcquired).
 type Acquired struct {
 	Role, Tenure string
-	Token         int64
-	Since         time.Time
+	Token        int64
+	Since        time.Time
 }
 
 // fenced says that the tenure stopped leading and still holds the partition (LeaderFenced).
 type Fenced struct {
 	Role, Tenure, Reason string
-	Token                 int64
-	LeaseAge              time.Duration
+	Token                int64
+	LeaseAge             time.Duration
 }
 
 // revoked says that the tenure is over (LeaderRevoked).
 type Revoked struct {
 	Role, Tenure string
-	Token         int64
+	Token        int64
 }
 
 func (Acquired) tenureEvent() {}
