@@ -691,6 +691,12 @@ func (c Config) clientConfigs(t core.GroupTiming) (consumer, producer, admin kaf
 	// buffers for a producer that sends ten small records a second.
 	producer["go.events.channel.size"] = 1000
 	producer["go.produce.channel.size"] = 0
+	// librdkafka lets a producer's metadata requests (and so the admin client's, which is one) ask
+	// the broker to create a missing topic, and Apache Kafka does so by default
+	// (auto.create.topics.enable) with num.partitions partitions and none of leaderTopicConfig: New's
+	// look at a missing leader topic made it, with one partition, before New could create it with one
+	// per role, and a topic deleted while the group ran came back. Only New creates the topic.
+	producer["allow.auto.create.topics"] = false
 
 	admin = cloneConfig(producer)
 	for _, k := range producerOnlyKeys {
