@@ -407,7 +407,8 @@ func (a *simAdversary) quiet() bool {
 		if !m.alive {
 			continue
 		}
-		if m.frozen || w.now < m.pausedUntil || m.failJoins > 0 || m.closing || w.now < m.barrierSlowUntil || !m.rdk.steady() {
+		if m.frozen || w.now < m.pausedUntil || m.failJoins > 0 || m.closing || w.now < m.barrierSlowUntil || !m.rdk.steady() ||
+			m.stallAssign > 0 || w.now < m.stalledUntil {
 			return false
 		}
 		healthy++

@@ -109,6 +109,10 @@ type simMember struct {
 	failJoins   int
 	failJoinErr simErr
 	stallAssign time.Duration
+	// stalledUntil is when the stall of a rebalance callback under way ends (true time), and
+	// inCallback says that the loop waits in a rebalance callback.
+	stalledUntil time.Duration
+	inCallback   bool
 
 	// For the oracle and the adversary's triggers.
 	leading bool // IsLeader at the last check

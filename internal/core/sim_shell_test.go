@@ -27,9 +27,14 @@ func (m *simMember) handle(e simAppEvent) {
 		}
 		m.renewal(false, 0, func() { m.mach.AutoCommitted(m.answerOf(e.offset, e.tag, e.err)) })
 	case appAssigned:
+		m.inCallback = true
 		m.assigned(e)
 	case appRevoked:
+		m.inCallback = true
 		m.revoked(e)
+	}
+	if !m.blocked {
+		m.inCallback = false
 	}
 }
 
@@ -57,6 +62,7 @@ func (m *simMember) assigned(e simAppEvent) {
 	}
 	if stall := m.stallAssign; stall > 0 {
 		m.stallAssign = 0
+		m.stalledUntil = m.w.now + stall
 		m.note("the rebalance callback stalls for %s before the assign call", fmtDur(stall))
 		m.block(stall, func() bool { return false }, finish)
 		return
@@ -162,6 +168,12 @@ func (m *simMember) block(limit time.Duration, ready func() bool, then func()) {
 			return
 		}
 		m.blocked = false
+		if m.inCallback {
+			// The rebalance callback returns, and with it the consumer's poll: librdkafka counts
+			// max.poll.interval.ms from here (rd_kafka_app_polled), not from before the callback.
+			m.inCallback = false
+			m.lastPoll = m.clock.local(m.w.now)
+		}
 		then()
 		if !m.blocked {
 			m.drain()
