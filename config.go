@@ -538,6 +538,34 @@ func (c Config) CloseBound() (time.Duration, error) {
 	return t.CloseBound(*c.HeartbeatTimeout), nil
 }
 
+// derived is what New derives from a Config, once, for every part of the instance that needs it:
+// the Config with its defaults, the group timing, what the machine needs (internal/core.Settings),
+// the client configurations (the consumer's client.id naming the role list by digest, as the group
+// check tells role lists apart), and whether librdkafka's log lines go to the Scribe.
+type derived struct {
+	config                    Config
+	timing                    core.GroupTiming
+	settings                  core.Settings
+	consumer, producer, admin kafka.ConfigMap
+	forwardLogs               bool
+}
+
+// derive prepares c (prepare) and derives the rest from it; digest names the role list (NewRoles),
+// empty for New.
+func (c Config) derive(digest string) (derived, error) {
+	c, timing, err := c.prepare()
+	if err != nil {
+		return derived{}, err
+	}
+	dv := derived{config: c, timing: timing, settings: c.settings(), forwardLogs: c.forwardsLogs()}
+	dv.consumer, dv.producer, dv.admin = c.clientConfigs(timing)
+	if digest != "" {
+		// The group check tells members with another role list by this suffix (groupcheck.go).
+		dv.consumer["client.id"] = fmt.Sprint(dv.consumer["client.id"]) + core.RolesSuffix + digest
+	}
+	return dv, nil
+}
+
 // prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,
 // validates it and derives the group timing.
 func (c Config) prepare() (Config, core.GroupTiming, error) {

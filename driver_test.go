@@ -496,12 +496,12 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 		RenewInterval:         tweak.RenewInterval,
 		KafkaConfig:           tweak.KafkaConfig,
 	}
-	config, timing, err := config.prepare()
+	dv, err := config.derive(digest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.consumer.auto.tick = time.Duration(timing.Commit.Milliseconds()) * time.Millisecond
-	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, core.SystemClock{})
+	l.consumer.auto.tick = time.Duration(dv.timing.Commit.Milliseconds()) * time.Millisecond
+	r.n = assemble(dv, roles, []Barrier{r.barrier}, core.SystemClock{})
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
 	r.n.d.closeSide()

@@ -132,11 +132,12 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 // partition i of the leader topic. digest names the role list in the group (see rolesDigest); it
 // is empty for the single unnamed role of New.
 func newInstance(config Config, roles []string, digest string, barrier []Barrier) (*neli, error) {
-	config, timing, err := config.prepare()
+	dv, err := config.derive(digest)
 	if err != nil {
 		return nil, err
 	}
-	n := assemble(config, timing, roles, digest, barrier, core.SystemClock{})
+	config = dv.config
+	n := assemble(dv, roles, barrier, core.SystemClock{})
 	if err := n.d.join(); err != nil {
 		n.d.check.checker.stop()
 		n.d.closeSide()
@@ -172,9 +173,11 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	return n, nil
 }
 
-// assemble builds an instance and its driver from a prepared config, without I/O: the driver joins
-// the group in join. Tests of the driver assemble one on clients of their own (driver_test.go).
-func assemble(config Config, timing core.GroupTiming, roles []string, digest string, barrier []Barrier, clk core.Clock) *neli {
+// assemble builds an instance and its driver from what New derived of its Config, without I/O: the
+// driver joins the group in join. Tests of the driver assemble one on clients of their own
+// (driver_test.go).
+func assemble(dv derived, roles []string, barrier []Barrier, clk core.Clock) *neli {
+	config, timing := dv.config, dv.timing
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -187,7 +190,7 @@ func assemble(config Config, timing core.GroupTiming, roles []string, digest str
 		n.barrier = barrier[0]
 	}
 	base := clk.Now()
-	n.parts = newParts(config, timing, roles, clk, base)
+	n.parts = newParts(dv.settings, timing, roles, clk, base)
 	d := &driver{
 		config:    config,
 		timing:    timing,
@@ -200,14 +203,10 @@ func assemble(config Config, timing core.GroupTiming, roles []string, digest str
 		clock:     clk,
 		base:      base,
 	}
-	d.m = core.NewMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
+	d.m = core.NewMachine(dv.settings, timing, rolesOf(n.parts), d, clk, base)
 	d.throttle.every = 10 * time.Second
-	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
-	if digest != "" {
-		// The group check tells members with another role list by this suffix (groupcheck.go).
-		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + core.RolesSuffix + digest
-	}
-	d.logs = startLogForwarder(d.log, config.Name, config.forwardsLogs())
+	consumerConf, producerConf, adminConf := dv.consumer, dv.producer, dv.admin
+	d.logs = startLogForwarder(d.log, config.Name, dv.forwardLogs)
 	d.logs.attach(consumerConf)
 	d.logs.attach(producerConf)
 	// The admin client cannot forward its logs; its failures come back as errors anyway.
@@ -234,9 +233,9 @@ func assemble(config Config, timing core.GroupTiming, roles []string, digest str
 // startDispatchers gives every part the goroutine that calls the application with its events.
 // newParts makes the parts of roles, each with its lease, for config and timing as New derived
 // them, on the clock clk from base.
-func newParts(config Config, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
+func newParts(s core.Settings, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
 	var parts []*part
-	for _, r := range core.NewRoles(config.settings(), timing, roles, clk, base) {
+	for _, r := range core.NewRoles(s, timing, roles, clk, base) {
 		parts = append(parts, &part{Role: r, signal: make(chan struct{}, 1)})
 	}
 	return parts
