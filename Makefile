@@ -96,4 +96,4 @@ SIM_SCHEDULES ?= 250000
 sim_report = $(if $(SIM_REPORT),SIM_REPORT=$(abspath $(SIM_REPORT)))
 sim:
 	$(sim_report) SIM_SCHEDULES=$(SIM_SCHEDULES) SIM_SEED=$(SIM_SEED) SIM_PROFILES=$(SIM_PROFILES) SIM_STOP=$(SIM_STOP) SIM_LIMIT=$(SIM_LIMIT) \
-		go test -count=1 -v -run '^TestSimSearch$$' -timeout 24h .
+		go test -count=1 -v -run '^TestSimSearch$$' -timeout 24h ./internal/core

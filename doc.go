@@ -200,7 +200,12 @@
 // After a graceful Close, a successor is elected within about one group heartbeat interval (a
 // tenth of HeartbeatTimeout): the leader's LeaveGroup goes out within milliseconds of Close, every
 // other member learns of the rebalance at its next group heartbeat, and the new assignee proves its
-// lease in a few round trips. After a crash or a network cut it takes about one session timeout. An instance that stops pulsing
+// lease in a few round trips. Two things can add up to a second to that, both measured on Apache
+// Kafka 4.4 (internal/realkafka/realtest): librdkafka sends a member's JoinGroup at most once a
+// second, so under the classic protocol a Close within a second of the last rebalance waits for the
+// others' next one; and under KIP-848 a coordinator of Kafka 4.3 or later computes assignments in
+// batches, group.consumer.assignment.interval.ms apart (1 s by default; 0 computes each at once).
+// After a crash or a network cut it takes about one session timeout. An instance that stops pulsing
 // loses its lease after HeartbeatTimeout (IsLeader turns false and the barrier receives
 // LeaderFenced from a watchdog goroutine) and leaves the group after max.poll.interval.ms.
 //
