@@ -12,10 +12,10 @@ import (
 // group; under cooperative-sticky assignment it keeps partition 0 and its tenure, but nothing renews
 // its lease from librdkafka's last automatic commit before the rejoin until a renewal an answer
 // bound after it takes the unchanged assignment, so a rebalance that holds its JoinGroup long
-// enough fences it, and it acquires again once the rebalance is over (docs/safety.md, Liveness,
-// gives the reason and the bound). The test counts the fences rather than timing anything, and
-// checks what the bound promises: the leader is never revoked, every acquisition is of its one
-// tenure, and nobody else leads meanwhile.
+// enough fences it, and it acquires again once the rebalance is over, or hands over if that takes
+// longer than HandOverAfter (docs/safety.md, Liveness, gives the reason and the bound). The test
+// counts the fences and hand-overs rather than timing anything, and checks that no two instances
+// lead at once and that each one's events keep their documented order.
 //
 //   - one at a time: a follower joins, the group settles, the follower leaves. No other member has
 //     joined within the last second, so the coordinator holds the leader's JoinGroup only until the
@@ -26,8 +26,8 @@ import (
 //     join, and the coordinator holds the leader's JoinGroup, and the explicit commits behind it on
 //     the same connection, until then: longer than a 1 s lease leaves (fenced in 63 of 70 rounds).
 //
-// Each round waits until the leader renews on a heartbeat sent after the group settled, so that
-// the fence a rebalance causes falls within its round, and is over by the end of it.
+// Each round waits until a leader renews on a heartbeat sent after the group settled, so that the
+// fence a rebalance causes falls within its round.
 func TestLeaderThroughJoins(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -43,32 +43,46 @@ func TestLeaderThroughJoins(t *testing.T) {
 			a := contender(t, testConfig(b, group, "a", log), r).(Curator)
 			r.await(t, "a to lead", has[LeaderAcquired]("a"))
 			for round := range tc.rounds {
-				followers := []Neli{contender(t, testConfig(b, group, fmt.Sprintf("f%d", round), log), r)}
+				members := []Neli{a, contender(t, testConfig(b, group, fmt.Sprintf("f%d", round), log), r)}
 				awaitStable(t, b, group, 2)
 				if tc.behind {
-					followers = append(followers, contender(t, testConfig(b, group, fmt.Sprintf("g%d", round), log), r))
+					members = append(members, contender(t, testConfig(b, group, fmt.Sprintf("g%d", round), log), r))
 					awaitStable(t, b, group, 3)
 				}
-				awaitRenewed(t, a, testLease, "a to renew after the joins", time.Now())
-				closeAll(t, followers)
+				awaitLeaderRenewed(t, members, "a leader to renew after the joins", time.Now())
+				closeAll(t, members[1:])
 				awaitStable(t, b, group, 1)
 				awaitRenewed(t, a, testLease, "a to renew after the followers left", time.Now())
 			}
 			events := r.snapshot()
-			t.Logf("a was fenced %d times in %d rounds", countOf[LeaderFenced](events, "a"), tc.rounds)
-			if n := countOf[LeaderRevoked](events, "a"); n > 0 {
-				t.Errorf("a's partition was revoked %d times; events: %s", n, describe(events))
-			}
-			_, acquired := first[LeaderAcquired](events, "a", 0)
+			fences, handOvers := 0, 0
 			for _, e := range events {
-				if got, ok := e.what.(LeaderAcquired); ok && got.Tenure != acquired.what.(LeaderAcquired).Tenure {
-					t.Errorf("%s acquired tenure %s, a began with %s; events: %s", e.who, got.Tenure, acquired.what.(LeaderAcquired).Tenure, describe(events))
+				switch e.what.(type) {
+				case LeaderFenced:
+					fences++
+				case LeaderRevoked:
+					handOvers++
 				}
 			}
+			t.Logf("fenced %d times, handed over %d times, in %d rounds", fences, handOvers, tc.rounds)
 			checkExclusive(t, events)
 			checkGrammar(t, events)
 		})
 	}
+}
+
+// awaitLeaderRenewed waits until one of ns leads on a lease that rests on a heartbeat sent after
+// from.
+func awaitLeaderRenewed(t *testing.T, ns []Neli, what string, from time.Time) {
+	t.Helper()
+	awaitCondition(t, what, func() bool {
+		for _, n := range ns {
+			if s := n.(Curator).Stats(); s.Leader && time.Now().Add(s.LeaseRemaining).After(from.Add(testLease)) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // closeAll closes instances at once, as the processes they stand for would stop: one after
