@@ -20,11 +20,11 @@ import (
 //   - one at a time: a follower joins, the group settles, the follower leaves. No other member has
 //     joined within the last second, so the coordinator holds the leader's JoinGroup only until the
 //     follower's, which is there already. On two loaded cores this fenced the leader now and then
-//     (7 times in 400 rebalances), when the steps around the rebalance ran that much slower.
+//     (28 times in 760 rebalances), when the steps around the rebalance ran that much slower.
 //   - behind a join: a second follower joins as soon as the first has settled. librdkafka sends a
 //     JoinGroup at most once a second, so the first follower rejoins only a second after its own
 //     join, and the coordinator holds the leader's JoinGroup, and the explicit commits behind it on
-//     the same connection, until then: longer than a 1 s lease leaves (fenced in 63 of 70 rounds).
+//     the same connection, until then: longer than a 1 s lease leaves (143 fences in 160 rounds).
 //
 // Each round waits until a leader renews on a heartbeat sent after the group settled, so that the
 // fence a rebalance causes falls within its round.
