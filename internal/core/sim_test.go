@@ -16,7 +16,7 @@ import (
 // The simulation's entry points (issue 38; docs/testing.md, "The simulation"):
 //
 //	go test -run Sim .                               the short search, the determinism check, the replays
-//	go test -run TestSimReplay -sim.seed=N -sim.profile=P .   one schedule's timeline
+//	go test ./internal/core -run TestSimReplay -sim.seed=N -sim.profile=P   one schedule's timeline
 //	make sim                                         the long search (TestSimSearch, SIM_* settings)
 var (
 	simSeedFlag     = flag.Uint64("sim.seed", 0, "replay the simulation schedule of this seed (with -sim.profile)")
@@ -83,7 +83,7 @@ func simFail(t *testing.T, r simSearchResult) {
 	t.Helper()
 	for _, f := range r.findings {
 		report, _ := simReport(f.seed, r.prof)
-		t.Errorf("%s: replay with: go test -run TestSimReplay -sim.seed=%d -sim.profile=%s .\n%s", r.prof.name, f.seed, r.prof.name, report)
+		t.Errorf("%s: replay with: go test ./internal/core -run TestSimReplay -sim.seed=%d -sim.profile=%s\n%s", r.prof.name, f.seed, r.prof.name, report)
 	}
 }
 
@@ -309,7 +309,7 @@ func simWriteReport(path string, base uint64, n int64, stopAtFirst bool, results
 		}
 	}
 	if len(seeds) > 0 {
-		fmt.Fprintf(&b, "\nViolations found (the first %d per profile; replay with `go test -run TestSimReplay -sim.seed=N -sim.profile=P .`):\n\n%s\n",
+		fmt.Fprintf(&b, "\nViolations found (the first %d per profile; replay with `go test ./internal/core -run TestSimReplay -sim.seed=N -sim.profile=P`):\n\n%s\n",
 			simReportFindings, strings.Join(seeds, "\n"))
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
