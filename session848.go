@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -176,7 +178,7 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 			group, why, ht), nil
 	}
 	// Without the interval, only what any interval needs is checked.
-	margin := sessionMargin(ht)
+	margin := core.SessionMargin(ht)
 	floor, need := ht+margin, fmt.Sprintf("HeartbeatTimeout + a margin for clock rates (%v + %v)", ht, margin)
 	if t.interval.from != "" {
 		floor = ht + 2*t.interval.value + margin
@@ -219,7 +221,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 	if warning != "" {
 		d.log.W()("goneli %s: %s", d.config.Name, warning)
 	}
-	d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
+	d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
 	return nil
 }
 
@@ -228,7 +230,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 // (sessionMargin), so it is found by stepping down from what the session leaves without one.
 func maxLeaseFor(session, intervals time.Duration) time.Duration {
 	ht := session - intervals
-	for ht > 0 && ht+sessionMargin(ht) > session-intervals {
+	for ht > 0 && ht+core.SessionMargin(ht) > session-intervals {
 		ht -= time.Millisecond
 	}
 	return ht
@@ -239,7 +241,7 @@ func maxLeaseFor(session, intervals time.Duration) time.Duration {
 // connection, an admin client), nil under the classic protocol or where it cannot.
 func (d *driver) sessionReader(desc groupDescriber) func(context.Context) consumerGroupTiming {
 	cd, ok := desc.(configDescriber)
-	if d.timing.classic || !ok {
+	if d.timing.Classic || !ok {
 		return nil
 	}
 	group, brokers, ht := d.config.LeaderGroupID, slices.Clone(d.brokers), *d.config.HeartbeatTimeout
@@ -265,14 +267,11 @@ func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
 		d.throttle.log(d.log.W(), "session848-read", "goneli %s: %s", d.config.Name, warning)
 		return nil
 	}
-	if t.session.value != d.timing.brokerSession || t.interval.value != d.timing.brokerInterval {
+	if t.session.value != d.timing.BrokerSession || t.interval.value != d.timing.BrokerInterval {
 		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",
 			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
-		d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
-		for _, p := range d.parts {
-			p.lease.useCommitWindow(d.timing.commitWindow(d.config))
-			p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
-		}
+		d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
+		d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ const minSessionKey = "group.min.session.timeout.ms"
 // SessionTimeoutError that says what to do.
 func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	t := &d.timing
-	if !t.classic || t.userSession || t.session >= kafkaMinSession || len(brokers) == 0 {
+	if !t.Classic || t.UserSession || t.Session >= kafkaMinSession || len(brokers) == 0 {
 		return
 	}
 	cd, ok := admin.(configDescriber)
@@ -42,18 +42,18 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	cancel()
 	if len(problems) > 0 {
 		d.log.D()("goneli %s: could not read every broker's %s (%s); keeping the session timeout at %v unless one was read",
-			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.session)
+			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.Session)
 	}
 	floor := lo.value
-	if floor <= t.session {
+	if floor <= t.Session {
 		return
 	}
 	d.log.I()("goneli %s: session timeout raised from %v to %v (%s); a crashed leader is replaced that much later",
-		d.config.Name, t.session, floor, lo.from)
-	t.session = floor
+		d.config.Name, t.Session, floor, lo.from)
+	t.Session = floor
 	(*d.confs.consumer)["session.timeout.ms"] = int(floor.Milliseconds())
-	if t.maxPoll < floor {
-		t.maxPoll = floor
+	if t.MaxPoll < floor {
+		t.MaxPoll = floor
 		(*d.confs.consumer)["max.poll.interval.ms"] = int(floor.Milliseconds())
 	}
 }

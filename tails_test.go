@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
@@ -66,7 +68,7 @@ func (w *tailWire) Close()          {}
 // (or err).
 func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRig, *tailWire) {
 	roles := Shards(n)
-	r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
+	r := newScriptRigFor(t, roles, core.RolesDigest(roles), Config{})
 	w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: n, clientID: r.n.d.clientID}, ends: ends, err: err}
 	r.n.d.mu.Lock()
 	r.n.d.check.wire = w
@@ -78,7 +80,7 @@ func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRi
 // in one request over goneli's own connection; what that request cannot tell, a lone partition,
 // and any assignment while a role of the instance leads start at OffsetTail for librdkafka.
 func TestAssignmentStartsReadInOneRequest(t *testing.T) {
-	tail := kafka.OffsetTail(releaseLookback)
+	tail := kafka.OffsetTail(core.ReleaseLookback)
 	for _, c := range []struct {
 		name  string
 		roles int
@@ -145,8 +147,8 @@ func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
 			t.Fatalf("%d assignments taken, want 2", len(taken))
 		}
 		for _, tp := range taken[1] {
-			if tp.Offset != kafka.OffsetTail(releaseLookback) {
-				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, releaseLookback)
+			if tp.Offset != kafka.OffsetTail(core.ReleaseLookback) {
+				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, core.ReleaseLookback)
 			}
 		}
 		if len(w.asked) != 0 {
@@ -170,11 +172,11 @@ func TestAssignmentTakenAfterTheWaitHoldsRenewals(t *testing.T) {
 		d := r.n.d
 		d.mu.Lock()
 		taken := len(r.consumer.taken)
-		bound := d.timing.answerBound(d.config)
+		bound := d.timing.AnswerBound(d.config.settings())
 		type hold struct{ from, until, storeFrom, storeUntil time.Duration }
 		var holds []hold
 		for _, p := range d.parts {
-			holds = append(holds, hold{p.lease.heldFrom, p.lease.heldUntil, p.lease.storeFrom, p.lease.storeUntil})
+			holds = append(holds, hold{p.Lease.HeldFrom, p.Lease.HeldUntil, p.Lease.StoreFrom, p.Lease.StoreUntil})
 		}
 		d.mu.Unlock()
 		if taken != 1 {

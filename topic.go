@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -33,10 +35,7 @@ func (d *driver) join() error {
 	}
 	// What New read of the broker's session (fitSession, checkConsumerGroupSession) bounds how long
 	// a lease may renew on explicit commits.
-	for _, p := range d.parts {
-		p.lease.useCommitWindow(d.timing.commitWindow(d.config))
-		p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
-	}
+	d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
@@ -49,7 +48,7 @@ func (d *driver) join() error {
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
-	d.gate = d.newGate(consumer)
+	d.machine(func(m *core.Machine) { m.NewGate(d.storerOf(consumer)) })
 	return nil
 }
 
@@ -73,7 +72,7 @@ func (d *driver) prepareGroup() error {
 				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
 				d.config.Name, d.topic, len(d.parts))
 		}
-		if err == nil && !d.timing.classic {
+		if err == nil && !d.timing.Classic {
 			d.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
 				"so cannot check that it covers HeartbeatTimeout (%v)", d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 		}
@@ -81,8 +80,8 @@ func (d *driver) prepareGroup() error {
 	}
 	d.brokers = brokers
 	d.fitSession(admin, brokers)
-	d.check.count.Add(1)
-	if !d.timing.classic {
+	d.m.Check.Count.Add(1)
+	if !d.timing.Classic {
 		if err := d.checkConsumerGroupSession(admin, brokers); err != nil {
 			return err
 		}
@@ -95,13 +94,13 @@ func (d *driver) prepareGroup() error {
 		return nil
 	}
 	d.standbyAtJoin(desc)
-	if v := judgeGroup(desc, d.topic, d.clientID, "", 0); v.conflict != nil {
-		if v.conflict.definite() {
-			return v.conflict
+	if v := core.JudgeGroup(describedOf(desc), d.topic, d.clientID, "", 0); v.Conflict != nil {
+		if v.Conflict.Definite() {
+			return v.Conflict
 		}
 		// A member whose partitions' topic the broker does not name may well use this topic: New
 		// cannot refuse on that, but no tenure leads while such a member holds a partition.
-		d.log.W()("goneli %s: %v", d.config.Name, v.conflict)
+		d.log.W()("goneli %s: %v", d.config.Name, v.Conflict)
 	}
 	return nil
 }
