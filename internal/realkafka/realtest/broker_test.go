@@ -25,9 +25,12 @@ import (
 // offset commit) completes on a partition it replicates, whichever broker leads. Then the group goes
 // on at its coordinator, perhaps a new one that has loaded it, where the members may have to join
 // again (a classic rebalance, within its timeout), a session timeout later at most, or a KIP-848
-// assignment interval; two leases more for the new leader's proof and the load, as in bounds.
+// assignment interval; then the new leader's proof. Three leases more, where bounds gives two: the
+// controller, the new coordinator's load and the members finding it all run on the loaded cores
+// too (with two, the slowest of 12 runs beside two busy loops at a load average of 20 came within
+// 0.6 s of the bound: 14.6 s after the kill).
 func brokerBound(tm timing) time.Duration {
-	return tm.brokerSession*9/8 + tm.session + tm.rebalance + tm.assignment + 2*lease
+	return tm.brokerSession*9/8 + tm.session + tm.rebalance + tm.assignment + 3*lease
 }
 
 // Three brokers; the broker that coordinates the group (leads the partition of
