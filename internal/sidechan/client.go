@@ -281,10 +281,11 @@ type coordinatorGone struct{ err error }
 func (e *coordinatorGone) Error() string { return e.err.Error() }
 func (e *coordinatorGone) Unwrap() error { return e.err }
 
-// groupRequest sends req, a request about group alone, to the group's coordinator, and asks again
-// while the request gets no answer, or the answer (code gives the group's error code in it) says
-// that the coordinator is not ready or is another broker now, each time at the coordinator that
-// FindCoordinator names then. Other errors in the answer are the caller's to read.
+// groupRequest sends req, a request about group alone, to the group's coordinator: the broker that
+// answered the last such request, or else the one FindCoordinator names. It asks again, of the one
+// FindCoordinator names then, while the request gets no answer or the answer (code gives the
+// group's error code in it) says that the coordinator is not ready or is another broker now. Other
+// errors in the answer are the caller's to read.
 //
 // kgo would route the request itself, but it keeps the coordinators it has found and forgets one
 // only when it answers that it no longer coordinates the group, which a broker that died never
