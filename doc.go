@@ -262,9 +262,15 @@
 // settings (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256
 // and SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it
 // cannot follow (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine, a revocation list)
-// leave the check to librdkafka's admin client, and New logs so; so does a broker certificate that
-// Go refuses and OpenSSL may accept (a host named only in the subject's CN), from the first
-// description that meets it, for the instance's life. There the check is sent once per membership
+// leave the check to librdkafka's admin client, and New logs so; so does a TLS handshake that
+// fails for a reason of TLS rather than of the network, as with brokers whose TLS OpenSSL accepts
+// and Go's crypto/tls does not (a host named only in the subject's CN, a certificate Go cannot
+// parse such as one with a negative serial number, a listener offering only TLS_RSA_* suites), from
+// the first connection that meets it, for the instance's life; and so does any other way in which
+// the connection cannot do what librdkafka does: when its group checks, or whole rounds of its
+// heartbeats, have failed for a HeartbeatTimeout while librdkafka's commits were accepted
+// (sidefail.go), the session reads of KIP-848, the heartbeats and the tails go through librdkafka
+// too from then on. There the check is sent once per membership
 // and not within a second of a failed broker connection (for at most ten seconds), and an abort
 // stays possible. The group handles an abort as a crash, so it costs a failover, not safety: run
 // contenders under a supervisor that restarts them, as Kubernetes and systemd do.

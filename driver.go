@@ -112,6 +112,13 @@ type checkState struct {
 	troubled              bool
 	troubleAt, deferSince time.Duration
 	deferring             bool
+	// began is when the check under way began, and sided whether it went over wire; side and
+	// sideBeats watch wire's group checks and heartbeats, and sideOff says that wire gave way to
+	// librdkafka at the instance's behest (sidefail.go), for a wire that cannot be told to.
+	began           time.Duration
+	sided           bool
+	side, sideBeats sideWatch
+	sideOff         atomic.Bool
 }
 
 // clientConfs are the librdkafka configurations of the clients an instance makes.
@@ -345,6 +352,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.sideCommit(e)
 		d.gate.answer(e, d.drainedAt)
 		d.onCommit(e, false)
 		d.autoCommitted(e)
@@ -551,6 +559,7 @@ func (d *driver) collectCommits() {
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
 	}
+	d.sideCommit(e)
 	if d.resetting {
 		d.resetting = false
 		for _, tp := range e.Offsets {
@@ -968,6 +977,7 @@ func (d *driver) startGroupCheck() {
 			tenures[p.id], _ = p.lease.tenure()
 		}
 	}
+	d.check.began, d.check.sided = now, d.viaSide()
 	desc, release, err := d.describer()
 	if err != nil {
 		d.throttle.log(d.log.W(), "check", "goneli %s: cannot check the group's members: %v", d.config.Name, err)
@@ -990,6 +1000,12 @@ func (d *driver) collectGroupCheck() {
 	// the brokers' connections: the next one goes through librdkafka without a quiet.
 	if res.err != nil && !sidechan.IsFallback(res.err) {
 		d.trouble()
+	}
+	switch {
+	case d.check.sided && sideCheckFailure(res):
+		d.sideFailed(&d.check.side, d.check.began, res.err)
+	case d.check.sided && res.err == nil:
+		d.check.side.worked()
 	}
 	switch {
 	case res.err != nil:

@@ -143,9 +143,10 @@ func rolesDigestOf(clientID string) string {
 }
 
 // viaSide reports whether the group check goes over goneli's own connection (internal/sidechan),
-// which librdkafka's admin client cannot abort the process on.
+// which librdkafka's admin client cannot abort the process on: it is there and has not given way
+// to librdkafka (sidefail.go).
 func (d *driver) viaSide() bool {
-	return d.check.wire != nil && d.check.wire.Fallback() == nil
+	return d.sideUsable()
 }
 
 // sideFirst describes the group over goneli's own connection, and through librdkafka's admin

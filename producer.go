@@ -157,8 +157,11 @@ func (d *driver) collectHeartbeats() {
 		return
 	}
 	var failed error
+	wrote, began := false, d.now()
 	for _, r := range res {
+		began = min(began, r.Beat.Made)
 		if r.Err == nil {
+			wrote = true
 			// The heartbeats are delivered, which is what the consumer's read-back check asks
 			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
 			// say (noteDelivery).
@@ -172,6 +175,14 @@ func (d *driver) collectHeartbeats() {
 		if err := d.produceRecord(r.Beat.Of.p, r.Beat.Of.h); err != nil {
 			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		}
+	}
+	switch {
+	case wrote:
+		d.check.sideBeats.worked()
+	case failed != nil:
+		// Not one heartbeat of the round was written: a broker that neither connection reaches
+		// costs only its own partitions' heartbeats (sidefail.go).
+		d.sideFailed(&d.check.sideBeats, began, failed)
 	}
 	if failed != nil {
 		d.wire.Fail(d.now())
