@@ -117,7 +117,8 @@
 // tenth of HeartbeatTimeout (within 100 ms and 3 s) and the session timeout as HeartbeatTimeout
 // plus two heartbeat intervals plus a margin of a twentieth of HeartbeatTimeout (SessionTimeout:
 // 6.25 s at the default lease, 1.25 s at 1 s), raised to the broker's group.min.session.timeout.ms
-// where New can read it, and refuses overrides that leave less than HeartbeatTimeout plus two
+// where New can read it and to Kafka's default minimum, 6 s, where it cannot (a longer session only
+// keeps the leader longer after its lease ran out), and refuses overrides that leave less than HeartbeatTimeout plus two
 // heartbeat intervals, so a lease always runs out before a successor can be assigned. One interval
 // covers the time between the member's last group heartbeat and the heartbeat's send time, one is
 // slack for the group heartbeat on the wire; delivery delays only help (a renewal is measured from

@@ -76,6 +76,10 @@ func (d *driver) prepareGroup() error {
 			d.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
 				"so cannot check that it covers HeartbeatTimeout (%v)", d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 		}
+		if err == nil {
+			// Nothing was reached to read the brokers' minimum session from.
+			d.fitSession(admin, nil)
+		}
 		return err
 	}
 	d.brokers = brokers
