@@ -132,8 +132,11 @@
 // group.consumer.heartbeat.interval.ms) plus the margin, or New fails with a ConfigError naming
 // the values. Since an operator can lower them while instances run, every tenure reads them again
 // before it leads, and again after each fence, and does not lead while they no longer cover the
-// lease. Where they cannot be read (DescribeConfigs refused, say), goneli logs a warning and goes
-// on unchecked. Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
+// lease. What cannot be told is not guessed: a group whose config resource the principal may not
+// describe may set a session far shorter than the brokers' default, so where the broker refuses
+// what would tell (DescribeConfigs on the group, or on the cluster for a group that sets none of
+// its own), New fails with an error naming the grant, and where it merely could not be read New
+// warns and no tenure leads until it can be (session848.go, "Unknown means unknown"). Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
 // Apache Kafka; kfake renews it on commits too, which kafkatest.AsKafka corrects), so the argument
 // above rests on the group heartbeats alone, which librdkafka sends whatever the rebalance.
 //

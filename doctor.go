@@ -524,12 +524,20 @@ func (d *doctor) checkSession(ctx context.Context) {
 	if !d.timing.classic {
 		t := readConsumerGroupTiming(ctx, cd, d.config.LeaderGroupID, ids, ht)
 		warning, err := t.judge(d.config.LeaderGroupID, ht)
+		var unknown *sessionUnknownError
 		switch {
+		case errors.As(err, &unknown) && unknown.refused != nil:
+			// New fails on it (session848.go, "Unknown means unknown").
+			d.add("session", CheckFail, d.grant("DescribeConfigs", unknown.refused.Resource, unknown.refused.Name),
+				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
+		case errors.As(err, &unknown):
+			d.add("session", CheckWarn, "check that the brokers answer DescribeConfigs: no tenure leads while the session cannot be read",
+				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
 		case err != nil:
 			d.add("session", CheckFail, "lower the lease (--heartbeat-timeout) or raise the broker's group.consumer.session.timeout.ms",
 				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
 		case warning != "":
-			d.add("session", CheckWarn, "grant DescribeConfigs on the cluster and the group, or check the broker's settings by hand", "%s", warning)
+			d.add("session", CheckWarn, "check that every broker answers DescribeConfigs, or compare its settings by hand", "%s", warning)
 		default:
 			d.add("session", CheckOK, "", "the broker's KIP-848 session for group %s, %v (%s), covers the lease %v and its heartbeat interval %v",
 				d.config.LeaderGroupID, t.session.value, t.session.from, ht, t.interval.value)
@@ -763,7 +771,8 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	d.add("acl-observer", CheckOK, "", "%s may describe group %s, for observers and Describe", d.who(), observer)
 	if d.kip848() && !d.mayDescribeClusterConfigs(ctx) {
 		d.add("acl-cluster", CheckWarn, d.grant("DescribeConfigs", "cluster", "kafka-cluster"),
-			"%s may not describe the cluster's configs, so New cannot check the broker's KIP-848 session timeout against the lease (it warns and goes on)", d.who())
+			"%s may not describe the cluster's configs, so New cannot read the brokers' KIP-848 session timeout: it refuses to start unless the group "+
+				"sets its own consumer.session.timeout.ms and consumer.heartbeat.interval.ms", d.who())
 	}
 }
 

@@ -119,6 +119,8 @@ type checkState struct {
 	sided           bool
 	side, sideBeats sideWatch
 	sideOff         atomic.Bool
+	// timings keeps what each broker answered for its KIP-848 group settings (session848.go).
+	timings brokerTimings
 }
 
 // clientConfs are the librdkafka configurations of the clients an instance makes.
@@ -1001,12 +1003,7 @@ func (d *driver) collectGroupCheck() {
 	if res.err != nil && !sidechan.IsFallback(res.err) {
 		d.trouble()
 	}
-	switch {
-	case d.check.sided && sideCheckFailure(res):
-		d.sideFailed(&d.check.side, d.check.began, res.err)
-	case d.check.sided && res.err == nil:
-		d.check.side.worked()
-	}
+	d.sideChecked(res)
 	switch {
 	case res.err != nil:
 		d.throttle.log(d.log.W(), "check", "goneli %s: cannot describe group %s to check its members (%v); not leading until it can",

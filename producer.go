@@ -157,11 +157,12 @@ func (d *driver) collectHeartbeats() {
 		return
 	}
 	var failed error
-	wrote, began := false, d.now()
+	answered, began := false, d.now()
 	for _, r := range res {
 		began = min(began, r.Beat.Made)
+		var ke kafka.Error
+		answered = answered || r.Err == nil || errors.As(r.Err, &ke) && ke.Code() > 0
 		if r.Err == nil {
-			wrote = true
 			// The heartbeats are delivered, which is what the consumer's read-back check asks
 			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
 			// say (noteDelivery).
@@ -176,12 +177,12 @@ func (d *driver) collectHeartbeats() {
 			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		}
 	}
-	switch {
-	case wrote:
+	if answered {
+		// A broker answered, if only to refuse: the connection works. Only a round of which no
+		// broker answered anything counts against it (sidefail.go), so that a broker that
+		// neither connection reaches costs only its own partitions' heartbeats.
 		d.check.sideBeats.worked()
-	case failed != nil:
-		// Not one heartbeat of the round was written: a broker that neither connection reaches
-		// costs only its own partitions' heartbeats (sidefail.go).
+	} else {
 		d.sideFailed(&d.check.sideBeats, began, failed)
 	}
 	if failed != nil {

@@ -28,7 +28,8 @@ import (
 //
 // Only failures of the connection count. A description in which the coordinator answers for the
 // group (refused, not found, KAFKA-18813) is what librdkafka would be told as well, and a round of
-// heartbeats of which any was written shows the connection working.
+// heartbeats of which a broker answered any, if only to refuse it, shows the connection working:
+// such answers end a run of failures.
 
 // sideWatch tells when goneli's own connection has failed for long enough, while librdkafka worked,
 // to give way. The group check and the heartbeats have one each, so that one's successes do not
@@ -127,9 +128,25 @@ func (d *driver) sideCommit(e kafka.OffsetsCommitted) {
 	}
 }
 
-// sideCheckFailure reports whether a group check's error is a failure of the connection that
-// described the group, rather than the coordinator's answer about the group, which librdkafka
-// would be given as well.
-func sideCheckFailure(res describedGroup) bool {
-	return res.err != nil && res.desc.Error.Code() == kafka.ErrNoError
+// sideChecked takes the result of a group check for the watch of goneli's own connection, if the
+// check went over it. The check failed on the connection when the description failed without the
+// coordinator's answer about the group (an answer about the group, which librdkafka would be
+// given as well, does not count), or under KIP-848 when the group's config resource did not
+// answer.
+func (d *driver) sideChecked(res describedGroup) {
+	if !d.check.sided {
+		return
+	}
+	var err error
+	switch {
+	case res.err != nil && res.desc.Error.Code() == kafka.ErrNoError:
+		err = res.err
+	case res.err == nil && res.timing != nil && res.timing.unanswered != nil:
+		err = res.timing.unanswered
+	}
+	if err != nil {
+		d.sideFailed(&d.check.side, d.check.began, err)
+		return
+	}
+	d.check.side.worked()
 }

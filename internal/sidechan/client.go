@@ -63,9 +63,14 @@ type Client struct {
 	// opened and closed count connections, for tests and measurements.
 	opened, closed atomic.Int64
 	closing        sync.Once
+	// abandoned counts the requests still running that bounded stopped waiting for.
+	abandoned sync.WaitGroup
 
 	mu      sync.Mutex
 	leaders map[string]topicLeaders // by topic: where Produce sends each partition
+	// coordinators are the brokers that last answered a description of each group, by group: a
+	// GROUP config resource of the group goes there (DescribeConfigs).
+	coordinators map[string]int32
 }
 
 // New makes a client from a librdkafka configuration, or returns an error wrapping ErrUnsupported
@@ -75,7 +80,7 @@ func New(conf kafka.ConfigMap, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}}
+	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}, coordinators: map[string]int32{}}
 	cl, err := kgo.NewClient(c.kgoOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("goneli's own connection: %w", err)
@@ -267,7 +272,36 @@ func (c *Client) Settings() Settings { return c.settings }
 
 // Close closes every connection and stops the client's goroutines; it is idempotent.
 func (c *Client) Close() {
-	c.closing.Do(c.cl.Close)
+	c.closing.Do(func() {
+		c.cl.Close()
+		// Closing kgo's client ends the requests that bounded left behind.
+		c.abandoned.Wait()
+	})
+}
+
+// bounded runs fn, a request, and returns its result, or ctx's error once ctx ends, whichever comes
+// first. kgo honours a request's context while the request waits to be sent, but not while its
+// answer is awaited on a connection: a broker that went silent after the request was written
+// (a zone outage, a black-holed link) holds it until kgo's own timeout, a lease. What outlives ctx
+// finishes on its own, by that timeout or Close.
+func (c *Client) bounded(ctx context.Context, fn func() (kmsg.Response, error)) (kmsg.Response, error) {
+	type result struct {
+		resp kmsg.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	c.abandoned.Add(1)
+	go func() {
+		defer c.abandoned.Done()
+		resp, err := fn()
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Request sends req where it belongs (kgo routes group requests to their coordinator, admin
@@ -290,6 +324,40 @@ func (c *Client) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 		return nil, fe
 	}
 	return resp, err
+}
+
+// requestGroup is Request for a request that kgo sends to group's coordinator, noting which broker
+// answered it.
+func (c *Client) requestGroup(ctx context.Context, group string, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	var resp kmsg.Response
+	err := c.retry(ctx, func() error {
+		shards := c.cl.RequestSharded(ctx, req)
+		if len(shards) != 1 {
+			return fmt.Errorf("a request for one group went to %d brokers", len(shards))
+		}
+		if shards[0].Err == nil {
+			c.mu.Lock()
+			c.coordinators[group] = shards[0].Meta.NodeID
+			c.mu.Unlock()
+		}
+		resp = shards[0].Resp
+		return shards[0].Err
+	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
+}
+
+// coordinatorOf is the broker that last answered a description of group, if one did.
+func (c *Client) coordinatorOf(group string) (int32, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	node, ok := c.coordinators[group]
+	return node, ok
 }
 
 // SeedRequest sends req to the seed broker seed (an index into Settings.Seeds), without retries.

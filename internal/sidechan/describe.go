@@ -95,7 +95,7 @@ func (c *Client) describeConsumer(ctx context.Context, group string) (kafka.Cons
 	desc := newDescription(group)
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{group}
-	resp, err := c.Request(ctx, req)
+	resp, err := c.requestGroup(ctx, group, req)
 	if err != nil {
 		if isTooOld(err) {
 			return desc, errNoConsumerGroupDescribe
@@ -155,7 +155,7 @@ func (c *Client) describeClassic(ctx context.Context, group string) (kafka.Consu
 	desc := newDescription(group)
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{group}
-	resp, err := c.Request(ctx, req)
+	resp, err := c.requestGroup(ctx, group, req)
 	if err != nil {
 		return desc, asKafkaError(err)
 	}
