@@ -47,9 +47,13 @@ type Options struct {
 	// OnFallback is called once, when the connection gives way to librdkafka for good (a failed
 	// TLS handshake, or GiveWay); it must not block.
 	OnFallback func(error)
-	// MetadataV10 caps Metadata at version 10, the last that reports the principal's operations
-	// on the cluster (the doctor reads them).
-	MetadataV10 bool
+	// Operations caps Metadata at version 10, the last that reports the principal's operations
+	// on the cluster, and DescribeGroups at version 5, the last that answers a group that does not
+	// exist (or is of the consumer protocol) as Dead without an error, and so with the principal's
+	// operations on it (the doctor reads them): from version 6 (KIP-1043) Kafka answers such a
+	// group GROUP_ID_NOT_FOUND, and fills in operations only for results without an error
+	// (KafkaApis.handleDescribeGroupsRequest).
+	Operations bool
 }
 
 // Client is goneli's own connection to a cluster: one kgo client (franz-go), which finds
@@ -130,8 +134,9 @@ func (c *Client) kgoOptions() []kgo.Opt {
 	// by ID alone (KIP-516), which a heartbeat has no use for.
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 12)
-	if c.opts.MetadataV10 {
+	if c.opts.Operations {
 		v.SetMaxKeyVersion(kmsg.Metadata.Int16(), 10)
+		v.SetMaxKeyVersion(kmsg.DescribeGroups.Int16(), 5)
 	}
 	return append(opts, kgo.MaxVersions(v))
 }
@@ -358,6 +363,19 @@ func (c *Client) coordinatorOf(group string) (int32, bool) {
 	defer c.mu.Unlock()
 	node, ok := c.coordinators[group]
 	return node, ok
+}
+
+// BrokerRequest sends req to the broker node as it is, without routing or retries, bounded by ctx
+// even while the answer is awaited.
+func (c *Client) BrokerRequest(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	resp, err := c.bounded(ctx, func() (kmsg.Response, error) { return c.cl.Broker(int(node)).Request(ctx, req) })
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
 }
 
 // SeedRequest sends req to the seed broker seed (an index into Settings.Seeds), without retries.
