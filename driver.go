@@ -121,6 +121,10 @@ type checkState struct {
 	sideOff         atomic.Bool
 	// timings keeps what each broker answered for its KIP-848 group settings (session848.go).
 	timings brokerTimings
+	// inconclusive counts the checks in a row that could not see this instance's assignment, and
+	// retryAt is when the next may start (backOffInconclusive).
+	inconclusive int
+	retryAt      time.Duration
 }
 
 // clientConfs are the librdkafka configurations of the clients an instance makes.
@@ -960,6 +964,10 @@ func (d *driver) startGroupCheck() {
 		return
 	}
 	now := d.now()
+	if now < d.check.retryAt {
+		// An inconclusive check waits its back-off (groupcheck.go, backOffInconclusive).
+		return
+	}
 	if d.check.troubled && now-d.check.troubleAt < checkQuiet {
 		if !d.check.deferring {
 			d.check.deferring, d.check.deferSince = true, now
@@ -1017,11 +1025,13 @@ func (d *driver) collectGroupCheck() {
 	if res.err == nil && res.timing != nil {
 		sessionErr = d.checkSessionAgain(*res.timing)
 	}
+	inconclusive := false
 	for id, tenure := range tenures {
 		p := d.parts[id]
 		c := groupCheck{err: res.err}
 		if res.err == nil {
 			c.verdict = judgeGroup(res.desc, d.topic, d.clientID, p.member, id)
+			inconclusive = inconclusive || c.verdict.conflict == nil && !c.verdict.sawSelf
 		}
 		if sessionErr != nil {
 			c.err = sessionErr
@@ -1031,6 +1041,7 @@ func (d *driver) collectGroupCheck() {
 			d.group.member.passed(p.member)
 		}
 	}
+	d.backOffInconclusive(inconclusive)
 }
 
 // noteTrouble marks a failed broker connection that a client reported (see startGroupCheck).

@@ -369,6 +369,25 @@ func parseMemberID(b []byte, group string) string {
 	return string(id)
 }
 
+// backOffInconclusive spaces the checks that cannot see this instance's assignment. The lease asks
+// again inconclusiveCheckRetry after each, which under the classic protocol, whose coordinator
+// describes no assignment while the group rebalances (GroupMetadataManager.describeGroups gives
+// members without metadata outside Stable), made about fifty descriptions a second per waiting
+// instance for as long as a rebalance lasted. The members rejoin at their next group heartbeats, so
+// looking more often than once a group heartbeat interval learns nothing sooner: the pause doubles
+// from inconclusiveCheckRetry up to that interval (and a tenth of the lease), which is all it can
+// delay a tenure by. A conclusive check, or a failed one, which the lease spaces itself, ends it.
+func (d *driver) backOffInconclusive(inconclusive bool) {
+	if !inconclusive {
+		d.check.inconclusive, d.check.retryAt = 0, 0
+		return
+	}
+	limit := min(d.timing.heartbeat(), *d.config.HeartbeatTimeout/10)
+	pause := min(inconclusiveCheckRetry<<min(d.check.inconclusive, 16), limit)
+	d.check.inconclusive++
+	d.check.retryAt = d.now() + pause
+}
+
 // checkQuiet is how long after a client last saw a broker connection fail the group is not
 // described (see "How often the group is described"): long enough for librdkafka to have
 // reconnected or to have seen the rest of a restart, short next to a lease.

@@ -17,6 +17,7 @@ import (
 	"github.com/goneli/goneli/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"go.uber.org/goleak"
 )
 
@@ -332,5 +333,26 @@ func TestEndOffsetsOfEveryLeader(t *testing.T) {
 	}
 	if _, err := c.EndOffsets(ctx, topic, []int32{9}); err == nil {
 		t.Error("no error for a partition the topic does not have")
+	}
+}
+
+// A broker before Kafka 3.7 offers no ConsumerGroupDescribe, and kgo does not send a request that
+// the broker's ApiVersions does not list, with an error it does not export: the connection asks
+// the coordinator what it offers, and describes the group with DescribeGroups, as it describes
+// a group that ConsumerGroupDescribe does not know (issue 46 C5: the error's text was matched).
+func TestDescribesWithoutConsumerGroupDescribe(t *testing.T) {
+	b := start(t, kfake.MaxVersions(kversion.V3_6_0()), kfake.SeedTopics(1, "t"))
+	all := kafka.ConfigMap{"bootstrap.servers": b.Addr, "client.id": "side"}
+	c, err := sidechan.New(all, sidechan.Options{ConsumerProtocol: true, Limit: testkit.AwaitLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	res, err := c.DescribeConsumerGroups(context.Background(), []string{"g"})
+	if err != nil {
+		t.Fatalf("describing a group on a broker without ConsumerGroupDescribe: %v", err)
+	}
+	if d := res.ConsumerGroupDescriptions[0]; d.Error.Code() != kafka.ErrNoError || d.State != kafka.ConsumerGroupStateDead {
+		t.Errorf("the group is %v (error %v); want Dead, as librdkafka describes a group that does not exist", d.State, d.Error)
 	}
 }
