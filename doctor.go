@@ -131,7 +131,7 @@ const checkDialTimeout = 5 * time.Second
 //
 // Check connects with the TLS and SASL settings of KafkaConfig as goneli's own connection follows
 // them (PLAINTEXT, SSL with PEM files, SASL PLAIN and SCRAM); with other settings (GSSAPI,
-// OAUTHBEARER, a keystore), or a broker certificate that only librdkafka accepts, it checks the
+// OAUTHBEARER, a keystore), or a broker whose TLS handshake only librdkafka completes, it checks the
 // configuration only, and says so in a warning that names what New logs for the same settings.
 func Check(ctx context.Context, config Config, roles ...string) (CheckReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
@@ -292,7 +292,8 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 		cancel()
 		if sidechan.IsFallback(err) {
 			d.add("reach", CheckWarn, "check the cluster by hand against the production notes of docs/operations.md, or give the brokers "+
-				"certificates that name them in a subject alternative name",
+				"TLS that Go accepts as well (certificates that name them in a subject alternative name and that Go can parse, "+
+				"cipher suites with an ECDHE key exchange)",
 				"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
 			return false
 		}
