@@ -59,7 +59,9 @@ import (
 // # How long a tenure waits for the brokers
 //
 // Every tenure reads the group's resource afresh, as an operator can change a group's settings
-// while instances run (IncrementalAlterConfigs on the GROUP resource). The brokers' defaults
+// while instances run (IncrementalAlterConfigs on the GROUP resource), at the same time as it
+// describes the group, and over goneli's own connection from the broker that just described it,
+// the coordinator (sidechan's groupResource), which answers with what it applies. The brokers' defaults
 // cannot change without a restart (GroupCoordinatorConfig's settings are not among
 // DynamicBrokerConfig's reconfigurable ones), so what each broker last answered is kept
 // (brokerTimings), and a tenure waits for a broker that answered before, or was asked before and
