@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -77,7 +79,7 @@ func (n *neli) shutdown() {
 	d, life := n.d, n.life
 	deadline := d.now() + d.closeBound()
 	err := d.leave(deadline)
-	d.watchdog.wait()
+	d.alarm.wait()
 	n.events.stop()
 	// librdkafka may still log from a consumer that is finishing its close in the background;
 	// its logs keep flowing until it is done.
@@ -125,7 +127,7 @@ func (n *neli) Await() {
 // closeBound is how long Close may take: the rebalance timeout plus one HeartbeatTimeout
 // (Config.CloseBound, with the session New fitted to the brokers).
 func (d *driver) closeBound() time.Duration {
-	return d.timing.closeBound(*d.config.HeartbeatTimeout)
+	return d.timing.CloseBound(*d.config.HeartbeatTimeout)
 }
 
 // leave ends every tenure, leaves the group and closes the consumers, by deadline (on the driver's
@@ -144,12 +146,13 @@ func (d *driver) leave(deadline time.Duration) error {
 	} else {
 		d.awaitLeft(deadline)
 	}
-	gate, commits := d.gate, d.commits
-	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { gate.close(); commits.close() }}}
+	commits := d.commits
+	d.machine(func(m *core.Machine) { m.Gate.Close() })
+	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }}}
 	if d.observer != nil {
 		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
 	}
-	d.group.closing.Store(true)
+	d.closing.Store(true)
 	return errors.Join(d.closeConsumers(closing, deadline)...)
 }
 
@@ -163,40 +166,33 @@ func (d *driver) leave(deadline time.Duration) error {
 func (d *driver) endAll(deadline time.Duration) {
 	// Nothing stored is committed from here on: the tenures end, and the unassign that comes
 	// before the LeaveGroup would wait for the commit's answer.
-	clear(d.storeAsks)
-	d.gate.withdrawAll()
-	for _, p := range d.parts {
-		out := p.lease.revoke(false)
-		if dl := d.apply(p, out); dl != nil && out.release != nil {
-			d.releases = append(d.releases, release{p: p, marker: *out.release, done: dl, fresh: true})
-		}
+	var releases []core.Release
+	d.machine(func(m *core.Machine) { releases = m.EndAll() })
+	var finals []*core.Delivery
+	for _, r := range releases {
+		finals = append(finals, r.Done)
 	}
-	var finals []*delivery
-	for _, r := range d.releases {
-		finals = append(finals, r.done)
-	}
-	if !awaitDeliveries(finals, d.timing.maxPoll, d.life.fromBarrier, d.now) {
+	if !awaitDeliveries(finals, d.timing.MaxPoll, d.life.fromBarrier, d.now) {
 		select {
 		case <-d.life.fromBarrier:
 		default:
 			d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked after %v (the rebalance timeout); leaving the group regardless",
-				d.config.Name, d.timing.maxPoll)
+				d.config.Name, d.timing.MaxPoll)
 		}
 	}
-	var done, busy, unmarked []release
-	for _, r := range d.releases {
+	var done, busy, unmarked []core.Release
+	for _, r := range releases {
 		select {
-		case <-r.done.done:
-			r.marker.kind = kindReleased
+		case <-r.Done.Wait():
+			r.Marker.Kind = core.KindReleased
 			done = append(done, r)
 		default:
 			busy = append(busy, r)
-			if r.fresh {
+			if r.Fresh {
 				unmarked = append(unmarked, r)
 			}
 		}
 	}
-	d.releases = nil
 	limit := d.awaitHeartbeats()
 	if d.wire != nil {
 		d.wire.Close()
@@ -231,9 +227,9 @@ func (d *driver) endAll(deadline time.Duration) {
 			writers.Add(1)
 			go func() {
 				defer writers.Done()
-				if awaitDelivery(r.done, deadline-d.now(), nil) {
-					r.marker.kind = kindReleased
-					d.writeMarkers([]release{r}, d.releaseFlush())
+				if awaitDelivery(r.Done, deadline-d.now(), nil) {
+					r.Marker.Kind = core.KindReleased
+					d.writeMarkers([]core.Release{r}, d.releaseFlush())
 				}
 			}()
 		}
@@ -276,7 +272,7 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 		// Revoking partition 0 commits the offset stored last, and only once that commit is
 		// answered does librdkafka send the LeaveGroup; a close that comes first skips it, and
 		// the group then waits a session timeout for this member (librdkafka 2.11.1).
-		if !served && len(d.group.parts) == 0 && !d.group.owedCommit {
+		if !served && len(d.m.Group.Parts) == 0 && !d.m.Group.OwedCommit {
 			if topics, err := sr.Subscription(); err != nil || len(topics) == 0 {
 				return
 			}
@@ -298,18 +294,18 @@ func (d *driver) awaitLeft(deadline time.Duration) {
 // Rebalance events are served by the callback from within Poll, which then returns nil, so they
 // are counted by the callback.
 func (d *driver) drainForClose() bool {
-	before := d.group.rebalances
+	before := d.m.Group.Rebalances
 	served := false
-	for i := 0; i < maxEventsPerCycle; i++ {
+	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		ev := d.consumer.Poll(0)
-		if ev == nil && d.group.rebalances == before {
+		if ev == nil && d.m.Group.Rebalances == before {
 			break
 		}
-		before = d.group.rebalances
+		before = d.m.Group.Rebalances
 		served = true
 		d.serve(ev)
 	}
-	return served || d.group.rebalances != before
+	return served || d.m.Group.Rebalances != before
 }
 
 // serve handles an event polled while closing: commit results, which awaitLeft waits for, and
@@ -317,7 +313,7 @@ func (d *driver) drainForClose() bool {
 func (d *driver) serve(ev kafka.Event) {
 	switch e := ev.(type) {
 	case kafka.OffsetsCommitted:
-		d.group.owedCommit = false
+		d.m.Group.OwedCommit = false
 	case kafka.Error:
 		d.log.D()("goneli %s: Kafka consumer while closing: %v", d.config.Name, e)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/kprobe"
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -20,10 +22,10 @@ import (
 // Default values of the optional Config fields, applied by Config.SetDefaults.
 const (
 	// DefaultPollDuration is the default value of Config.PollDuration.
-	DefaultPollDuration = 1 * time.Millisecond
+	DefaultPollDuration = core.DefaultPollDuration
 
 	// DefaultMinPollInterval is the default value of Config.MinPollInterval.
-	DefaultMinPollInterval = 100 * time.Millisecond
+	DefaultMinPollInterval = core.MinPollCap
 
 	// DefaultHeartbeatTimeout is the default value of Config.HeartbeatTimeout.
 	DefaultHeartbeatTimeout = 5 * time.Second
@@ -33,7 +35,7 @@ const (
 	// least nine tenths of a lease (less one round trip) after every renewal, and can miss five
 	// renewals in a row (eight at the default lease) before its lease runs out; see the package
 	// doc, Protocol.
-	DefaultRenewalsPerLease = 10
+	DefaultRenewalsPerLease = core.RenewalsPerLease
 
 	// DefaultBootstrapServers is the bootstrap.servers entry added to Config.KafkaConfig when it
 	// names none.
@@ -242,32 +244,11 @@ func (c *Config) SetDefaults() {
 		c.HeartbeatTimeout = Duration(DefaultHeartbeatTimeout)
 	}
 	if c.MinPollInterval == nil {
-		c.MinPollInterval = Duration(min(DefaultMinPollInterval, max(*c.HeartbeatTimeout/20, time.Millisecond)))
+		c.MinPollInterval = Duration(core.DefaultMinPollInterval(*c.HeartbeatTimeout))
 	}
 	if c.RenewInterval == nil {
-		c.RenewInterval = Duration(defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
+		c.RenewInterval = Duration(core.DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval))
 	}
-}
-
-// autoCommitInterval is auto.commit.interval.ms for a MinPollInterval of poll: a quarter of it in
-// whole milliseconds, within 10 ms to 1 s, and a millisecond longer where that would divide the poll
-// interval. goneli's cycles come on periods of the poll interval, and librdkafka's commit timer on
-// periods of this one: were they commensurate, a store made just after a tick, which the commit
-// gate withdraws before the next (commitgate.go), would be made just after one again at every
-// cycle, presumed unsent and stored anew at the same phase for as long as the two clocks hold it
-// (the simulation found a new tenure that never led so). With the poll interval not a multiple of
-// the tick, each cycle falls at another phase of the timer.
-func autoCommitInterval(poll time.Duration) time.Duration {
-	tick := clampDuration((poll / 4).Truncate(time.Millisecond), 10*time.Millisecond, time.Second)
-	if poll%tick == 0 {
-		tick += time.Millisecond
-	}
-	return tick
-}
-
-// defaultRenewInterval is the RenewInterval that SetDefaults derives.
-func defaultRenewInterval(lease, poll time.Duration) time.Duration {
-	return max(poll, lease/DefaultRenewalsPerLease)
 }
 
 // ownedKafkaKeys are managed by goneli because the lease argument depends on them.
@@ -397,7 +378,7 @@ func (c Config) Validate() error {
 	case leaseInRange && *c.RenewInterval > *c.HeartbeatTimeout/3 &&
 		// The default RenewInterval exceeds HeartbeatTimeout/3 exactly when MinPollInterval does,
 		// which the HeartbeatTimeout error already reports.
-		(leaseOK || *c.RenewInterval != defaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
+		(leaseOK || *c.RenewInterval != core.DefaultRenewInterval(*c.HeartbeatTimeout, *c.MinPollInterval)):
 		bad("RenewInterval", *c.RenewInterval, "must be at most HeartbeatTimeout/3 (%v), so that a lease survives a lost renewal", *c.HeartbeatTimeout/3)
 	}
 	if c.HandOverAfter != nil && leaseInRange && *c.HandOverAfter < *c.HeartbeatTimeout/2 {
@@ -451,12 +432,18 @@ func (c Config) String() string {
 		durationString(c.RenewInterval), durationString(c.HandOverAfter), c.Priority)
 }
 
+// settings are what the machine needs of a Config that SetDefaults has filled (machine.go).
+func (c Config) settings() core.Settings {
+	return core.Settings{Name: c.Name, Topic: c.LeaderTopic, Lease: *c.HeartbeatTimeout, Renew: *c.RenewInterval,
+		MinPoll: *c.MinPollInterval, HandOverAfter: c.handOverAfter()}
+}
+
 // handOverAfter is HandOverAfter, or its default for the HeartbeatTimeout set.
 func (c Config) handOverAfter() time.Duration {
 	if c.HandOverAfter != nil {
 		return *c.HandOverAfter
 	}
-	return handOverBound(*c.HeartbeatTimeout)
+	return core.HandOverBound(*c.HeartbeatTimeout)
 }
 
 // renewalBound is the shortest lease that a leader polled every poll and renewing every renew keeps
@@ -476,89 +463,49 @@ func durationString(d *time.Duration) string {
 	return d.String()
 }
 
-// groupTiming is the group timing that the lease argument rests on: a leader whose heartbeats
-// stop coming back fences itself HeartbeatTimeout after the last good one, while the coordinator
-// cannot expel it sooner than one session timeout after the group heartbeat that preceded that
-// heartbeat's commit, which is at most one heartbeat interval earlier.
-type groupTiming struct {
-	session      time.Duration // session.timeout.ms
-	interval     time.Duration // heartbeat.interval.ms
-	maxPoll      time.Duration // max.poll.interval.ms, also the classic protocol's rebalance timeout
-	commit       time.Duration // auto.commit.interval.ms
-	classic      bool          // false under group.protocol=consumer (KIP-848)
-	userSession  bool
-	userInterval bool
-
-	// brokerSession and brokerInterval are the broker's KIP-848 session timeout and group
-	// heartbeat interval for the group, as New read them (session848.go); zero if not read.
-	brokerSession, brokerInterval time.Duration
-}
-
-func (c Config) groupTiming() (groupTiming, error) {
-	ht := *c.HeartbeatTimeout
-	t := groupTiming{classic: true}
+// groupTiming derives the group timing of a Config that SetDefaults has filled (deriveTiming).
+func (c Config) groupTiming() (core.GroupTiming, error) {
+	var o core.TimingOverrides
 	if p, ok := c.KafkaConfig["group.protocol"]; ok && strings.EqualFold(fmt.Sprint(p), "consumer") {
 		// KIP-848 moves the session timeout and heartbeat interval to the broker; librdkafka rejects
 		// them on the client.
-		t.classic = false
+		o.ConsumerProtocol = true
 	}
-	t.interval = groupHeartbeatInterval(ht)
-	t.session = SessionTimeout(ht)
-	// About a quarter poll: a new tenure's first proof waits for a tick (13 ms on average at the
-	// defaults), and a stored offset is withdrawn a millisecond before the next tick could send it
-	// again (commitgate.go), which misses a tick in about one store in twenty.
-	t.commit = autoCommitInterval(*c.MinPollInterval)
-
-	if t.classic {
-		if v, ok, err := c.kafkaMillis("heartbeat.interval.ms"); err != nil {
-			return t, err
-		} else if ok {
-			t.interval, t.userInterval = v, true
+	keys := []struct {
+		key string
+		to  *time.Duration
+	}{{"heartbeat.interval.ms", &o.Interval}, {"session.timeout.ms", &o.Session}, {"max.poll.interval.ms", &o.MaxPoll}}
+	for _, k := range keys {
+		if o.ConsumerProtocol && k.key != "max.poll.interval.ms" {
+			continue
 		}
-		if v, ok, err := c.kafkaMillis("session.timeout.ms"); err != nil {
-			return t, err
-		} else if ok {
-			t.session, t.userSession = v, true
+		v, ok, err := c.kafkaMillis(k.key)
+		if err != nil {
+			return core.GroupTiming{}, err
 		}
-		if floor := ht + 2*t.interval; t.session < floor {
-			key, value := "session.timeout.ms", t.session
-			if t.userInterval && !t.userSession {
-				key, value = "heartbeat.interval.ms", t.interval
-			}
-			return t, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", key), Value: value.Milliseconds(),
-				Reason: fmt.Sprintf("unsafe with HeartbeatTimeout=%v: session.timeout.ms (%d) must be at least "+
-					"HeartbeatTimeout + 2 x heartbeat.interval.ms (%d), so that a leader cut off from Kafka "+
-					"fences itself before the coordinator can expel it",
-					ht, t.session.Milliseconds(), floor.Milliseconds())}
+		if ok {
+			*k.to = v
 		}
 	}
-	// The rebalance timeout bounds how long a revoked leader's barrier may hold its successor back
-	// and how long Close waits; it is kept at twice the lease, whatever the session, so that a
-	// barrier gets as long as it did when the session was derived as twice the lease. It must be at
-	// least the session timeout (the package doc's fourth assumption).
-	floor := t.session
-	if !t.classic {
-		floor = 2 * ht
-	}
-	t.maxPoll = max(floor, 2*ht)
-	if v, ok, err := c.kafkaMillis("max.poll.interval.ms"); err != nil {
-		return t, err
-	} else if ok {
-		if v < floor {
-			return t, &ConfigError{Field: `KafkaConfig["max.poll.interval.ms"]`, Value: v.Milliseconds(),
-				Reason: fmt.Sprintf("must be at least %d (the session timeout): it is also the rebalance timeout, "+
-					"after which a leader that has not released partition 0 is expelled", floor.Milliseconds())}
-		}
-		t.maxPoll = v
+	t, err := core.DeriveTiming(*c.HeartbeatTimeout, *c.MinPollInterval, o)
+	if err != nil {
+		return t, &ConfigError{Field: fmt.Sprintf("KafkaConfig[%q]", err.Key), Value: err.Value.Milliseconds(), Reason: err.Reason}
 	}
 	return t, nil
 }
 
-// closeBound is how long Close may take with this timing and a lease of ht: the rebalance timeout,
-// for which a revocation may wait for the barrier or a close may wait for a rebalance under way,
-// plus one lease for leaving the group and closing the clients.
-func (t groupTiming) closeBound(ht time.Duration) time.Duration {
-	return t.maxPoll + ht
+// SessionTimeout is the group session timeout (session.timeout.ms) that goneli derives for a lease of
+// heartbeatTimeout under the classic group protocol, unless KafkaConfig sets one: the lease, plus
+// two group heartbeat intervals (heartbeat.interval.ms, a tenth of the lease within 100 ms and 3 s),
+// plus a margin of a twentieth of the lease (at least 50 ms) for the clocks of the leader and the
+// coordinator running at different rates, and never less than a second, below which librdkafka
+// rebalances spuriously. It is 6.25 s at the default lease of 5 s, 1.25 s at a lease of 1 s and 1 s
+// at the shortest lease, 500 ms. A crashed or cut-off leader is replaced about this long after its last group
+// heartbeat. The package doc gives the argument. Brokers refuse sessions below their
+// group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
+// it where it can read it, and to that default where it cannot.
+func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
+	return core.SessionTimeout(heartbeatTimeout)
 }
 
 // CloseBound is how long Close may take with this configuration, its unset fields taking their
@@ -575,8 +522,9 @@ func (t groupTiming) closeBound(ht time.Duration) time.Duration {
 //
 // New may raise the bound: where the brokers' group.min.session.timeout.ms is longer than the
 // derived session and the rebalance timeout (leases under 3 s against Kafka's default minimum of
-// 6 s), New raises both to that minimum (to Kafka's default, 6 s, where it cannot read the brokers'),
-// and Close's bound is then that minimum plus one HeartbeatTimeout. CloseBound returns Validate's error for a configuration that New would refuse.
+// 6 s), New raises both to that minimum (to Kafka's default, 6 s, where it cannot read the
+// brokers'), and Close's bound is then that minimum plus one HeartbeatTimeout. CloseBound returns
+// Validate's error for a configuration that New would refuse.
 func (c Config) CloseBound() (time.Duration, error) {
 	// SetDefaults adds bootstrap.servers to the map, which is the caller's.
 	c.KafkaConfig = maps.Clone(c.KafkaConfig)
@@ -588,82 +536,40 @@ func (c Config) CloseBound() (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	return t.closeBound(*c.HeartbeatTimeout), nil
+	return t.CloseBound(*c.HeartbeatTimeout), nil
 }
 
-// expelBound is how long after a rebalance began that it did not rejoin the coordinator may still
-// keep a member that goes on committing, the bound the window for explicit commits rests on
-// (commitWindow in lease.go). Under the classic protocol that is the rebalance timeout: Apache
-// Kafka's coordinator renews a classic member's session with every commit it accepts while the
-// group is Stable or PreparingRebalance (OffsetMetadataManager.validateOffsetCommit, "offset commits
-// maintain the session"; kfake's group.handleOffsetCommit alike), so a member whose explicit commits
-// are accepted is removed only when the join phase it did not rejoin ends, the rebalance timeout
-// after it began. Under KIP-848 commits renew no session (only ConsumerGroupHeartbeat does), so the
-// session counts as well, the broker's once New has read it.
-func (t groupTiming) expelBound() time.Duration {
-	switch {
-	case t.classic:
-		return t.maxPoll
-	case t.brokerSession > 0:
-		return min(t.brokerSession, t.maxPoll)
+// derived is what New derives from a Config, once, for every part of the instance that needs it:
+// the Config with its defaults, the group timing, what the machine needs (internal/core.Settings),
+// the client configurations (the consumer's client.id naming the role list by digest, as the group
+// check tells role lists apart), and whether librdkafka's log lines go to the Scribe.
+type derived struct {
+	config                    Config
+	timing                    core.GroupTiming
+	settings                  core.Settings
+	consumer, producer, admin kafka.ConfigMap
+	forwardLogs               bool
+}
+
+// derive prepares c (prepare) and derives the rest from it; digest names the role list (NewRoles),
+// empty for New.
+func (c Config) derive(digest string) (derived, error) {
+	c, timing, err := c.prepare()
+	if err != nil {
+		return derived{}, err
 	}
-	return t.maxPoll
-}
-
-// commitWindow is the lease's window for explicit commits (commitWindow in lease.go) under this
-// timing: what the coordinator's bound on keeping a member that did not rejoin a rebalance
-// (expelBound) leaves beyond a lease of ht and two group heartbeat intervals.
-func (t groupTiming) commitWindow(c Config) time.Duration {
-	return commitWindow(t.expelBound(), *c.HeartbeatTimeout, t.heartbeat(), t.answerBound(c), *c.RenewInterval)
-}
-
-// answerBound is how long after an offset was stored for commit the leader may see the commit's
-// answer before the coordinator connection counts as having held its answers back
-// (lease.heldAnswers): an auto-commit interval until the commit goes out, a poll interval until the
-// answer is seen, and a group heartbeat interval for the round trip, which the package doc assumes
-// the group heartbeats' answers take at most.
-func (t groupTiming) answerBound(c Config) time.Duration {
-	return t.commit + *c.MinPollInterval + t.heartbeat()
-}
-
-// heartbeat is the group heartbeat interval in force: the broker's under KIP-848 once New has read
-// it, else heartbeat.interval.ms.
-func (t groupTiming) heartbeat() time.Duration {
-	if !t.classic && t.brokerInterval > 0 {
-		return t.brokerInterval
+	dv := derived{config: c, timing: timing, settings: c.settings(), forwardLogs: c.forwardsLogs()}
+	dv.consumer, dv.producer, dv.admin = c.clientConfigs(timing)
+	if digest != "" {
+		// The group check tells members with another role list by this suffix (groupcheck.go).
+		dv.consumer["client.id"] = fmt.Sprint(dv.consumer["client.id"]) + core.RolesSuffix + digest
 	}
-	return t.interval
-}
-
-// SessionTimeout is the group session timeout (session.timeout.ms) that goneli derives for a lease of
-// heartbeatTimeout under the classic group protocol, unless KafkaConfig sets one: the lease, plus
-// two group heartbeat intervals (heartbeat.interval.ms, a tenth of the lease within 100 ms and 3 s),
-// plus a margin of a twentieth of the lease (at least 50 ms) for the clocks of the leader and the
-// coordinator running at different rates, and never less than a second, below which librdkafka
-// rebalances spuriously. It is 6.25 s at the default lease of 5 s, 1.25 s at a lease of 1 s and 1 s
-// at the shortest lease, 500 ms. A crashed or cut-off leader is replaced about this long after its last group
-// heartbeat. The package doc gives the argument. Brokers refuse sessions below their
-// group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
-// it where it can read it, and to that default where it cannot.
-func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
-	return max(heartbeatTimeout+2*groupHeartbeatInterval(heartbeatTimeout)+sessionMargin(heartbeatTimeout), time.Second)
-}
-
-// groupHeartbeatInterval is the heartbeat.interval.ms goneli derives for a lease.
-func groupHeartbeatInterval(ht time.Duration) time.Duration {
-	return clampDuration(ht/10, 100*time.Millisecond, 3*time.Second)
-}
-
-// sessionMargin is what a derived session keeps beyond the lease and two group heartbeat
-// intervals: a twentieth of the lease, 4 to 5% of the session, against clocks whose rates differ by a few hundred
-// parts per million at worst when disciplined by NTP, which slews by at most 500.
-func sessionMargin(ht time.Duration) time.Duration {
-	return max(ht/20, 50*time.Millisecond)
+	return dv, nil
 }
 
 // prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,
 // validates it and derives the group timing.
-func (c Config) prepare() (Config, groupTiming, error) {
+func (c Config) prepare() (Config, core.GroupTiming, error) {
 	if c.KafkaConfig != nil {
 		clone := make(KafkaConfigMap, len(c.KafkaConfig))
 		for k, v := range c.KafkaConfig {
@@ -674,7 +580,7 @@ func (c Config) prepare() (Config, groupTiming, error) {
 	noGroup := c.LeaderGroupID == ""
 	c.SetDefaults()
 	if err := c.Validate(); err != nil {
-		return c, groupTiming{}, err
+		return c, core.GroupTiming{}, err
 	}
 	if noGroup {
 		// Kept from v0.5.0, but two services built as "app" on one cluster would share a group and
@@ -683,10 +589,6 @@ func (c Config) prepare() (Config, groupTiming, error) {
 	}
 	t, err := c.groupTiming()
 	return c, t, err
-}
-
-func clampDuration(d, lo, hi time.Duration) time.Duration {
-	return max(lo, min(d, hi))
 }
 
 // kafkaMillis reads a positive millisecond-valued KafkaConfig entry given as an integer or a string.
@@ -756,7 +658,7 @@ func (c Config) forwardsLogs() bool {
 
 // clientConfigs builds the consumer, producer and admin configurations. User settings are copied
 // first; the derived settings fill in what the user left unset; owned settings always win.
-func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.ConfigMap) {
+func (c Config) clientConfigs(t core.GroupTiming) (consumer, producer, admin kafka.ConfigMap) {
 	base := kafka.ConfigMap{}
 	for k, v := range c.KafkaConfig {
 		base[k] = v
@@ -773,21 +675,21 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	consumer["group.id"] = c.LeaderGroupID
 	consumer["enable.auto.commit"] = true
 	consumer["enable.auto.offset.store"] = false
-	consumer["auto.commit.interval.ms"] = int(t.commit.Milliseconds())
+	consumer["auto.commit.interval.ms"] = int(t.Commit.Milliseconds())
 	consumer["enable.partition.eof"] = false
 	// Every assignment names its start (releaseLookback records before the end), so a reset only
 	// happens when that start is out of range: before the log start of a partition that retention
 	// has trimmed, where the earliest record is the one to read from so as not to skip a release
 	// marker, or beyond the end of a log that restarted, which is read from its beginning.
 	setDefault(consumer, "auto.offset.reset", "earliest")
-	if t.classic {
-		consumer["session.timeout.ms"] = int(t.session.Milliseconds())
-		consumer["heartbeat.interval.ms"] = int(t.interval.Milliseconds())
+	if t.Classic {
+		consumer["session.timeout.ms"] = int(t.Session.Milliseconds())
+		consumer["heartbeat.interval.ms"] = int(t.Interval.Milliseconds())
 		// Sticky cooperative assignment keeps partition 0 where it is when followers come and go, so
 		// membership churn does not interrupt the leader.
 		setDefault(consumer, "partition.assignment.strategy", "cooperative-sticky")
 	}
-	consumer["max.poll.interval.ms"] = int(t.maxPoll.Milliseconds())
+	consumer["max.poll.interval.ms"] = int(t.MaxPoll.Milliseconds())
 	// A fetch returns as soon as a heartbeat lands, so its wait only sets how often a leader's fetch
 	// comes back empty. Twice the renewal interval keeps that rare (with a wait equal to the
 	// interval, half the fetches raced the next heartbeat and lost), and no more than Validate
@@ -795,7 +697,7 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	// wait for a fetch in flight.
 	fetchWait := 100 * time.Millisecond
 	if c.RenewInterval != nil {
-		fetchWait = clampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
+		fetchWait = core.ClampDuration(2**c.RenewInterval, 100*time.Millisecond, time.Second)
 	}
 	if c.HeartbeatTimeout != nil {
 		fetchWait = min(fetchWait, *c.HeartbeatTimeout/3)
@@ -818,6 +720,12 @@ func (c Config) clientConfigs(t groupTiming) (consumer, producer, admin kafka.Co
 	// buffers for a producer that sends ten small records a second.
 	producer["go.events.channel.size"] = 1000
 	producer["go.produce.channel.size"] = 0
+	// librdkafka lets a producer's metadata requests (and so the admin client's, which is one) ask
+	// the broker to create a missing topic, and Apache Kafka does so by default
+	// (auto.create.topics.enable) with num.partitions partitions and none of leaderTopicConfig: New's
+	// look at a missing leader topic made it, with one partition, before New could create it with one
+	// per role, and a topic deleted while the group ran came back. Only New creates the topic.
+	producer["allow.auto.create.topics"] = false
 
 	admin = cloneConfig(producer)
 	for _, k := range producerOnlyKeys {
@@ -848,18 +756,4 @@ func cloneConfig(m kafka.ConfigMap) kafka.ConfigMap {
 		out[k] = v
 	}
 	return out
-}
-
-// describe renders the group timing for New's log line.
-func (t groupTiming) describe() string {
-	if t.classic {
-		return fmt.Sprintf("session %v, group heartbeat %v", t.session, t.interval)
-	}
-	what := func(d time.Duration) string {
-		if d == 0 {
-			return "not read"
-		}
-		return d.String()
-	}
-	return fmt.Sprintf("KIP-848, the broker's session %s, group heartbeat %s", what(t.brokerSession), what(t.brokerInterval))
 }

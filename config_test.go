@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -75,7 +77,7 @@ func TestRenewIntervalDefault(t *testing.T) {
 		}
 		timing, _ := c.groupTiming()
 		consumer, _, _ := c.clientConfigs(timing)
-		if wait := time.Duration(consumer["fetch.wait.max.ms"].(int)) * time.Millisecond; wait != clampDuration(2*tc.want, 100*time.Millisecond, time.Second) {
+		if wait := time.Duration(consumer["fetch.wait.max.ms"].(int)) * time.Millisecond; wait != core.ClampDuration(2*tc.want, 100*time.Millisecond, time.Second) {
 			t.Errorf("lease %v: fetch.wait.max.ms %v, want twice the renewal interval within 100ms to 1s", tc.lease, wait)
 		}
 	}
@@ -264,7 +266,7 @@ func TestAutoCommitIntervalIsNotCommensurateWithThePoll(t *testing.T) {
 		{time.Millisecond, 10 * time.Millisecond},
 		{4 * time.Second, 1001 * time.Millisecond},
 	} {
-		got := autoCommitInterval(tc.poll)
+		got := core.AutoCommitInterval(tc.poll)
 		if got != tc.want {
 			t.Errorf("poll %v: auto.commit.interval.ms %v, want %v", tc.poll, got, tc.want)
 		}
@@ -295,17 +297,17 @@ func TestDerivedGroupTiming(t *testing.T) {
 			t.Fatalf("lease %v: %v", tc.lease, err)
 		}
 		timing, _ := c.groupTiming()
-		if timing.session != tc.session || timing.interval != tc.interval || timing.maxPoll != max(2*tc.lease, tc.session) {
+		if timing.Session != tc.session || timing.Interval != tc.interval || timing.MaxPoll != max(2*tc.lease, tc.session) {
 			t.Errorf("lease %v: session %v interval %v maxPoll %v; want %v %v %v",
-				tc.lease, timing.session, timing.interval, timing.maxPoll, tc.session, tc.interval, max(2*tc.lease, tc.session))
+				tc.lease, timing.Session, timing.Interval, timing.MaxPoll, tc.session, tc.interval, max(2*tc.lease, tc.session))
 		}
 		if got := SessionTimeout(tc.lease); got != tc.session {
 			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)
 		}
-		if got := timing.commitWindow(c); got != tc.window {
+		if got := timing.CommitWindow(c.settings()); got != tc.window {
 			t.Errorf("lease %v: explicit commits may renew for %v after the last automatic one, want %v", tc.lease, got, tc.window)
 		}
-		if timing.session < tc.lease+2*timing.interval {
+		if timing.Session < tc.lease+2*timing.Interval {
 			t.Errorf("lease %v: derived timing breaks its own safety margin", tc.lease)
 		}
 	}
@@ -484,11 +486,11 @@ func FuzzConfigPrepare(f *testing.F) {
 			return
 		}
 		ht := *prepared.HeartbeatTimeout
-		if timing.classic && timing.session < ht+2*timing.interval {
-			t.Fatalf("accepted a session of %v for a lease of %v with group heartbeats every %v", timing.session, ht, timing.interval)
+		if timing.Classic && timing.Session < ht+2*timing.Interval {
+			t.Fatalf("accepted a session of %v for a lease of %v with group heartbeats every %v", timing.Session, ht, timing.Interval)
 		}
-		if timing.maxPoll < timing.session && timing.classic {
-			t.Fatalf("accepted max.poll.interval.ms %v below the session %v", timing.maxPoll, timing.session)
+		if timing.MaxPoll < timing.Session && timing.Classic {
+			t.Fatalf("accepted max.poll.interval.ms %v below the session %v", timing.MaxPoll, timing.Session)
 		}
 		consumer, producer, _ := prepared.clientConfigs(timing)
 		if consumer["enable.auto.offset.store"] != false || consumer["group.instance.id"] != nil || producer["group.id"] != nil {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
@@ -122,7 +124,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	status := GroupStatus{Group: config.LeaderGroupID, Topic: config.LeaderTopic}
 	var side sidechan.Channel
 	var client *sidechan.Client
-	if c, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: bound}); err == nil {
+	if c, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.Classic, Limit: bound}); err == nil {
 		defer c.Close()
 		side, client = c, c
 	}
@@ -209,22 +211,22 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	for p, rec := range newest {
 		rs := RoleStatus{Partition: int32(p), Owner: owners[int32(p)]}
 		if rec != nil {
-			rs.Role = rec.h.role
+			rs.Role = rec.h.Role
 			rs.Newest = RecordStatus{
 				Name:   rec.name,
-				Kind:   rec.h.kind.String(),
-				Sent:   time.Unix(0, rec.h.sentWall),
-				Token:  rec.h.token,
-				Tenure: strconv.FormatUint(rec.h.tenure, 16),
+				Kind:   rec.h.Kind.String(),
+				Sent:   time.Unix(0, rec.h.SentWall),
+				Token:  rec.h.Token,
+				Tenure: strconv.FormatUint(rec.h.Tenure, 16),
 				Offset: rec.offset,
 			}
 			rs.Newest.Age = status.At.Sub(rs.Newest.Sent)
 			// A heartbeat from well in the future says more about the sender's clock than about
 			// its leadership, so it names no live leader either.
 			lease := *config.HeartbeatTimeout
-			if rec.h.kind == kindHeartbeat && rec.h.token > 0 && rs.Newest.Age <= lease && rs.Newest.Age >= -lease {
-				rs.Leader = LeaderInfo{Role: rec.h.role, Partition: int32(p), Name: rec.name, Address: rec.h.address,
-					Tenure: rs.Newest.Tenure, Token: rec.h.token, Since: time.Unix(0, rec.h.since), LastHeartbeat: rs.Newest.Sent}
+			if rec.h.Kind == core.KindHeartbeat && rec.h.Token > 0 && rs.Newest.Age <= lease && rs.Newest.Age >= -lease {
+				rs.Leader = LeaderInfo{Role: rec.h.Role, Partition: int32(p), Name: rec.name, Address: rec.h.Address,
+					Tenure: rs.Newest.Tenure, Token: rec.h.Token, Since: time.Unix(0, rec.h.Since), LastHeartbeat: rs.Newest.Sent}
 			}
 		}
 		status.Roles = append(status.Roles, rs)
@@ -232,22 +234,8 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	return status, nil
 }
 
-func (k recordKind) String() string {
-	switch k {
-	case kindHeartbeat:
-		return "heartbeat"
-	case kindReleasing:
-		return "releasing"
-	case kindReleased:
-		return "released"
-	case kindTransfer:
-		return "transfer"
-	}
-	return "kind " + strconv.Itoa(int(k))
-}
-
 type newestRecord struct {
-	h      heartbeat
+	h      core.Heartbeat
 	name   string
 	offset int64
 }
@@ -319,8 +307,8 @@ func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partit
 			if e.TopicPartition.Error != nil || p < 0 || p >= partitions || want[p] < 0 {
 				continue
 			}
-			var h heartbeat
-			if h.decode(e.Value) == nil {
+			var h core.Heartbeat
+			if h.Decode(e.Value) == nil {
 				newest[p] = &newestRecord{h: h, name: string(e.Key), offset: int64(e.TopicPartition.Offset)}
 			}
 			if exact && int64(e.TopicPartition.Offset) >= want[p] {

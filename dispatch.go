@@ -3,6 +3,8 @@ package goneli
 import (
 	"sync"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // dispatcher calls the application (the barrier, OnLeaderChange) from a goroutine of its own, one
@@ -11,17 +13,17 @@ import (
 // Close) without deadlock.
 type dispatcher struct {
 	mu      sync.Mutex
-	queue   []*delivery
+	queue   []queued
 	wake    chan struct{}
 	busy    bool // a call is under way
 	stopped bool // stop was called: exit once the queue is empty
 	done    chan struct{}
 }
 
-// delivery is one call into the application. done is closed once it has returned.
-type delivery struct {
+// queued is a call posted, and the delivery that says it has returned.
+type queued struct {
 	call func()
-	done chan struct{}
+	dl   *core.Delivery
 }
 
 func newDispatcher() *dispatcher {
@@ -31,22 +33,33 @@ func newDispatcher() *dispatcher {
 }
 
 // post queues calls and returns the last one's delivery, or nil if there were none.
-func (d *dispatcher) post(calls ...func()) *delivery {
+func (d *dispatcher) post(calls ...func()) *core.Delivery {
 	if len(calls) == 0 {
 		return nil
 	}
-	var last *delivery
+	last := core.NewDelivery()
+	d.postAs(last, calls...)
+	return last
+}
+
+// postAs queues calls, the last one's delivery being last.
+func (d *dispatcher) postAs(last *core.Delivery, calls ...func()) {
+	if len(calls) == 0 {
+		return
+	}
 	d.mu.Lock()
-	for _, c := range calls {
-		last = &delivery{call: c, done: make(chan struct{})}
-		d.queue = append(d.queue, last)
+	for i, c := range calls {
+		dl := last
+		if i < len(calls)-1 {
+			dl = core.NewDelivery()
+		}
+		d.queue = append(d.queue, queued{call: c, dl: dl})
 	}
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
 	default:
 	}
-	return last
 }
 
 // inCall reports whether an application call is under way at this moment.
@@ -58,14 +71,14 @@ func (d *dispatcher) inCall() bool {
 
 // awaitDelivery waits until dl has been delivered, limit has passed, or abort is closed, and
 // reports whether it was delivered. A nil dl counts as delivered.
-func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) bool {
+func awaitDelivery(dl *core.Delivery, limit time.Duration, abort <-chan struct{}) bool {
 	if dl == nil {
 		return true
 	}
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
-	case <-dl.done:
+	case <-dl.Wait():
 		return true
 	case <-t.C:
 	case <-abort:
@@ -75,7 +88,7 @@ func awaitDelivery(dl *delivery, limit time.Duration, abort <-chan struct{}) boo
 
 // awaitDeliveries is awaitDelivery for several deliveries under one limit, measured on the clock
 // that now reads.
-func awaitDeliveries(dls []*delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
+func awaitDeliveries(dls []*core.Delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
 	deadline := now() + limit
 	for _, dl := range dls {
 		if !awaitDelivery(dl, deadline-now(), abort) {
@@ -110,16 +123,16 @@ func (d *dispatcher) run() {
 			<-d.wake
 			continue
 		}
-		dl := d.queue[0]
-		d.queue[0] = nil
+		q := d.queue[0]
+		d.queue[0] = queued{}
 		d.queue = d.queue[1:]
 		d.busy = true
 		d.mu.Unlock()
-		dl.call()
+		q.call()
 		d.mu.Lock()
 		d.busy = false
 		d.mu.Unlock()
-		close(dl.done)
+		q.dl.Finish()
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // Calls run one at a time, in the order posted, even when posted from several goroutines at once
@@ -23,7 +25,7 @@ func TestDispatcherOrderAndExclusion(t *testing.T) {
 			inside.Add(-1)
 		}
 	}
-	var last *delivery
+	var last *core.Delivery
 	for i := range 100 {
 		last = d.post(call(i))
 	}
@@ -68,7 +70,7 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	if d.post() != nil {
 		t.Fatal("posting nothing must return no delivery")
 	}
-	if !awaitDeliveries([]*delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
+	if !awaitDeliveries([]*core.Delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
 		t.Fatal("awaitAll of delivered calls must succeed")
 	}
 }

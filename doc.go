@@ -79,8 +79,11 @@
 //     the commits of the offsets a leader stores every renewal share the heartbeats' connection: a
 //     commit whose answer is seen more than the answer bound after its offset was stored (an
 //     auto-commit interval, a MinPollInterval and a group heartbeat interval) shows that answers,
-//     the heartbeats' among them, were held back, and until a heartbeat interval after the late
-//     answers end no commit renews a heartbeat sent after that offset was stored (lease.heldAnswers).
+//     the heartbeats' among them, were held back, and from then no commit renews a heartbeat sent
+//     after that offset was stored until an offset stored since the last late answer has had its
+//     answer in time, and a heartbeat interval after that offset's store (lease.heldAnswers): time
+//     alone ends no hold, since the answers of a slow link, delivered in order, may still be on
+//     their way.
 //     So for a rebalance that begins at R and that the member does not rejoin, the anchor is at
 //     most R + hb + answer + max(renew, answer), and an explicit renewal's lease ends by
 //     R + expel - hb, where hb is the group heartbeat interval, answer the answer bound, renew the
@@ -91,9 +94,12 @@
 //     clocks drift apart over expel. The same holds keep a lease from outliving, under KIP-848, a
 //     session that only the group heartbeats keep there. librdkafka also ignores a rebalance's
 //     news while it waits for the application to take an assignment, and counts as steady once it
-//     has: so after an assignment that reached the application more than the answer bound after it
-//     last found its queue empty, or that followed as long without a commit, the leases hold their
-//     renewals back the same way until the answer bound has passed (driver.heldAssignment).
+//     has: so after an assignment taken more than the answer bound after goneli last found its
+//     queue empty (whatever came between: a paused loop, or the rebalance callback's own wait for
+//     the partitions' ends), or that followed as long without a commit, the leases hold their
+//     renewals back the same way until the answer bound has passed since it was taken, and no
+//     offset stored meanwhile anchors the window, whenever its heartbeat was sent
+//     (driver.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
 //     outside such a hold. At the default timing the window is 2.748 s (348 ms at a 1 s lease), which
@@ -167,10 +173,15 @@
 // log is kept; a log that restarts (lost broker data, an unclean leader election, a recreated
 // topic) restarts them too.
 //
-// Not guaranteed: that leader work stops when the lease does. A task that checked IsLeader and
-// was then paused (a GC pause, SIGSTOP, a slow system call) for longer than the remaining lease
-// runs on while a successor leads. Keep each unit of leader work short, re-check IsLeader between
-// steps, and where a downstream system must refuse a deposed leader, fence it there.
+// Not guaranteed: that leader work stops when leadership does. A task that checked IsLeader and
+// was then paused (a GC pause, SIGSTOP, a slow system call) runs on while a successor leads if the
+// pause outlasts the rest of the lease or, after a voluntary hand-over (Close, Yield, TransferTo, a
+// priority hand-over, a rebalance that moves the role), the barrier's return from LeaderRevoked:
+// the successor waits for the released marker written once the barrier has returned, not for the
+// old lease to run out, and may lead well within it. Run and RunRoles return from their barrier
+// only once the task has; with Background or a barrier of your own, make the barrier wait for the
+// work. Keep each unit of leader work short, re-check IsLeader between steps, and where a
+// downstream system must refuse a deposed leader, fence it there.
 //
 // Given a member that can renew, a role whose assignee cannot (it keeps its group session, but its
 // heartbeats or their read-back are too slow or lost) gets another leader within about two and a
@@ -193,7 +204,12 @@
 // After a graceful Close, a successor is elected within about one group heartbeat interval (a
 // tenth of HeartbeatTimeout): the leader's LeaveGroup goes out within milliseconds of Close, every
 // other member learns of the rebalance at its next group heartbeat, and the new assignee proves its
-// lease in a few round trips. After a crash or a network cut it takes about one session timeout. An instance that stops pulsing
+// lease in a few round trips. Two things can add up to a second to that, both measured on Apache
+// Kafka 4.4 (internal/realkafka/realtest): librdkafka sends a member's JoinGroup at most once a
+// second, so under the classic protocol a Close within a second of the last rebalance waits for the
+// others' next one; and under KIP-848 a coordinator of Kafka 4.3 or later computes assignments in
+// batches, group.consumer.assignment.interval.ms apart (1 s by default; 0 computes each at once).
+// After a crash or a network cut it takes about one session timeout. An instance that stops pulsing
 // loses its lease after HeartbeatTimeout (IsLeader turns false and the barrier receives
 // LeaderFenced from a watchdog goroutine) and leaves the group after max.poll.interval.ms.
 //

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -157,7 +159,7 @@ type doctor struct {
 	report CheckReport
 
 	config Config
-	timing groupTiming
+	timing core.GroupTiming
 	// timingOK: the configuration passed Validate, so timing is what New would derive.
 	timingOK  bool
 	need      int // partitions: one per role
@@ -202,7 +204,7 @@ func (d *doctor) run(ctx context.Context, config Config, roles []string) bool {
 
 // kip848 reports whether the configuration, as New would take it, asks for the KIP-848 group
 // protocol.
-func (d *doctor) kip848() bool { return d.timingOK && !d.timing.classic }
+func (d *doctor) kip848() bool { return d.timingOK && !d.timing.Classic }
 
 // checkConfig reports every setting that New would refuse, and whether the rest can go on: they
 // need bootstrap servers to ask.
@@ -523,7 +525,7 @@ func (d *doctor) checkSession(ctx context.Context) {
 	ids := slices.Sorted(maps.Keys(d.brokers))
 	cd := d.side
 	ht := *d.config.HeartbeatTimeout
-	if !d.timing.classic {
+	if !d.timing.Classic {
 		t := readConsumerGroupTiming(ctx, cd, d.config.LeaderGroupID, ids, ht)
 		warning, err := t.judge(d.config.LeaderGroupID, ht)
 		var unknown *sessionUnknownError
@@ -547,9 +549,9 @@ func (d *doctor) checkSession(ctx context.Context) {
 		return
 	}
 	lo, hi, problems := brokerSessionBounds(ctx, cd, ids)
-	session := d.timing.session
+	session := d.timing.Session
 	switch {
-	case lo.from != "" && session < lo.value && d.timing.userSession:
+	case lo.from != "" && session < lo.value && d.timing.UserSession:
 		d.add("session", CheckFail, fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.value.Milliseconds()),
 			"the group session, %v (session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused", session, lo.value, lo.from)
 	case lo.from != "" && session < lo.value:

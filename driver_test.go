@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -344,7 +346,7 @@ type scriptProducer struct {
 	log    *scriptLog
 	events chan kafka.Event
 	mu     sync.Mutex
-	sent   []heartbeat
+	sent   []core.Heartbeat
 	closed bool
 	// reportDelay delays the reports that go to events; flying counts those on their way, and
 	// maxFlying the most at once.
@@ -355,8 +357,8 @@ type scriptProducer struct {
 func (p *scriptProducer) Events() chan kafka.Event { return p.events }
 
 func (p *scriptProducer) Produce(m *kafka.Message, reports chan kafka.Event) error {
-	var h heartbeat
-	if err := h.decode(m.Value); err != nil {
+	var h core.Heartbeat
+	if err := h.Decode(m.Value); err != nil {
 		return err
 	}
 	p.mu.Lock()
@@ -409,12 +411,12 @@ func (p *scriptProducer) Close() {
 }
 
 // kinds lists the kinds of what the producer sent, in order.
-func (p *scriptProducer) kinds() []recordKind {
+func (p *scriptProducer) kinds() []core.RecordKind {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []recordKind
+	var out []core.RecordKind
 	for _, h := range p.sent {
-		out = append(out, h.kind)
+		out = append(out, h.Kind)
 	}
 	return out
 }
@@ -507,12 +509,12 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 		RenewInterval:         tweak.RenewInterval,
 		KafkaConfig:           tweak.KafkaConfig,
 	}
-	config, timing, err := config.prepare()
+	dv, err := config.derive(digest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.consumer.auto.tick = time.Duration(timing.commit.Milliseconds()) * time.Millisecond
-	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, systemClock{})
+	l.consumer.auto.tick = time.Duration(dv.timing.Commit.Milliseconds()) * time.Millisecond
+	r.n = assemble(dv, roles, []Barrier{r.barrier}, core.SystemClock{})
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
 	r.n.d.closeSide()
@@ -624,7 +626,7 @@ func TestDriverSequences(t *testing.T) {
 			if !r.pulse(scriptLease, true) {
 				t.Fatalf("no leadership within a lease; events %s", r.seen())
 			}
-			if got := r.n.d.check.count.Load(); got < 2 {
+			if got := r.n.d.m.Check.Count.Load(); got < 2 {
 				t.Errorf("%d group checks, want New's and the tenure's", got)
 			}
 			r.close()
@@ -636,7 +638,7 @@ func TestDriverSequences(t *testing.T) {
 			r.n.d.confs.admin = nil
 			r.n.config.KafkaAdminProvider = func(*KafkaConfigMap) (KafkaAdmin, error) { return nil, errors.New("no admin") }
 			r.n.d.config.KafkaAdminProvider = r.n.config.KafkaAdminProvider
-			r.n.d.check.alone = true
+			r.n.d.m.Check.Alone = true
 			r.assign()
 			if r.pulse(3*scriptLease, true) {
 				t.Fatal("led without a group check")
@@ -658,13 +660,13 @@ func TestDriverSequences(t *testing.T) {
 				t.Fatal("leads after the revocation")
 			}
 			kinds := r.producer.kinds()
-			if kinds[len(kinds)-1] != kindReleasing {
+			if kinds[len(kinds)-1] != core.KindReleasing {
 				t.Fatalf("last record of kind %d, want a releasing marker while the barrier holds LeaderRevoked", kinds[len(kinds)-1])
 			}
 			close(r.hold)
 			r.pulse(scriptLease/2, false)
 			kinds = r.producer.kinds()
-			if kinds[len(kinds)-1] != kindReleased {
+			if kinds[len(kinds)-1] != core.KindReleased {
 				t.Fatalf("last record of kind %d, want a released marker once the barrier returned", kinds[len(kinds)-1])
 			}
 			r.close()
@@ -681,7 +683,7 @@ func TestDriverSequences(t *testing.T) {
 			r.revoke(true)
 			r.pulse(scriptLease/2, false)
 			for _, k := range r.producer.kinds()[before:] {
-				if k == kindReleasing || k == kindReleased {
+				if k == core.KindReleasing || k == core.KindReleased {
 					t.Fatalf("marker of kind %d written for a lost assignment", k)
 				}
 			}
@@ -806,9 +808,11 @@ func TestDriverSequences(t *testing.T) {
 			// and the LeaveGroup waits for no commit's answer.
 			d := r.n.d
 			d.mu.Lock()
-			stored := r.consumer.tps([]int32{0})
-			stored[0].Offset = 1 << 40 // above any committed offset
-			if _, _, _, err := d.gate.store(stored, 0); err != nil {
+			stored := []core.OffsetRef{{Partition: 0, Offset: 1 << 40}} // above any committed offset
+			d.mm.Lock()
+			_, _, _, err := d.m.Gate.Store(stored, 0)
+			d.mm.Unlock()
+			if err != nil {
 				t.Fatal(err)
 			}
 			d.mu.Unlock()
@@ -854,7 +858,7 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 		roles := Shards(3)
 		// Renewals many polls apart, so that roles acquired a few polls apart would renew in
 		// different cycles if each kept its own schedule.
-		r := newScriptRigFor(t, roles, rolesDigest(roles), Config{MinPollInterval: Duration(10 * time.Millisecond), RenewInterval: Duration(300 * time.Millisecond)})
+		r := newScriptRigFor(t, roles, core.RolesDigest(roles), Config{MinPollInterval: Duration(10 * time.Millisecond), RenewInterval: Duration(300 * time.Millisecond)})
 		interval := *r.n.config.RenewInterval
 		var assigned []int32
 		for i := range roles {
@@ -875,8 +879,8 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 		sent := map[time.Duration][]string{}
 		r.producer.mu.Lock()
 		for _, h := range r.producer.sent {
-			if h.sentMono > from+interval {
-				sent[h.sentMono] = append(sent[h.sentMono], h.role)
+			if h.SentMono > from+interval {
+				sent[h.SentMono] = append(sent[h.SentMono], h.Role)
 			}
 		}
 		r.producer.mu.Unlock()
@@ -891,7 +895,7 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 		}
 		for _, p := range r.n.d.parts {
 			if s := r.n.statsOf(p); s.Token == 0 {
-				t.Errorf("role %s: no token", p.name)
+				t.Errorf("role %s: no token", p.Name)
 			}
 		}
 		r.close()
@@ -906,7 +910,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// A session of twice the lease leaves a window of 0.8 leases for explicit commits.
 		r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: KafkaConfigMap{"session.timeout.ms": 2000}})
-		hb := r.n.d.timing.heartbeat()
+		hb := r.n.d.timing.Heartbeat()
 		r.assign()
 		if !r.pulse(scriptLease, true) {
 			t.Fatalf("no leadership within a lease; events %s", r.seen())
@@ -928,7 +932,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		if n := explicit(); n != 1 {
 			t.Fatalf("%d explicit commits, want the slow one alone", n)
 		}
-		if !r.n.d.commitsHeld {
+		if !r.n.d.m.CommitsHeld {
 			t.Fatal("explicit commits not held after one waited three group heartbeat intervals")
 		}
 
@@ -937,10 +941,10 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		// presumed unanswered (commitgate.go).
 		setAuto(true, 0)
 		resumed := r.n.d.now()
-		for end := time.Now().Add(scriptLease); r.n.d.commitsHeld && time.Now().Before(end); {
+		for end := time.Now().Add(scriptLease); r.n.d.m.CommitsHeld && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if r.n.d.commitsHeld {
+		if r.n.d.m.CommitsHeld {
 			t.Fatal("explicit commits still held a lease after librdkafka's commits came back")
 		}
 		// The first offset accepted after the slow answers may anchor the window at the first store
@@ -950,7 +954,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		anchor := func() time.Duration {
 			r.n.d.mu.Lock()
 			defer r.n.d.mu.Unlock()
-			return r.n.d.parts[0].lease.autoAt
+			return r.n.d.parts[0].Lease.AutoAt
 		}
 		for end := time.Now().Add(scriptLease); anchor() < resumed && time.Now().Before(end); {
 			r.pulse(hb, false)
@@ -1019,14 +1023,14 @@ func TestDriverOneCommitInFlight(t *testing.T) {
 				r.consumer.mu.Lock()
 				a, explicit := r.consumer.auto, len(r.consumer.commits)
 				r.consumer.mu.Unlock()
-				counts := r.n.d.gate.snapshot()
+				counts := r.n.d.m.Gate.Snapshot()
 				t.Logf("%d automatic commits, %d explicit; at most %d in flight, %d sent again unanswered; gate %+v",
 					a.sent, explicit, a.maxFlying, a.resent, counts)
-				if a.maxFlying > tc.maxFlying || a.resent > 0 || counts.strays > uint64(tc.maxFlying-1) {
+				if a.maxFlying > tc.maxFlying || a.resent > 0 || counts.Strays > uint64(tc.maxFlying-1) {
 					t.Errorf("%d commits in flight at once, %d offsets sent again while unanswered, %d answers after their store was given up; want at most %d, 0, %d",
-						a.maxFlying, a.resent, counts.strays, tc.maxFlying, tc.maxFlying-1)
+						a.maxFlying, a.resent, counts.Strays, tc.maxFlying, tc.maxFlying-1)
 				}
-				if a.sent < 5 || (explicit == 0 && tc.delay < r.n.d.timing.heartbeat()) {
+				if a.sent < 5 || (explicit == 0 && tc.delay < r.n.d.timing.Heartbeat()) {
 					t.Errorf("%d automatic and %d explicit commits, want several and some", a.sent, explicit)
 				}
 				r.close()
@@ -1043,7 +1047,7 @@ func TestDriverOneCommitInFlight(t *testing.T) {
 func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: KafkaConfigMap{"session.timeout.ms": 2000}})
-		hb := r.n.d.timing.heartbeat()
+		hb := r.n.d.timing.Heartbeat()
 		// Far more records than the test's leases write, so that the restarted log does not grow
 		// past the committed offset while it runs.
 		r.consumer.log.mu.Lock()
@@ -1056,10 +1060,10 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		r.consumer.mu.Lock()
 		r.consumer.noAuto, r.consumer.commitDelay = true, 3*hb
 		r.consumer.mu.Unlock()
-		for end := time.Now().Add(scriptLease); !r.n.d.commitsHeld && time.Now().Before(end); {
+		for end := time.Now().Add(scriptLease); !r.n.d.m.CommitsHeld && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if !r.n.d.commitsHeld {
+		if !r.n.d.m.CommitsHeld {
 			t.Fatal("explicit commits not held after a slow one")
 		}
 		// The broker comes back with an empty log, and the heartbeats written to it come back;
@@ -1071,12 +1075,12 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		r.consumer.mu.Lock()
 		r.consumer.noAuto, r.consumer.commitDelay = false, 0
 		r.consumer.mu.Unlock()
-		for end := time.Now().Add(2 * scriptLease); (r.n.d.commitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
+		for end := time.Now().Add(2 * scriptLease); (r.n.d.m.CommitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if r.n.d.commitsHeld || !r.n.IsLeader() {
+		if r.n.d.m.CommitsHeld || !r.n.IsLeader() {
 			t.Fatalf("held %v, leader %v two leases after the log restarted; want a leader renewing on automatic commits; events %s",
-				r.n.d.commitsHeld, r.n.IsLeader(), r.seen())
+				r.n.d.m.CommitsHeld, r.n.IsLeader(), r.seen())
 		}
 		r.close()
 	})

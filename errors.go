@@ -3,11 +3,10 @@ package goneli
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/core"
 )
 
 // ErrNonLivePulse is returned by Pulse, PulseCtx, Background and Yield once Close has begun.
@@ -103,84 +102,6 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("goneli: invalid %s (%v): %s", e.Field, e.Value, e.Reason)
 }
 
-// GroupConflictError reports members of the leader group that work on another leader topic, or
-// with another list of roles, or whose partitions the group coordinator's description does not name
-// the topic of. No instance that sees such a member leads until it has gone: fix the configuration
-// so that every contender of the group names the same LeaderTopic and the same roles in the same
-// order. Apache Kafka names every topic in its descriptions; a broker that does not (kfake under
-// KIP-848, for one) leaves an instance unable to tell whether another member holding a partition
-// uses its topic, and it does not lead beside such a member.
-type GroupConflictError struct {
-	Group string
-	Topic string
-	// Roles is the digest of this instance's role list (see NewRoles); empty for New.
-	Roles string
-	// Members are the members that disagree, or that cannot be told to agree.
-	Members []ForeignMember
-}
-
-// ForeignMember is a member of the leader group that holds partitions of other topics, or has
-// another role list, or holds partitions whose topic the group's description does not name.
-type ForeignMember struct {
-	ClientID string
-	Host     string
-	// Topics are the other topics it holds partitions of.
-	Topics []string
-	// Roles is the digest of its role list when that differs from this instance's.
-	Roles string
-	// Unnamed are the partitions it holds whose topic the group's description does not name: they
-	// may be partitions of another leader topic.
-	Unnamed []int32
-}
-
-// definite reports whether the conflict rests on something seen, another topic or another role
-// list, rather than only on partitions whose topic is not named.
-func (e *GroupConflictError) definite() bool {
-	for _, m := range e.Members {
-		if len(m.Topics) > 0 || m.Roles != "" {
-			return true
-		}
-	}
-	return false
-}
-
-func (e *GroupConflictError) Error() string {
-	var sb strings.Builder
-	for i, m := range e.Members {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		var what []string
-		if len(m.Topics) > 0 {
-			what = append(what, "topics "+strings.Join(m.Topics, ", "))
-		}
-		if m.Roles != "" {
-			what = append(what, "roles "+m.Roles)
-		}
-		if len(m.Unnamed) > 0 {
-			parts := make([]string, len(m.Unnamed))
-			for j, p := range m.Unnamed {
-				parts[j] = strconv.Itoa(int(p))
-			}
-			what = append(what, "partitions "+strings.Join(parts, ", ")+" of a topic the group's description does not name")
-		}
-		fmt.Fprintf(&sb, "%s on %s (%s)", m.ClientID, m.Host, strings.Join(what, "; "))
-	}
-	mine := "the single leader"
-	if e.Roles != "" {
-		mine = "roles " + e.Roles
-	}
-	if !e.definite() {
-		return fmt.Sprintf("goneli: group %s has members holding partitions whose topic the broker's description of the group does not name, "+
-			"so they may use another leader topic than %s: %s; no instance leads beside them (Apache Kafka names the topics; "+
-			"with a broker that does not, such as kfake under KIP-848, a member leads only while no other member holds a partition)",
-			e.Group, e.Topic, sb.String())
-	}
-	return fmt.Sprintf("goneli: group %s is shared with members that use another leader topic than %s, or other roles than %s: %s; "+
-		"every contender of a group must use the same LeaderTopic and the same roles in the same order, and no other consumer may use the group",
-		e.Group, e.Topic, mine, sb.String())
-}
-
 // ErrWriteFenced is matched (errors.Is) by every *FencedWriteError.
 var ErrWriteFenced = errors.New("goneli: write fenced: the tenure it was made for is over")
 
@@ -219,3 +140,18 @@ func (e *FencedWriteError) Is(target error) bool { return target == ErrWriteFenc
 
 // Unwrap returns the broker's error, if any.
 func (e *FencedWriteError) Unwrap() error { return e.Err }
+
+// GroupConflictError reports members of the leader group that work on another leader topic, or
+// with another list of roles, or whose partitions the group coordinator's description does not name
+// the topic of. No instance that sees such a member leads until it has gone: fix the configuration
+// so that every contender of the group names the same LeaderTopic and the same roles in the same
+// order. Its fields: Group and Topic, this instance's group and leader topic; Roles, the digest of
+// this instance's role list (see NewRoles; empty for New); Members, the members that disagree, or
+// that cannot be told to agree.
+type GroupConflictError = core.GroupConflictError
+
+// ForeignMember is a member of the leader group that holds partitions of other topics (Topics), or
+// has another role list (Roles, its digest), or holds partitions whose topic the group's description
+// does not name (Unnamed: they may be partitions of another leader topic); ClientID and Host say who
+// it is.
+type ForeignMember = core.ForeignMember

@@ -3,6 +3,8 @@ package goneli
 import (
 	"fmt"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // Event is a change of leadership status, delivered to the Barrier. The concrete types are
@@ -115,4 +117,20 @@ type LeaderFenced struct {
 // String describes the event.
 func (e LeaderFenced) String() string {
 	return fmt.Sprintf("LeaderFenced[%sTenure=%s, Reason=%s, LeaseAge=%v]", roleField(e.Role), e.Tenure, e.Reason, e.LeaseAge)
+}
+
+// publicEvents are the events of a tenure as the application sees them.
+func publicEvents(events []core.TenureEvent) []Event {
+	out := make([]Event, len(events))
+	for i, e := range events {
+		switch e := e.(type) {
+		case core.Acquired:
+			out[i] = LeaderAcquired{Role: e.Role, Tenure: e.Tenure, Token: e.Token, Since: e.Since}
+		case core.Fenced:
+			out[i] = LeaderFenced{Role: e.Role, Tenure: e.Tenure, Token: e.Token, Reason: e.Reason, LeaseAge: e.LeaseAge}
+		case core.Revoked:
+			out[i] = LeaderRevoked{Role: e.Role, Tenure: e.Tenure, Token: e.Token}
+		}
+	}
+	return out
 }

@@ -166,8 +166,8 @@ func NewFencedProducer(lead Leadership, cfg FencedConfig) (*FencedProducer, erro
 		delete(base, "enable.idempotence")
 		if f.txid == "" {
 			f.txid = fencedPrefix + n.config.LeaderGroupID
-			if p.name != "" {
-				f.txid += "." + p.name
+			if p.Name != "" {
+				f.txid += "." + p.Name
 			}
 		}
 		f.log, f.name = n.log, n.config.Name

@@ -3,16 +3,12 @@ package goneli
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"reflect"
-	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -32,114 +28,26 @@ type groupDescriber interface {
 	DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error)
 }
 
-// groupVerdict is what a description of the group says about this instance's tenure.
-type groupVerdict struct {
-	conflict *GroupConflictError
-	// sawSelf is set when the description shows this instance holding the tenure's partition of
-	// its topic, which proves that it reflects a generation no older than the tenure's
-	// assignment. kfake, for one, shows no assignments while a group rebalances.
-	sawSelf bool
-}
-
-// judgeGroup reads a group description for a tenure of partition, assigned under member id member
-// (if known: a predecessor of the same client.id may still be in the group, and it must not pass
-// for this instance).
-//
-// A partition the description gives no topic name for cannot be judged. Apache Kafka names every
-// topic it describes, but kfake, under KIP-848, gives topic IDs only: goneli's own connection maps
-// them to names from the cluster's metadata where it can (internal/sidechan), and confluent-kafka-go
-// passes on no topic IDs at all, so a partition may still come without one. Such a partition counts
-// as the instance's own topic only when it belongs to this instance's own member, whose consumer
-// subscribes to that one topic, and that member is known for certain: by its member id, or as the
-// only one with this client.id. Any other member's nameless partition makes the verdict a conflict
-// (Unnamed), so that the tenure does not lead: counting it as the own topic is what let a member on
-// another topic lead beside this one.
-func judgeGroup(d kafka.ConsumerGroupDescription, topic, clientID, member string, partition int32) groupVerdict {
-	var v groupVerdict
-	selves := 0
+// describedOf reads librdkafka's description of a group for judgeGroup: each member's current
+// assignment and, under KIP-848, its target assignment too.
+func describedOf(d kafka.ConsumerGroupDescription) core.GroupDesc {
+	out := core.GroupDesc{Group: d.GroupID}
 	for _, m := range d.Members {
-		if m.ClientID == clientID {
-			selves++
-		}
-	}
-	for _, m := range d.Members {
+		gm := core.GroupMember{ClientID: m.ClientID, MemberID: m.ConsumerID, Host: m.Host}
 		parts := m.Assignment.TopicPartitions
 		if m.TargetAssignment != nil {
 			parts = append(append([]kafka.TopicPartition(nil), parts...), m.TargetAssignment.TopicPartitions...)
 		}
-		self := m.ClientID == clientID && (member == "" || m.ConsumerID == member)
-		var foreign []string
-		var unnamed []int32
 		for _, tp := range parts {
 			name := ""
 			if tp.Topic != nil {
 				name = *tp.Topic
 			}
-			switch {
-			case name != "" && name != topic:
-				if !slices.Contains(foreign, name) {
-					foreign = append(foreign, name)
-				}
-			case name == "" && !(self && (member != "" || selves == 1)):
-				if !slices.Contains(unnamed, tp.Partition) {
-					unnamed = append(unnamed, tp.Partition)
-				}
-			case self && tp.Partition == partition:
-				v.sawSelf = true
-			}
+			gm.Parts = append(gm.Parts, core.TopicPart{Topic: name, Partition: tp.Partition})
 		}
-		otherRoles := rolesDigestOf(m.ClientID) != rolesDigestOf(clientID)
-		if len(foreign) > 0 || len(unnamed) > 0 || otherRoles {
-			if v.conflict == nil {
-				v.conflict = &GroupConflictError{Group: d.GroupID, Topic: topic, Roles: rolesDigestOf(clientID)}
-			}
-			sort.Strings(foreign)
-			slices.Sort(unnamed)
-			fm := ForeignMember{ClientID: m.ClientID, Host: m.Host, Topics: foreign, Unnamed: unnamed}
-			if otherRoles {
-				fm.Roles = rolesDigestOf(m.ClientID)
-				if fm.Roles == "" {
-					fm.Roles = singleRole
-				}
-			}
-			v.conflict.Members = append(v.conflict.Members, fm)
-		}
+		out.Members = append(out.Members, gm)
 	}
-	return v
-}
-
-// Members of one group must agree on which role each partition stands for: two instances whose
-// role lists differ would each lead "billing" on a partition of its own. Every instance made by
-// NewRoles therefore ends its consumer's client.id with rolesSuffix and a digest of its role list,
-// which the group's description shows for every member, and the group check treats a member with
-// another digest (or none, for New's single role) like a member on another topic: whichever is
-// assigned later sees the other and does not lead.
-const rolesSuffix = "--roles-"
-
-// singleRole stands for New's single unnamed role in a GroupConflictError.
-const singleRole = "(single leader)"
-
-// rolesDigest names a role list: eight hex digits of its SHA-256, order included, since the order
-// says which partition each role is. Each name is hashed after its length, so that no two lists
-// hash the same bytes: with a separator instead, a name containing it could shift a boundary, and
-// two lists that name one role for different partitions would pass each other's group check.
-func rolesDigest(roles []string) string {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	for _, r := range roles {
-		_, _ = h.Write(n[:binary.PutUvarint(n[:], uint64(len(r)))])
-		_, _ = h.Write([]byte(r))
-	}
-	return hex.EncodeToString(h.Sum(nil)[:4])
-}
-
-// rolesDigestOf reads the digest from a member's client.id; empty for a member without one.
-func rolesDigestOf(clientID string) string {
-	i := strings.LastIndex(clientID, rolesSuffix)
-	if i < 0 {
-		return ""
-	}
-	return clientID[i+len(rolesSuffix):]
+	return out
 }
 
 // viaSide reports whether the group check goes over goneli's own connection (internal/sidechan),
@@ -190,12 +98,6 @@ func describeGroup(ctx context.Context, d groupDescriber, group string, timeout 
 		return desc, desc.Error
 	}
 	return desc, nil
-}
-
-// groupCheck is the result of one check of the group for one tenure.
-type groupCheck struct {
-	verdict groupVerdict
-	err     error
 }
 
 // describedGroup is a description of the group, or why there is none, and under KIP-848 the
@@ -296,44 +198,6 @@ func (c *groupChecker) stop() {
 // With roles, one description serves every tenure that asked before it began, so a rebalance that
 // assigns several roles costs one; and a membership that passed costs none at all.
 
-// membership says whether this instance's current membership of the group has passed a group
-// check and has held a partition of the leader topic in every generation since. It does no I/O.
-type membership struct {
-	member  string // the member id the group gave this instance; empty while unknown
-	vouched bool
-}
-
-// assigned records a rebalance that gave this instance partitions (holds says whether it now holds
-// any partition of the leader topic), under member id member ("" if it cannot be read).
-func (m *membership) assigned(member string, holds bool) {
-	if member == "" || member != m.member || !holds {
-		m.vouched = false
-	}
-	m.member = member
-}
-
-// revoked records a rebalance that took partitions away. A lost assignment means the group moved
-// on without this member; an incremental revocation that leaves nothing means a generation
-// without a partition. An eager revocation of everything is followed, in the same rebalance, by
-// the next generation's assignment, which assigned judges.
-func (m *membership) revoked(lost, cooperative, holds bool) {
-	if lost || (cooperative && !holds) {
-		m.vouched = false
-	}
-}
-
-// left records that this instance left the group (a yield, or Close): it rejoins as a new member.
-func (m *membership) left() {
-	m.vouched, m.member = false, ""
-}
-
-// passed records a check that cleared a tenure which began under member id member.
-func (m *membership) passed(member string) {
-	if member != "" && member == m.member {
-		m.vouched = true
-	}
-}
-
 // memberID reads the member id that the group coordinator gave c, or "" if it cannot. librdkafka
 // keeps it only in the consumer's group metadata, which confluent-kafka-go hands out serialized
 // (for transactions): "CGMDv2:", the generation (int32, host order), the group id and the member
@@ -368,31 +232,3 @@ func parseMemberID(b []byte, group string) string {
 	}
 	return string(id)
 }
-
-// backOffInconclusive spaces the checks that cannot see this instance's assignment. The lease asks
-// again inconclusiveCheckRetry after each, which under the classic protocol, whose coordinator
-// describes no assignment while the group rebalances (GroupMetadataManager.describeGroups gives
-// members without metadata outside Stable), made about fifty descriptions a second per waiting
-// instance for as long as a rebalance lasted. The members rejoin at their next group heartbeats, so
-// looking more often than once a group heartbeat interval learns nothing sooner: the pause doubles
-// from inconclusiveCheckRetry up to that interval (and a tenth of the lease), which is all it can
-// delay a tenure by. A conclusive check, or a failed one, which the lease spaces itself, ends it.
-func (d *driver) backOffInconclusive(inconclusive bool) {
-	if !inconclusive {
-		d.check.inconclusive, d.check.retryAt = 0, 0
-		return
-	}
-	limit := min(d.timing.heartbeat(), *d.config.HeartbeatTimeout/10)
-	pause := min(inconclusiveCheckRetry<<min(d.check.inconclusive, 16), limit)
-	d.check.inconclusive++
-	d.check.retryAt = d.now() + pause
-}
-
-// checkQuiet is how long after a client last saw a broker connection fail the group is not
-// described (see "How often the group is described"): long enough for librdkafka to have
-// reconnected or to have seen the rest of a restart, short next to a lease.
-const checkQuiet = time.Second
-
-// checkQuietMax bounds how long a check waits for checkQuiet: connections that fail over and over
-// (a broker gone for good, say) must not keep the group from ever being checked.
-const checkQuietMax = 10 * time.Second

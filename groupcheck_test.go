@@ -8,16 +8,18 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-func topicPart(topic string, p int32) kafka.TopicPartition {
+func topicPartOf(topic string, p int32) kafka.TopicPartition {
 	return kafka.TopicPartition{Topic: &topic, Partition: p}
 }
 
 // nameless is a partition as confluent-kafka-go gives it when the description names no topic.
 func nameless(p int32) kafka.TopicPartition {
-	return topicPart("", p)
+	return topicPartOf("", p)
 }
 
 func TestJudgeGroup(t *testing.T) {
@@ -30,11 +32,11 @@ func TestJudgeGroup(t *testing.T) {
 		conflict []string // client ids of foreign members
 		sawSelf  bool
 	}{
-		{"alone", []kafka.MemberDescription{member("me", topicPart("t", 0))}, nil, true},
-		{"with followers", []kafka.MemberDescription{member("me", topicPart("t", 0)), member("f")}, nil, true},
+		{"alone", []kafka.MemberDescription{member("me", topicPartOf("t", 0))}, nil, true},
+		{"with followers", []kafka.MemberDescription{member("me", topicPartOf("t", 0)), member("f")}, nil, true},
 		{"assignments hidden", []kafka.MemberDescription{member("me"), member("f")}, nil, false},
-		{"other topic", []kafka.MemberDescription{member("me", topicPart("t", 0)), member("x", topicPart("u", 0))}, []string{"x"}, true},
-		{"other topic, self not shown", []kafka.MemberDescription{member("me"), member("x", topicPart("u", 0), topicPart("v", 3))}, []string{"x"}, false},
+		{"other topic", []kafka.MemberDescription{member("me", topicPartOf("t", 0)), member("x", topicPartOf("u", 0))}, []string{"x"}, true},
+		{"other topic, self not shown", []kafka.MemberDescription{member("me"), member("x", topicPartOf("u", 0), topicPartOf("v", 3))}, []string{"x"}, false},
 		{"nameless partitions (kfake under KIP-848)", []kafka.MemberDescription{member("me", kafka.TopicPartition{Partition: 0})}, nil, true},
 		{"nameless, with followers", []kafka.MemberDescription{member("me", nameless(0)), member("f")}, nil, true},
 		// Another member's nameless partition 0 may be partition 0 of another leader topic.
@@ -42,16 +44,16 @@ func TestJudgeGroup(t *testing.T) {
 		{"another member's nameless partition, self not shown", []kafka.MemberDescription{member("me"), member("x", nameless(1))}, []string{"x"}, false},
 		// Two members with this instance's client.id: which one is this instance cannot be told.
 		{"nameless, client.id shared", []kafka.MemberDescription{member("me", nameless(0)), member("me")}, []string{"me"}, false},
-		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPart("t", 1))}, nil, false},
+		{"own topic, another partition", []kafka.MemberDescription{member("me", topicPartOf("t", 1))}, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := judgeGroup(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}, "t", "me", "", 0)
-			if v.sawSelf != tc.sawSelf {
-				t.Errorf("sawSelf = %v, want %v", v.sawSelf, tc.sawSelf)
+			v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{GroupID: "g", Members: tc.members}), "t", "me", "", 0)
+			if v.SawSelf != tc.sawSelf {
+				t.Errorf("sawSelf = %v, want %v", v.SawSelf, tc.sawSelf)
 			}
 			var got []string
-			if v.conflict != nil {
-				for _, m := range v.conflict.Members {
+			if v.Conflict != nil {
+				for _, m := range v.Conflict.Members {
 					got = append(got, m.ClientID)
 				}
 			}
@@ -62,20 +64,20 @@ func TestJudgeGroup(t *testing.T) {
 	}
 	// A predecessor of the same client.id (a restarted process whose session has not expired)
 	// holding the partition does not show this member holding it.
-	pred := member("me", topicPart("t", 0))
+	pred := member("me", topicPartOf("t", 0))
 	pred.ConsumerID = "me-old"
 	self := member("me")
 	self.ConsumerID = "me-new"
-	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}, "t", "me", "me-new", 0); v.sawSelf {
+	if v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{pred, self}}), "t", "me", "me-new", 0); v.SawSelf {
 		t.Error("a predecessor's assignment was taken for this member's")
 	}
-	self.Assignment.TopicPartitions = []kafka.TopicPartition{topicPart("t", 0)}
-	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}, "t", "me", "me-new", 0); !v.sawSelf {
+	self.Assignment.TopicPartitions = []kafka.TopicPartition{topicPartOf("t", 0)}
+	if v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{self}}), "t", "me", "me-new", 0); !v.SawSelf {
 		t.Error("this member's own assignment not seen by its member id")
 	}
 	target := member("x")
-	target.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPart("u", 0)}}
-	if v := judgeGroup(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}, "t", "me", "", 0); v.conflict == nil {
+	target.TargetAssignment = &kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPartOf("u", 0)}}
+	if v := core.JudgeGroup(describedOf(kafka.ConsumerGroupDescription{Members: []kafka.MemberDescription{target}}), "t", "me", "", 0); v.Conflict == nil {
 		t.Error("a partition of another topic in a KIP-848 target assignment must count")
 	}
 }
@@ -86,61 +88,61 @@ func TestJudgeGroup(t *testing.T) {
 func TestMembership(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		steps func(m *membership)
+		steps func(m *core.Membership)
 		want  bool
 	}{
-		{"never checked", func(m *membership) { m.assigned("m1", true) }, false},
-		{"passed", func(m *membership) { m.assigned("m1", true); m.passed("m1") }, true},
-		{"passed under an earlier member id", func(m *membership) { m.assigned("m2", true); m.passed("m1") }, false},
-		{"member id unknown", func(m *membership) { m.assigned("", true); m.passed("") }, false},
-		{"eager rebalance keeps a partition", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, false, false)
-			m.assigned("m1", true)
+		{"never checked", func(m *core.Membership) { m.Assigned("m1", true) }, false},
+		{"passed", func(m *core.Membership) { m.Assigned("m1", true); m.Passed("m1") }, true},
+		{"passed under an earlier member id", func(m *core.Membership) { m.Assigned("m2", true); m.Passed("m1") }, false},
+		{"member id unknown", func(m *core.Membership) { m.Assigned("", true); m.Passed("") }, false},
+		{"eager rebalance keeps a partition", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, false, false)
+			m.Assigned("m1", true)
 		}, true},
-		{"eager rebalance gives nothing", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, false, false)
-			m.assigned("m1", false)
-			m.assigned("m1", true)
+		{"eager rebalance gives nothing", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, false, false)
+			m.Assigned("m1", false)
+			m.Assigned("m1", true)
 		}, false},
-		{"rejoined under a new member id", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, false, false)
-			m.assigned("m2", true)
+		{"rejoined under a new member id", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, false, false)
+			m.Assigned("m2", true)
 		}, false},
-		{"assignment lost", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(true, false, false)
-			m.assigned("m1", true)
+		{"assignment lost", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(true, false, false)
+			m.Assigned("m1", true)
 		}, false},
-		{"cooperative revocation keeps a partition", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, true, true)
+		{"cooperative revocation keeps a partition", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, true, true)
 		}, true},
-		{"cooperative revocation of the last partition", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.revoked(false, true, false)
-			m.assigned("m1", true)
+		{"cooperative revocation of the last partition", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Revoked(false, true, false)
+			m.Assigned("m1", true)
 		}, false},
-		{"left to yield", func(m *membership) {
-			m.assigned("m1", true)
-			m.passed("m1")
-			m.left()
-			m.assigned("m1", true)
+		{"left to yield", func(m *core.Membership) {
+			m.Assigned("m1", true)
+			m.Passed("m1")
+			m.Left()
+			m.Assigned("m1", true)
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var m membership
+			var m core.Membership
 			tc.steps(&m)
-			if m.vouched != tc.want {
-				t.Errorf("vouched %v, want %v", m.vouched, tc.want)
+			if m.Vouched != tc.want {
+				t.Errorf("vouched %v, want %v", m.Vouched, tc.want)
 			}
 		})
 	}
@@ -172,15 +174,15 @@ func TestUnnamedConflict(t *testing.T) {
 		{ClientID: "me", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(0)}}},
 		{ClientID: "x", Host: "/10.0.0.2", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{nameless(2), nameless(0)}}},
 	}}
-	c := judgeGroup(d, "t", "me", "", 0).conflict
-	if c == nil || c.definite() || len(c.Members) != 1 || !slices.Equal(c.Members[0].Unnamed, []int32{0, 2}) {
+	c := core.JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict
+	if c == nil || c.Definite() || len(c.Members) != 1 || !slices.Equal(c.Members[0].Unnamed, []int32{0, 2}) {
 		t.Fatalf("conflict %+v, want x's partitions 0 and 2 unnamed and nothing definite", c)
 	}
 	if msg := c.Error(); !strings.Contains(msg, "x on /10.0.0.2 (partitions 0, 2 of a topic the group's description does not name)") {
 		t.Errorf("message does not name the member and its partitions: %s", msg)
 	}
-	d.Members = append(d.Members, kafka.MemberDescription{ClientID: "y", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPart("u", 0)}}})
-	if c := judgeGroup(d, "t", "me", "", 0).conflict; c == nil || !c.definite() {
+	d.Members = append(d.Members, kafka.MemberDescription{ClientID: "y", Assignment: kafka.MemberAssignment{TopicPartitions: []kafka.TopicPartition{topicPartOf("u", 0)}}})
+	if c := core.JudgeGroup(describedOf(d), "t", "me", "", 0).Conflict; c == nil || !c.Definite() {
 		t.Errorf("a member on another named topic must make the conflict definite: %+v", c)
 	}
 }
@@ -193,7 +195,7 @@ func TestRolesDigestIsUnambiguous(t *testing.T) {
 		{{"ab", "c"}, {"a", "bc"}},
 		{{"a", ""}, {"a"}},
 	} {
-		if a, b := rolesDigest(pair[0]), rolesDigest(pair[1]); a == b {
+		if a, b := core.RolesDigest(pair[0]), core.RolesDigest(pair[1]); a == b {
 			t.Errorf("rolesDigest(%q) = rolesDigest(%q) = %s", pair[0], pair[1], a)
 		}
 	}
@@ -250,7 +252,7 @@ func TestGroupCheckBacksOffThroughARebalance(t *testing.T) {
 		r.pulse(rebalance, false)
 		n := a.counted()
 		// 20, 40, 80 ms, then every group heartbeat interval (100 ms at this lease).
-		limit := int(rebalance/r.n.d.timing.heartbeat()) + 4
+		limit := int(rebalance/r.n.d.timing.Heartbeat()) + 4
 		t.Logf("%d descriptions in %v of a rebalance", n, rebalance)
 		if n > limit {
 			t.Errorf("%d descriptions of the group in %v of a rebalance; want at most %d", n, rebalance, limit)

@@ -35,10 +35,8 @@ type priorityState struct {
 	standbyFrom time.Duration
 	standbyNext time.Duration
 	leave       leaveCheck
-	// asked is a TransferTo for the next cycle to carry out; tagging is the target that the
-	// release markers of the tenures ending now name (tagRelease).
-	asked   atomic.Pointer[pendingTransfer]
-	tagging string
+	// asked is a TransferTo for the next cycle to carry out.
+	asked atomic.Pointer[pendingTransfer]
 	// hops are transfers to other members found on this instance's partitions, by partition.
 	hops map[int32]*hop
 	// requests are transfer requests read from partitions this instance leads.
@@ -91,12 +89,12 @@ type leaveCheck struct {
 
 // leadsAny reports whether a tenure of this instance leads.
 func (d *driver) leadsAny() bool {
-	return slices.ContainsFunc(d.parts, func(p *part) bool { return p.lease.load().leading })
+	return slices.ContainsFunc(d.parts, func(p *part) bool { return p.Lease.Load().Leading })
 }
 
 // recheck is how soon a member that waits to rejoin describes the group again.
 func (d *driver) recheck() time.Duration {
-	return max(d.timing.heartbeat(), 100*time.Millisecond)
+	return max(d.timing.Heartbeat(), 100*time.Millisecond)
 }
 
 // preferences sets up the preference on first use.
@@ -121,11 +119,11 @@ func (d *driver) leftGroup(member string) {
 // It also carries out a TransferTo that could not take the lock.
 func (d *driver) holdOut() {
 	d.preferences()
-	if d.live() {
+	if d.Live() {
 		d.takeAsked()
 	}
 	l := &d.prio.leave
-	if !d.yield.unsubscribed || d.yield.requested.Load() || time.Duration(d.yield.until.Load()) > d.now() {
+	if !d.m.Yield.Unsubscribed || d.m.Yield.Requested.Load() || time.Duration(d.m.Yield.Until.Load()) > d.now() {
 		l.holding = false
 		return
 	}
@@ -134,7 +132,7 @@ func (d *driver) holdOut() {
 	case d.prio.standby:
 		d.extendYield(d.recheck())
 	case l.member != "":
-		if bound := d.timing.maxPoll + *d.config.HeartbeatTimeout; now-l.at > bound {
+		if bound := d.timing.MaxPoll + *d.config.HeartbeatTimeout; now-l.at > bound {
 			d.log.W()("goneli %s: could not see member %s leave group %s within %v; rejoining regardless",
 				d.config.Name, l.member, d.config.LeaderGroupID, bound)
 			*l = leaveCheck{}
@@ -149,8 +147,8 @@ func (d *driver) holdOut() {
 // endHold ends at once a yield that holdOut extended, rather than a recheck later; a yield of
 // the application's (longer, or asked for since) stands.
 func (d *driver) endHold(now time.Duration) {
-	if until := time.Duration(d.yield.until.Load()); !d.yield.requested.Load() && until > now && until <= now+d.recheck() {
-		d.yield.until.CompareAndSwap(int64(until), int64(now))
+	if until := time.Duration(d.m.Yield.Until.Load()); !d.m.Yield.Requested.Load() && until > now && until <= now+d.recheck() {
+		d.m.Yield.Until.CompareAndSwap(int64(until), int64(now))
 	}
 }
 
@@ -160,18 +158,18 @@ func (d *driver) wantWatch(now time.Duration) bool {
 	if l := pr.leave; l.member != "" && now >= l.next {
 		return true
 	}
-	if pr.standby && d.yield.unsubscribed && now >= pr.standbyNext {
+	if pr.standby && d.m.Yield.Unsubscribed && now >= pr.standbyNext {
 		return true
 	}
 	if len(pr.requests) > 0 || slices.ContainsFunc(d.parts, func(p *part) bool { return d.hopDue(p) }) {
 		return true
 	}
-	if d.yield.unsubscribed || !d.leadsAny() {
+	if d.m.Yield.Unsubscribed || !d.leadsAny() {
 		return false
 	}
 	settle := prioritySettle(*d.config.HeartbeatTimeout)
-	return !w.described || w.lastRebalances != d.group.rebalances ||
-		(!d.timing.classic && now-w.last >= settle/2) || (pr.wake != 0 && now >= pr.wake)
+	return !w.described || w.lastRebalances != d.m.Group.Rebalances ||
+		(!d.timing.Classic && now-w.last >= settle/2) || (pr.wake != 0 && now >= pr.wake)
 }
 
 // watchGroup takes the answer of the description under way, if it has come, and starts another
@@ -189,10 +187,10 @@ func (d *driver) watchGroup() {
 			return
 		}
 	}
-	if !d.live() || now < w.retryAt || !d.wantWatch(now) {
+	if !d.Live() || now < w.retryAt || !d.wantWatch(now) {
 		return
 	}
-	if d.check.troubled && now-d.check.troubleAt < checkQuiet {
+	if d.troubled() {
 		return
 	}
 	desc, release, err := d.watchDescriber()
@@ -204,7 +202,7 @@ func (d *driver) watchGroup() {
 	if w.done == nil {
 		w.done = make(chan describedGroup, 1)
 	}
-	w.busy, w.began, w.rebalances = true, now, d.group.rebalances
+	w.busy, w.began, w.rebalances = true, now, d.m.Group.Rebalances
 	d.prio.descriptions.Add(1)
 	// The group checker's context and wait group, so that Close stops this description with
 	// the group check's (closer.go).
@@ -276,7 +274,7 @@ func (d *driver) watched(res describedGroup, now time.Duration) {
 	}
 	d.serveHops(cs, now)
 	d.serveRequests(cs, now)
-	if d.yield.unsubscribed || !d.leadsAny() {
+	if d.m.Yield.Unsubscribed || !d.leadsAny() {
 		return
 	}
 	w.described, w.last, w.lastRebalances = true, now, w.rebalances
@@ -284,8 +282,8 @@ func (d *driver) watched(res describedGroup, now time.Duration) {
 	pref.observe(now, d.clientID, cs)
 	ledFor := time.Duration(-1)
 	for _, p := range d.parts {
-		if v := p.lease.load(); v.leading && (ledFor < 0 || now-v.led < ledFor) {
-			ledFor = now - v.led
+		if v := p.Lease.Load(); v.Leading && (ledFor < 0 || now-v.Led < ledFor) {
+			ledFor = now - v.Led
 		}
 	}
 	to, hand, wake := pref.decide(now, ledFor)
@@ -326,7 +324,7 @@ func (d *driver) handOverForPriority(to contender, now time.Duration) {
 	pr.isStandby.Store(true)
 	pr.watch.described = false
 	d.extendYield(d.recheck())
-	d.yield.requested.Store(true)
+	d.m.Yield.Requested.Store(true)
 	d.applyYield()
 }
 
@@ -343,7 +341,7 @@ func (d *driver) standbyAtJoin(desc kafka.ConsumerGroupDescription) {
 	pr := &d.prio
 	pr.standby, pr.standbyFrom, pr.standbyNext = true, now, now+*d.config.HeartbeatTimeout
 	pr.isStandby.Store(true)
-	d.yield.unsubscribed = true
+	d.m.Yield.Unsubscribed = true
 	d.extendYield(d.recheck())
 	d.log.I()("goneli %s: a member of group %s has a priority above %d; standing by until none is left",
 		d.config.Name, d.config.LeaderGroupID, d.config.Priority)

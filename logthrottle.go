@@ -1,16 +1,18 @@
 package goneli
 
 import (
+	"sync"
 	"time"
 
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
 // logThrottle keeps a broker outage from flooding the logs: each kind of problem is logged at most
-// once per interval, with a count of what was held back. Not safe for concurrent use; the neli
-// mutex guards it.
+// once per interval, with a count of what was held back. The loop and the alarm both log through
+// it.
 type logThrottle struct {
 	every time.Duration
+	mu    sync.Mutex
 	seen  map[string]*throttled
 }
 
@@ -20,6 +22,8 @@ type throttled struct {
 }
 
 func (t *logThrottle) log(logger scribe.Logger, kind, format string, args ...interface{}) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.seen == nil {
 		t.seen = map[string]*throttled{}
 	}

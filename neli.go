@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
@@ -87,9 +89,6 @@ type Neli interface {
 	Background(task LeaderTask) (Pulser, error)
 }
 
-// maxEventsPerCycle bounds the work one Pulse does when a backlog has built up in the consumer.
-const maxEventsPerCycle = 1000
-
 // neli is the instance behind the Neli, Curator and Roles interfaces. It keeps what the API needs:
 // the parts whose leases IsLeader, Token and Stats read, the dispatchers that call the application,
 // the pulse loop's throttle and wake-up, and the lifecycle that Close moves on. Everything Kafka is
@@ -133,11 +132,12 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 // partition i of the leader topic. digest names the role list in the group (see rolesDigest); it
 // is empty for the single unnamed role of New.
 func newInstance(config Config, roles []string, digest string, barrier []Barrier) (*neli, error) {
-	config, timing, err := config.prepare()
+	dv, err := config.derive(digest)
 	if err != nil {
 		return nil, err
 	}
-	n := assemble(config, timing, roles, digest, barrier, systemClock{})
+	config = dv.config
+	n := assemble(dv, roles, barrier, core.SystemClock{})
 	if err := n.d.join(); err != nil {
 		n.d.check.checker.stop()
 		n.d.closeSide()
@@ -169,13 +169,15 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	// The driver's timing, not the one New was given: joining may have raised the session to the
 	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.describe())
+		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.Describe())
 	return n, nil
 }
 
-// assemble builds an instance and its driver from a prepared config, without I/O: the driver joins
-// the group in join. Tests of the driver assemble one on clients of their own (driver_test.go).
-func assemble(config Config, timing groupTiming, roles []string, digest string, barrier []Barrier, clk clock) *neli {
+// assemble builds an instance and its driver from what New derived of its Config, without I/O: the
+// driver joins the group in join. Tests of the driver assemble one on clients of their own
+// (driver_test.go).
+func assemble(dv derived, roles []string, barrier []Barrier, clk core.Clock) *neli {
+	config, timing := dv.config, dv.timing
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -188,45 +190,32 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 		n.barrier = barrier[0]
 	}
 	base := clk.Now()
-	for i, role := range roles {
-		n.parts = append(n.parts, &part{id: int32(i), name: role, signal: make(chan struct{}, 1), lease: newLease(leaseConfig{
-			role: role, timeout: *config.HeartbeatTimeout, interval: *config.RenewInterval, poll: *config.MinPollInterval, releaseWait: timing.maxPoll,
-			window: timing.commitWindow(config), ticks: len(roles) > 1, recheck: !timing.classic,
-			answerBound: timing.answerBound(config), hbInterval: timing.heartbeat(), clock: clk, base: base,
-		})})
-	}
+	n.parts = newParts(dv.settings, timing, roles, clk, base)
 	d := &driver{
-		config:     config,
-		timing:     timing,
-		log:        config.Scribe,
-		topic:      config.LeaderTopic,
-		key:        []byte(config.Name),
-		parts:      n.parts,
-		life:       n.life,
-		deliver:    n.deliver,
-		clock:      clk,
-		base:       base,
-		commitAsks: map[int32]commitAsk{},
-		storeAsks:  map[int32]commitAsk{},
-		resets:     map[int32]bool{},
-		handover:   newHandover(*config.HeartbeatTimeout, config.handOverAfter()),
+		config:    config,
+		timing:    timing,
+		log:       config.Scribe,
+		topic:     config.LeaderTopic,
+		key:       []byte(config.Name),
+		parts:     n.parts,
+		life:      n.life,
+		deliverTo: n.deliver,
+		clock:     clk,
+		base:      base,
 	}
-	d.group.parts = map[int32]bool{}
+	d.m = core.NewMachine(dv.settings, timing, rolesOf(n.parts), d, clk, base)
 	d.throttle.every = 10 * time.Second
-	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
-	if digest != "" {
-		// The group check tells members with another role list by this suffix (groupcheck.go).
-		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + rolesSuffix + digest
-	}
-	d.logs = startLogForwarder(d.log, config.Name, config.forwardsLogs())
+	consumerConf, producerConf, adminConf := dv.consumer, dv.producer, dv.admin
+	d.logs = startLogForwarder(d.log, config.Name, dv.forwardLogs)
 	d.logs.attach(consumerConf)
 	d.logs.attach(producerConf)
 	// The admin client cannot forward its logs; its failures come back as errors anyway.
 	adminConf["log_level"] = 0
 	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
 	d.clientID = fmt.Sprint(consumerConf["client.id"])
+	d.m.ClientID = d.clientID
 	d.check.checker = newGroupChecker()
-	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.classic, Limit: *config.HeartbeatTimeout,
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.Classic, Limit: *config.HeartbeatTimeout,
 		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
 	if err == nil {
 		d.check.wire = side
@@ -236,12 +225,31 @@ func assemble(config Config, timing groupTiming, roles []string, digest string, 
 	} else {
 		d.log.I()("goneli %s: %s", config.Name, viaLibrdkafka(err))
 	}
-	d.watchdog = newWatchdog(d.now, d.expireLeases, n.life.closing)
+	d.alarm = newWatchdog(d.now, d.ring, n.life.closing)
 	n.d = d
 	return n
 }
 
 // startDispatchers gives every part the goroutine that calls the application with its events.
+// newParts makes the parts of roles, each with its lease, for config and timing as New derived
+// them, on the clock clk from base.
+func newParts(s core.Settings, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
+	var parts []*part
+	for _, r := range core.NewRoles(s, timing, roles, clk, base) {
+		parts = append(parts, &part{Role: r, signal: make(chan struct{}, 1)})
+	}
+	return parts
+}
+
+// rolesOf returns the machine's roles of parts.
+func rolesOf(parts []*part) []*core.Role {
+	out := make([]*core.Role, len(parts))
+	for i, p := range parts {
+		out[i] = p.Role
+	}
+	return out
+}
+
 func (n *neli) startDispatchers() {
 	for _, p := range n.parts {
 		p.events = newDispatcher()
@@ -256,7 +264,7 @@ func (n *neli) IsLeader() bool {
 
 // isLeaderOf is IsLeader for one role.
 func (n *neli) isLeaderOf(p *part) bool {
-	return n.State() == Live && !n.d.yielding() && p.lease.isLeader()
+	return n.State() == Live && !n.d.yielding() && p.Lease.IsLeader()
 }
 
 // leadsAny reports whether this instance leads at least one role.
@@ -361,15 +369,10 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 	return nil
 }
 
-// proofPoll is the poll interval of an instance with a tenure that proves its first lease. The
-// proof is a chain of round trips (the heartbeat produced, fetched back, its offset committed, the
-// group described), each of which would otherwise wait for the next MinPollInterval to be seen.
-const proofPoll = 2 * time.Millisecond
-
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {
 	if n.d.proving() {
-		return proofPoll
+		return core.ProofPoll
 	}
 	return max(n.pollDeadline.Remaining(), time.Millisecond)
 }
@@ -385,14 +388,14 @@ func (n *neli) runCycle(limit time.Duration) (err error) {
 // deliver posts the events of a transition of p's lease to the application, in order.
 // LeaderAcquired becomes visible to IsLeader once its barrier call has returned. It returns the
 // delivery of the last event, if any.
-func (n *neli) deliver(p *part, events []Event) *delivery {
+func (n *neli) deliver(p *part, events []Event, dl *core.Delivery) {
 	var calls []func()
 	for _, e := range events {
 		n.log.I()("goneli %s: %v", n.config.Name, e)
 		call := func() { n.barrier(e) }
 		if _, ok := e.(LeaderAcquired); ok {
-			l := p.lease
-			epoch := l.epoch
+			l := p.Lease
+			epoch := l.Epoch
 			token := e.(LeaderAcquired).Token
 			call = func() {
 				p.acquiring.Store(epoch)
@@ -400,7 +403,7 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 				// FencedProducer can commit.
 				p.hooks.run(token)
 				n.barrier(e)
-				l.acquiredDelivered(epoch)
+				l.AcquiredDelivered(epoch)
 				for _, s := range []chan struct{}{n.leaderSignal, p.signal} {
 					select {
 					case s <- struct{}{}:
@@ -411,7 +414,7 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 		}
 		calls = append(calls, call)
 	}
-	return p.events.post(calls...)
+	p.events.postAs(dl, calls...)
 }
 
 // acquisitionStands reports, from within the barrier's call for a LeaderAcquired of role, whether
@@ -421,9 +424,9 @@ func (n *neli) deliver(p *part, events []Event) *delivery {
 // that ends the acquisition may come at any moment after.
 func (n *neli) acquisitionStands(role string) bool {
 	for _, p := range n.parts {
-		if p.name == role {
-			v := p.lease.load()
-			return n.State() == Live && !n.d.yielding() && v.leading && v.epoch == p.acquiring.Load() && n.d.now() < v.end
+		if p.Name == role {
+			v := p.Lease.Load()
+			return n.State() == Live && !n.d.yielding() && v.Leading && v.Epoch == p.acquiring.Load() && n.d.now() < v.End
 		}
 	}
 	return false

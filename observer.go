@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -73,7 +75,7 @@ func newObserver(config Config, conf kafka.ConfigMap, partitions int, onChange f
 
 // poll reads what has arrived and reports changes. Not safe for concurrent use with itself.
 func (o *observer) poll() {
-	for i := 0; i < maxEventsPerCycle; i++ {
+	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		ev := o.consumer.Poll(0)
 		if ev == nil {
 			break
@@ -104,37 +106,37 @@ func (o *observer) poll() {
 }
 
 func (o *observer) onMessage(m *kafka.Message) {
-	var h heartbeat
+	var h core.Heartbeat
 	p := m.TopicPartition.Partition
-	if m.TopicPartition.Error != nil || p < 0 || int(p) >= len(o.roles) || h.decode(m.Value) != nil || h.token == 0 {
+	if m.TopicPartition.Error != nil || p < 0 || int(p) >= len(o.roles) || h.Decode(m.Value) != nil || h.Token == 0 {
 		return
 	}
 	info := LeaderInfo{
-		Role:          h.role,
+		Role:          h.Role,
 		Partition:     p,
 		Name:          string(m.Key),
-		Address:       h.address,
-		Tenure:        strconv.FormatUint(h.tenure, 16),
-		Token:         h.token,
-		Since:         time.Unix(0, h.since),
-		LastHeartbeat: time.Unix(0, h.sentWall),
+		Address:       h.Address,
+		Tenure:        strconv.FormatUint(h.Tenure, 16),
+		Token:         h.Token,
+		Since:         time.Unix(0, h.Since),
+		LastHeartbeat: time.Unix(0, h.SentWall),
 	}
 	o.mu.Lock()
 	r := &o.roles[p]
-	if h.kind != kindHeartbeat {
+	if h.Kind != core.KindHeartbeat {
 		// The tenure gave the partition up: its leader is gone now, not a lease from now.
 		was := r.known && r.last.Tenure == info.Tenure
 		if was {
 			r.known, r.last = false, LeaderInfo{}
 		}
-		r.maxToken = max(r.maxToken, h.token)
+		r.maxToken = max(r.maxToken, h.Token)
 		o.mu.Unlock()
 		if was {
 			o.onChange(LeaderInfo{Role: info.Role, Partition: p})
 		}
 		return
 	}
-	if h.token < r.maxToken && r.known {
+	if h.Token < r.maxToken && r.known {
 		// A deposed leader's heartbeat that landed after its successor's, while the successor is
 		// alive: tokens only grow within one log. Once the leader it knows has gone quiet for a
 		// lease, the observer takes a lower token as it comes, because the partition's log may have
@@ -147,12 +149,12 @@ func (o *observer) onMessage(m *kafka.Message) {
 		// Already older than a lease when read (the newest record of a topic whose leader has gone,
 		// say): it names no current leader. This compares two hosts' wall clocks, which is good
 		// enough for reporting and is never used for leadership itself.
-		r.maxToken = max(r.maxToken, h.token)
+		r.maxToken = max(r.maxToken, h.Token)
 		o.mu.Unlock()
 		return
 	}
 	changed := !r.known || info.Token != r.last.Token || info.Address != r.last.Address
-	r.last, r.known, r.maxToken = info, true, h.token
+	r.last, r.known, r.maxToken = info, true, h.Token
 	r.lastSeen = time.Since(o.start)
 	o.mu.Unlock()
 	if changed {

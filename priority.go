@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -119,7 +121,7 @@ func parseClientID(clientID string) (name string, priority int, ok bool) {
 	if !ok {
 		return "", 0, false
 	}
-	if i := strings.LastIndex(rest, rolesSuffix); i >= 0 {
+	if i := strings.LastIndex(rest, core.RolesSuffix); i >= 0 {
 		rest = rest[:i]
 	}
 	priority, name = splitPriority(rest)

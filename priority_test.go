@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -32,7 +34,7 @@ func TestPriorityClientIDs(t *testing.T) {
 			if !ok || name != Sanitise(n) || priority != p {
 				t.Errorf("clientIDFor(%q, %d) = %q reads back as %q, %d, %v", n, p, id, name, priority, ok)
 			}
-			rolesID := id + rolesSuffix + "0a1b2c3d"
+			rolesID := id + core.RolesSuffix + "0a1b2c3d"
 			if name, priority, _ := parseClientID(rolesID); name != Sanitise(n) || priority != p {
 				t.Errorf("%q reads back as %q, %d", rolesID, name, priority)
 			}

@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
 )
 
 // wireBeat is a heartbeat that a lease produced in a cycle, for sendHeartbeats at its end.
 type wireBeat struct {
-	p *part
-	h *heartbeat
+	p *core.Role
+	h *core.Heartbeat
 }
 
 // heartbeatProducer is the producer that writes a tenure's heartbeats and release markers, opened
@@ -87,7 +89,7 @@ func (d *driver) noteDelivery(err error) {
 		d.heart.ok, d.heart.delivered = now, now
 		return
 	}
-	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.releases) > 0 || (d.check.checker.busy() && !d.viaSide() && !d.check.alone) {
+	if now-d.heart.ok < *d.config.HeartbeatTimeout || len(d.m.Releases) > 0 || (d.check.checker.busy() && !d.viaSide() && !d.m.Check.Alone) {
 		// A release marker still on its way, or a group check through the producer's own
 		// admin handle, needs this handle; the next failed heartbeat tries again.
 		return
@@ -128,20 +130,22 @@ func (d *driver) sendHeartbeats() {
 			batch := make([]sidechan.Beat[wireBeat], len(beats))
 			for i, b := range beats {
 				rec := *b.h
-				rec.address = d.config.Address
-				batch[i] = sidechan.Beat[wireBeat]{Record: sidechan.Record{Partition: b.p.id, Key: d.key, Value: rec.appendTo(make([]byte, 0, rec.size()))},
-					Made: b.h.sentMono, Of: b}
+				rec.Address = d.config.Address
+				batch[i] = sidechan.Beat[wireBeat]{Record: sidechan.Record{Partition: b.p.ID, Key: d.key, Value: rec.AppendTo(make([]byte, 0, rec.Size()))},
+					Made: b.h.SentMono, Of: b}
 			}
 			if d.wire.Start(batch) {
-				for _, b := range beats {
-					b.p.lease.sent()
-				}
+				d.machine(func(*core.Machine) {
+					for _, b := range beats {
+						b.p.Lease.Sent()
+					}
+				})
 				return
 			}
 		}
 	}
 	for _, b := range beats {
-		d.produce(b.p, b.h)
+		d.sendOne(b.p, b.h)
 	}
 }
 
@@ -205,31 +209,31 @@ func (d *driver) awaitHeartbeats() time.Duration {
 	return max(limit-(d.now()-start), 0)
 }
 
-func (d *driver) produce(p *part, h *heartbeat) {
+func (d *driver) sendOne(p *core.Role, h *core.Heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
 		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		return
 	}
-	p.lease.sent()
+	d.machine(func(*core.Machine) { p.Lease.Sent() })
 }
 
 // produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
 // comes through the producer's events.
-func (d *driver) produceRecord(p *part, h *heartbeat) error {
+func (d *driver) produceRecord(p *core.Role, h *core.Heartbeat) error {
 	return d.produceRecordTo(p, h, nil)
 }
 
 // produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
-func (d *driver) produceRecordTo(p *part, h *heartbeat, reports chan kafka.Event) error {
+func (d *driver) produceRecordTo(p *core.Role, h *core.Heartbeat, reports chan kafka.Event) error {
 	if !d.ensureProducer() {
 		return errors.New("no producer")
 	}
 	rec := *h
-	rec.address = d.config.Address
+	rec.Address = d.config.Address
 	err := d.heart.p.Produce(&kafka.Message{
-		TopicPartition: kafka.TopicPartition{Topic: &d.topic, Partition: p.id},
+		TopicPartition: kafka.TopicPartition{Topic: &d.topic, Partition: p.ID},
 		Key:            d.key,
-		Value:          rec.appendTo(make([]byte, 0, rec.size())),
+		Value:          rec.AppendTo(make([]byte, 0, rec.Size())),
 	}, reports)
 	if err == nil && reports == nil {
 		d.heart.unreported++
@@ -244,7 +248,7 @@ func (d *driver) drainProducer() (denied error) {
 	if d.heart.p == nil {
 		return nil
 	}
-	for i := 0; i < maxEventsPerCycle; i++ {
+	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		select {
 		case ev := <-d.heart.p.Events():
 			switch e := ev.(type) {
@@ -279,13 +283,13 @@ func (d *driver) drainProducer() (denied error) {
 // writeMarkers produces the release markers and waits up to limit for the broker to have them
 // all, reporting whether it did. Their delivery reports come on a channel of their own, which the
 // producer's own goroutine serves, so the wait needs no poll of ours.
-func (d *driver) writeMarkers(rs []release, limit time.Duration) bool {
+func (d *driver) writeMarkers(rs []core.Release, limit time.Duration) bool {
 	if limit <= 0 || !d.ensureProducer() {
 		return false
 	}
 	reports := make(chan kafka.Event, len(rs))
 	for _, r := range rs {
-		if d.produceRecordTo(r.p, &r.marker, reports) != nil {
+		if d.produceRecordTo(r.Role, &r.Marker, reports) != nil {
 			return false
 		}
 	}

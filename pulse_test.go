@@ -3,6 +3,8 @@ package goneli
 import (
 	"testing"
 	"time"
+
+	"github.com/goneli/goneli/internal/core"
 )
 
 // An instance that holds no partition waits in the consumer's poll for up to a group heartbeat
@@ -16,11 +18,12 @@ func TestPollFor(t *testing.T) {
 		minPoll      = 100 * time.Millisecond
 		heartbeat    = 500 * time.Millisecond
 	)
-	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
 	newDriver := func() *driver {
-		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll)}, clock: clk, base: clk.now,
-			timing: groupTiming{classic: true, interval: heartbeat}}
-		d.parts = []*part{{lease: newLease(leaseConfig{timeout: time.Second, interval: minPoll, clock: clk, base: clk.now})}}
+		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll), HeartbeatTimeout: Duration(time.Second), RenewInterval: Duration(minPoll)},
+			clock: clk, base: clk.now, timing: core.GroupTiming{Classic: true, Interval: heartbeat}}
+		d.parts = []*part{{Role: &core.Role{Lease: core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: minPoll, Clock: clk, Base: clk.now})}}}
+		d.m = core.NewMachine(d.config.settings(), d.timing, rolesOf(d.parts), d, clk, clk.now)
 		return d
 	}
 	for _, tc := range []struct {
@@ -34,9 +37,9 @@ func TestPollFor(t *testing.T) {
 		{"idle, Kafka unreachable", func(d *driver) { d.reach.fail(0, "consumer", "all brokers down") }, -1, minPoll},
 		{"idle, within Pulse's timeout", func(*driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
 		{"idle, timeout spent", func(*driver) {}, 0, pollDuration},
-		{"holds a partition", func(d *driver) { d.parts[0].lease.assign(false) }, -1, pollDuration},
-		{"owes a released marker", func(d *driver) { d.releases = []release{{}} }, -1, pollDuration},
-		{"yielding", func(d *driver) { d.yield.requested.Store(true) }, -1, pollDuration},
+		{"holds a partition", func(d *driver) { d.parts[0].Lease.Assign(false) }, -1, pollDuration},
+		{"owes a released marker", func(d *driver) { d.m.Releases = []core.Release{{}} }, -1, pollDuration},
+		{"yielding", func(d *driver) { d.m.Yield.Requested.Store(true) }, -1, pollDuration},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDriver()
@@ -51,21 +54,21 @@ func TestPollFor(t *testing.T) {
 // An instance polls fast only while one of its tenures proves its first lease, and not while that
 // tenure waits for a predecessor to release the partition.
 func TestProving(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	l := newLease(leaseConfig{timeout: time.Second, interval: 100 * time.Millisecond, releaseWait: 2 * time.Second, clock: clk, base: clk.now})
-	n := &driver{clock: clk, base: clk.now, parts: []*part{{lease: l}}}
+	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
+	l := core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: 100 * time.Millisecond, ReleaseWait: 2 * time.Second, Clock: clk, Base: clk.now})
+	n := &driver{clock: clk, base: clk.now, parts: []*part{{Role: &core.Role{Lease: l}}}}
 	if n.proving() {
 		t.Fatal("proving without a tenure")
 	}
-	l.assign(false)
+	l.Assign(false)
 	if !n.proving() {
 		t.Fatal("not proving a new tenure")
 	}
-	l.foreign(heartbeat{tenure: 7, kind: kindReleasing})
+	l.Foreign(core.Heartbeat{Tenure: 7, Kind: core.KindReleasing})
 	if n.proving() {
 		t.Fatal("proving while a predecessor releases the partition")
 	}
-	l.foreign(heartbeat{tenure: 7, kind: kindReleased})
+	l.Foreign(core.Heartbeat{Tenure: 7, Kind: core.KindReleased})
 	if !n.proving() {
 		t.Fatal("not proving once the predecessor released the partition")
 	}

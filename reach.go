@@ -113,7 +113,7 @@ func (r *reachability) probed(now time.Duration, every time.Duration, err error)
 // probeReach starts a probe if the instance is marked unreachable and one is due; the result is
 // applied from the probe's goroutine, which Close's clients-closed wait covers. Called with mu held.
 func (d *driver) probeReach() {
-	if !d.live() || !d.reach.startProbe(d.now()) {
+	if !d.Live() || !d.reach.startProbe(d.now()) {
 		return
 	}
 	timeout := min(*d.config.HeartbeatTimeout, 5*time.Second)

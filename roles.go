@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 )
 
@@ -111,7 +113,7 @@ func NewRoles(config Config, roles []string, barrier ...Barrier) (Roles, error) 
 	if err := validateRoles(roles); err != nil {
 		return nil, err
 	}
-	n, err := newInstance(config, roles, rolesDigest(roles), barrier)
+	n, err := newInstance(config, roles, core.RolesDigest(roles), barrier)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +132,7 @@ func Shards(n int) []string {
 // MaxRoles is the most roles NewRoles accepts. Each role is a partition of the leader topic, and
 // an instance that leads many reads a heartbeat of each back every MinPollInterval, which one poll
 // cycle serves up to this many of.
-const MaxRoles = maxEventsPerCycle
+const MaxRoles = core.MaxEventsPerCycle
 
 func validateRoles(roles []string) error {
 	if len(roles) == 0 {
@@ -145,8 +147,8 @@ func validateRoles(roles []string) error {
 		switch {
 		case r == "":
 			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Reason: "must not be empty"})
-		case len(r) > maxRoleName:
-			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r[:16] + "...", Reason: fmt.Sprintf("at most %d bytes", maxRoleName)})
+		case len(r) > core.MaxRoleName:
+			errs = append(errs, &ConfigError{Field: fmt.Sprintf("roles[%d]", i), Value: r[:16] + "...", Reason: fmt.Sprintf("at most %d bytes", core.MaxRoleName)})
 		case strings.IndexFunc(r, unicode.IsControl) >= 0:
 			// A name is printed in logs, events and `neli run`'s NELI_ROLE, where a control
 			// character would garble or forge lines; and a NUL once let two role lists share a digest.
@@ -173,7 +175,7 @@ type roleOf struct {
 
 func (r *roleSet) Role(name string) Role {
 	for _, p := range r.n.parts {
-		if p.name == name {
+		if p.Name == name {
 			return roleOf{r.n, p}
 		}
 	}
@@ -192,7 +194,7 @@ func (r *roleSet) Leading() []string {
 	var out []string
 	for _, p := range r.n.parts {
 		if r.n.isLeaderOf(p) {
-			out = append(out, p.name)
+			out = append(out, p.Name)
 		}
 	}
 	return out
@@ -208,7 +210,7 @@ func (r *roleSet) State() State                               { return r.n.State
 
 func (r *roleSet) TransferTo(role, name string) error {
 	for _, p := range r.n.parts {
-		if p.name == role {
+		if p.Name == role {
 			return r.n.d.transferTo(p, name, r.n.events.inCall())
 		}
 	}
@@ -272,15 +274,15 @@ func runRole(ctx context.Context, n *neli, p *part, task RoleTask) {
 			continue
 		}
 		start := taskNow()
-		task(p.name)
+		task(p.Name)
 		if rest := MinTaskInterval - taskNow().Sub(start); rest > 0 {
 			taskPause(ctx, rest)
 		}
 	}
 }
 
-func (r roleOf) Name() string               { return r.p.name }
-func (r roleOf) Partition() int32           { return r.p.id }
+func (r roleOf) Name() string               { return r.p.Name }
+func (r roleOf) Partition() int32           { return r.p.ID }
 func (r roleOf) IsLeader() bool             { return r.n.isLeaderOf(r.p) }
 func (r roleOf) Token() int64               { return r.n.tokenOf(r.p) }
 func (r roleOf) Leader() (LeaderInfo, bool) { return r.n.leaderOf(r.p) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/core"
 )
 
 // Under KIP-848 (group.protocol=consumer) the session timeout and the group heartbeat interval are
@@ -420,7 +421,7 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 	}
 	// Without the interval, a session that not even a lease and the margin fit in is refused all the
 	// same.
-	margin := sessionMargin(ht)
+	margin := core.SessionMargin(ht)
 	floor, need := ht+margin, fmt.Sprintf("HeartbeatTimeout + a margin for clock rates (%v + %v)", ht, margin)
 	if t.interval.from != "" {
 		floor = ht + 2*t.interval.value + margin
@@ -469,7 +470,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 	case warning != "":
 		d.log.W()("goneli %s: %s", d.config.Name, warning)
 	}
-	d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
+	d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
 	return nil
 }
 
@@ -478,7 +479,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 // (sessionMargin), so it is found by stepping down from what the session leaves without one.
 func maxLeaseFor(session, intervals time.Duration) time.Duration {
 	ht := session - intervals
-	for ht > 0 && ht+sessionMargin(ht) > session-intervals {
+	for ht > 0 && ht+core.SessionMargin(ht) > session-intervals {
 		ht -= time.Millisecond
 	}
 	return ht
@@ -490,7 +491,7 @@ func maxLeaseFor(session, intervals time.Duration) time.Duration {
 // configs (a KafkaAdmin written for earlier versions) reads nothing, which the check takes for a
 // session it cannot know.
 func (d *driver) sessionReader(desc groupDescriber) func(context.Context) consumerGroupTiming {
-	if d.timing.classic {
+	if d.timing.Classic {
 		return nil
 	}
 	cd, ok := desc.(configDescriber)
@@ -526,14 +527,11 @@ func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
 	if warning != "" {
 		d.throttle.log(d.log.W(), "session848-read", "goneli %s: %s", d.config.Name, warning)
 	}
-	if t.session.value != d.timing.brokerSession || t.interval.value != d.timing.brokerInterval {
+	if t.session.value != d.timing.BrokerSession || t.interval.value != d.timing.BrokerInterval {
 		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",
 			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
-		d.timing.brokerSession, d.timing.brokerInterval = t.session.value, t.interval.value
-		for _, p := range d.parts {
-			p.lease.useCommitWindow(d.timing.commitWindow(d.config))
-			p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
-		}
+		d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
+		d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	}
 	return nil
 }

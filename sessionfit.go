@@ -40,7 +40,7 @@ const minSessionKey = "group.min.session.timeout.ms"
 // reassigned a session timeout after its last group heartbeat, so that much later.
 func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	t := &d.timing
-	if !t.classic || t.userSession || t.session >= kafkaMinSession {
+	if !t.Classic || t.UserSession || t.Session >= kafkaMinSession {
 		return
 	}
 	ht := *d.config.HeartbeatTimeout
@@ -65,15 +65,15 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 		d.log.W()("goneli %s: could not read the brokers' %s (%s), so the session timeout is raised from %v to Apache Kafka's default "+
 			"minimum, %v, which a broker that keeps the default accepts; a crashed leader is replaced that much later. Grant DescribeConfigs "+
 			"on the cluster for New to read the brokers' own minimum, or set KafkaConfig[\"session.timeout.ms\"]",
-			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.session, kafkaMinSession)
+			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.Session, kafkaMinSession)
 		d.raiseSession(kafkaMinSession)
 		return
 	}
-	if lo.value <= t.session {
+	if lo.value <= t.Session {
 		return
 	}
 	d.log.I()("goneli %s: session timeout raised from %v to %v (%s); a crashed leader is replaced that much later",
-		d.config.Name, t.session, lo.value, lo.from)
+		d.config.Name, t.Session, lo.value, lo.from)
 	d.raiseSession(lo.value)
 }
 
@@ -81,10 +81,10 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 // that (fitSession).
 func (d *driver) raiseSession(session time.Duration) {
 	t := &d.timing
-	t.session = session
+	t.Session = session
 	(*d.confs.consumer)["session.timeout.ms"] = int(session.Milliseconds())
-	if t.maxPoll < session {
-		t.maxPoll = session
+	if t.MaxPoll < session {
+		t.MaxPoll = session
 		(*d.confs.consumer)["max.poll.interval.ms"] = int(session.Milliseconds())
 	}
 }

@@ -96,7 +96,7 @@ func (d *driver) sideUsable() bool {
 // with err (w is the group check's watch or the heartbeats'), and makes the connection give way if
 // it has failed for long enough (sideWatch).
 func (d *driver) sideFailed(w *sideWatch, began time.Duration, err error) {
-	if !d.sideUsable() || sidechan.IsFallback(err) || !d.live() {
+	if !d.sideUsable() || sidechan.IsFallback(err) || !d.Live() {
 		return
 	}
 	w.failed(began, err)

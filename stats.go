@@ -195,30 +195,30 @@ func (n *neli) Stats() Stats {
 
 // statsOf is Stats for one role.
 func (n *neli) statsOf(p *part) Stats {
-	l := p.lease
-	v := l.load()
-	now := l.now()
-	c := v.counts
+	l := p.Lease
+	v := l.Load()
+	now := l.Now()
+	c := v.Counts
 	s := Stats{
-		Role:                p.name,
+		Role:                p.Name,
 		State:               n.State(),
 		Leader:              n.isLeaderOf(p),
-		Leading:             l.announced(v),
-		Assigned:            v.assigned,
-		HeartbeatRTT:        v.rtt,
-		RenewalLag:          v.lag,
-		Acquired:            c.acquired,
-		Fenced:              c.fenced,
-		Revoked:             c.revoked,
-		HeartbeatsSent:      c.sent,
-		HeartbeatsConfirmed: c.confirmed,
-		StaleHeartbeats:     c.stale,
-		LateHeartbeats:      c.late,
-		CommitRejections:    c.rejected,
-		GroupChecks:         n.d.check.count.Load(),
-		CommitStoresMissed:  n.d.gateCounts.presumed.Load(),
-		LateWithdrawals:     n.d.gateCounts.doubled.Load(),
-		HandOvers:           n.d.handOvers.Load(),
+		Leading:             l.Announced(v),
+		Assigned:            v.Assigned,
+		HeartbeatRTT:        v.RTT,
+		RenewalLag:          v.Lag,
+		Acquired:            c.Acquired,
+		Fenced:              c.Fenced,
+		Revoked:             c.Revoked,
+		HeartbeatsSent:      c.Sent,
+		HeartbeatsConfirmed: c.Confirmed,
+		StaleHeartbeats:     c.Stale,
+		LateHeartbeats:      c.Late,
+		CommitRejections:    c.Rejected,
+		GroupChecks:         n.d.m.Check.Count.Load(),
+		CommitStoresMissed:  n.d.m.GateCounts.Presumed.Load(),
+		LateWithdrawals:     n.d.m.GateCounts.Doubled.Load(),
+		HandOvers:           n.d.m.HandOvers.Load(),
 		GroupDescriptions:   n.d.prio.descriptions.Load(),
 		Transfers:           n.d.prio.transfers.Load(),
 		Standby:             n.d.prio.isStandby.Load(),
@@ -227,27 +227,27 @@ func (n *neli) statsOf(p *part) Stats {
 		s.UnreachableSince, s.UnreachableReason = n.d.base.Add(since), reason
 	}
 	if s.Assigned {
-		s.Tenure = strconv.FormatUint(v.tenure, 16)
-		s.GroupConflict = v.conflict
-		s.Releasing = v.releasing
-		if !v.leading && !v.excused {
-			s.NotLeadingSince = n.d.base.Add(v.idle)
+		s.Tenure = strconv.FormatUint(v.Tenure, 16)
+		s.GroupConflict = v.Conflict
+		s.Releasing = v.Releasing
+		if !v.Leading && !v.Excused {
+			s.NotLeadingSince = n.d.base.Add(v.Idle)
 		}
 	}
 	if s.Leading {
-		s.Token = v.token
-		s.Since = v.since
-		s.LeaseAge = now - (v.end - *n.config.HeartbeatTimeout)
-		if v.end > now {
-			s.LeaseRemaining = v.end - now
+		s.Token = v.Token
+		s.Since = v.Since
+		s.LeaseAge = now - (v.End - *n.config.HeartbeatTimeout)
+		if v.End > now {
+			s.LeaseRemaining = v.End - now
 		} else {
-			s.LeaseOverdue = now - v.end
+			s.LeaseOverdue = now - v.End
 		}
 	}
 	if !s.Leader {
 		s.LeaseRemaining = 0
 	}
-	if y := time.Duration(n.d.yield.until.Load()); y > now {
+	if y := time.Duration(n.d.m.Yield.Until.Load()); y > now {
 		s.YieldRemaining = y - now
 	}
 	return s
@@ -259,11 +259,11 @@ func (n *neli) Token() int64 {
 
 // tokenOf is Token for one role.
 func (n *neli) tokenOf(p *part) int64 {
-	v := p.lease.load()
+	v := p.Lease.Load()
 	if !n.isLeaderOf(p) {
 		return 0
 	}
-	return v.token
+	return v.Token
 }
 
 func (n *neli) Leader() (LeaderInfo, bool) {
@@ -272,21 +272,21 @@ func (n *neli) Leader() (LeaderInfo, bool) {
 
 // leaderOf is Leader for one role.
 func (n *neli) leaderOf(p *part) (LeaderInfo, bool) {
-	v := p.lease.load()
+	v := p.Lease.Load()
 	if n.isLeaderOf(p) {
 		return LeaderInfo{
-			Role:          p.name,
-			Partition:     p.id,
+			Role:          p.Name,
+			Partition:     p.ID,
 			Name:          n.config.Name,
 			Address:       n.config.Address,
-			Tenure:        strconv.FormatUint(v.tenure, 16),
-			Token:         v.token,
-			Since:         v.since,
+			Tenure:        strconv.FormatUint(v.Tenure, 16),
+			Token:         v.Token,
+			Since:         v.Since,
 			LastHeartbeat: time.Now(),
 		}, true
 	}
 	if o := n.d.observer; o != nil {
-		return o.current(p.id)
+		return o.current(p.ID)
 	}
 	return LeaderInfo{}, false
 }

@@ -124,3 +124,9 @@ func roleOfEvent(e Event) string {
 	}
 	return ""
 }
+
+// stepClock is a clock that moves only when told to.
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time          { return c.now }
+func (c *stepClock) advance(d time.Duration) { c.now = c.now.Add(d) }

@@ -3,17 +3,7 @@ package goneli
 import (
 	"context"
 	"time"
-
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
-
-// batchTailsFrom is the least number of partitions taken at once whose starts goneli reads itself.
-// librdkafka resolves a logical offset such as OffsetTail with one ListOffsets request per
-// partition, and a broker answers a connection's requests one at a time: an
-// instance with a thousand roles that joins again sends a thousand of them, and on a broker that
-// answers in a second they take it minutes. One partition costs librdkafka one request as it does
-// goneli, and librdkafka's is not waited for in the rebalance callback, so a lone role keeps it.
-const batchTailsFrom = 2
 
 // tailsWait is the longest the rebalance callback waits for the ends of the partitions it takes:
 // half a lease, 2.5 s by default, which covers a broker that answers a second late and the
@@ -28,40 +18,12 @@ func (d *driver) tailsWait() time.Duration {
 	return *d.config.HeartbeatTimeout / 2
 }
 
-// startFrom sets where each tenure of mine starts reading: releaseLookback records before the end
-// of its partition, so that it sees a predecessor's release marker (lease.foreign). Several
-// partitions are resolved with one request per broker over goneli's own connection and taken at
-// absolute offsets; a partition it could not resolve, or any where there is no such connection,
-// starts at OffsetTail and librdkafka resolves it.
-//
-// The end read here comes before the fetch starts, so the start lies at or before the one
-// librdkafka would resolve: the tenure reads the same records or a few more, never fewer. A start
-// before the log's first offset, or past the end of a log that restarted since, is out of range
-// and reset (auto.offset.reset, earliest by default), as OffsetTail's would be.
-func (d *driver) startFrom(mine []kafka.TopicPartition) {
-	ends := d.endsOf(mine)
-	for i := range mine {
-		if end, ok := ends[mine[i].Partition]; ok {
-			mine[i].Offset = kafka.Offset(max(end-releaseLookback, 0))
-		} else {
-			mine[i].Offset = kafka.OffsetTail(releaseLookback)
-		}
-	}
-}
-
-// endsOf reads the ends of mine's partitions over goneli's own connection, or returns nil.
-func (d *driver) endsOf(mine []kafka.TopicPartition) map[int32]int64 {
-	if len(mine) < batchTailsFrom || d.check.wire == nil || d.check.wire.Fallback() != nil {
+// endsOf reads the ends of partitions over goneli's own connection (the machine asks for them only
+// where there is one: machine.assign), or returns nil. Called in the rebalance callback, without mm:
+// the alarm goes on meanwhile.
+func (d *driver) endsOf(partitions []int32) map[int32]int64 {
+	if len(partitions) == 0 || d.check.wire == nil {
 		return nil
-	}
-	for _, p := range d.parts {
-		if p.lease.load().leading {
-			return nil
-		}
-	}
-	ids := make([]int32, len(mine))
-	for i, tp := range mine {
-		ids[i] = tp.Partition
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), d.tailsWait())
 	defer cancel()
@@ -73,10 +35,10 @@ func (d *driver) endsOf(mine []kafka.TopicPartition) map[int32]int64 {
 		case <-ctx.Done():
 		}
 	}()
-	ends, err := d.check.wire.EndOffsets(ctx, d.topic, ids)
+	ends, err := d.check.wire.EndOffsets(ctx, d.topic, partitions)
 	if err != nil {
 		d.throttle.log(d.log.I(), "tails", "goneli %s: cannot read where %d partitions end (%v); librdkafka resolves them one by one",
-			d.config.Name, len(ids), err)
+			d.config.Name, len(partitions), err)
 		return nil
 	}
 	return ends

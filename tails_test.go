@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
+
+	"github.com/goneli/goneli/internal/core"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -19,6 +22,8 @@ type tailWire struct {
 	admin *scriptAdmin
 	ends  map[int32]int64
 	err   error
+	// slow makes EndOffsets wait until its context ends, as a broker that does not answer in time.
+	slow bool
 
 	mu    sync.Mutex
 	asked [][]int32
@@ -36,10 +41,14 @@ func (w *tailWire) Produce(_ context.Context, _ string, records []sidechan.Recor
 	return out
 }
 
-func (w *tailWire) EndOffsets(_ context.Context, _ string, partitions []int32) (map[int32]int64, error) {
+func (w *tailWire) EndOffsets(ctx context.Context, _ string, partitions []int32) (map[int32]int64, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.asked = append(w.asked, partitions)
+	if w.slow {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if w.err != nil {
 		return nil, w.err
 	}
@@ -59,7 +68,7 @@ func (w *tailWire) Close()          {}
 // (or err).
 func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRig, *tailWire) {
 	roles := Shards(n)
-	r := newScriptRigFor(t, roles, rolesDigest(roles), Config{})
+	r := newScriptRigFor(t, roles, core.RolesDigest(roles), Config{})
 	w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: n, clientID: r.n.d.clientID}, ends: ends, err: err}
 	r.n.d.mu.Lock()
 	r.n.d.check.wire = w
@@ -71,7 +80,7 @@ func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRi
 // in one request over goneli's own connection; what that request cannot tell, a lone partition,
 // and any assignment while a role of the instance leads start at OffsetTail for librdkafka.
 func TestAssignmentStartsReadInOneRequest(t *testing.T) {
-	tail := kafka.OffsetTail(releaseLookback)
+	tail := kafka.OffsetTail(core.ReleaseLookback)
 	for _, c := range []struct {
 		name  string
 		roles int
@@ -138,12 +147,48 @@ func TestAssignmentStartsLeftToLibrdkafkaWhileLeading(t *testing.T) {
 			t.Fatalf("%d assignments taken, want 2", len(taken))
 		}
 		for _, tp := range taken[1] {
-			if tp.Offset != kafka.OffsetTail(releaseLookback) {
-				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, releaseLookback)
+			if tp.Offset != kafka.OffsetTail(core.ReleaseLookback) {
+				t.Errorf("partition %d taken at %v while role 0 leads, want OffsetTail(%d)", tp.Partition, tp.Offset, core.ReleaseLookback)
 			}
 		}
 		if len(w.asked) != 0 {
 			t.Errorf("ends asked %d times while a role leads, want 0", len(w.asked))
+		}
+		r.close()
+	})
+}
+
+// An assignment whose callback waited for the ends (up to tailsWait) is taken late: librdkafka
+// counts itself steady from the Take on, and ignored a further rebalance's news meanwhile, so the
+// leases hold renewals back from before the wait until an answer bound after the Take, and anchor
+// nothing stored until then (issue 46: judged before the wait, two leaders at the default lease).
+func TestAssignmentTakenAfterTheWaitHoldsRenewals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, w := newTailRig(t, 3, nil, nil)
+		w.slow = true
+		r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0, 1, 2})}})
+		before := r.n.d.now()
+		r.pulse(*r.n.config.MinPollInterval, false)
+		d := r.n.d
+		d.mu.Lock()
+		taken := len(r.consumer.taken)
+		bound := d.timing.AnswerBound(d.config.settings())
+		type hold struct{ from, until, storeFrom, storeUntil time.Duration }
+		var holds []hold
+		for _, p := range d.parts {
+			holds = append(holds, hold{p.Lease.HeldFrom, p.Lease.HeldUntil, p.Lease.StoreFrom, p.Lease.StoreUntil})
+		}
+		d.mu.Unlock()
+		if taken != 1 {
+			t.Fatalf("%d assignments taken, want 1", taken)
+		}
+		// The Take came after the whole wait: the hold must reach an answer bound past it.
+		want := before + d.tailsWait() + bound
+		for i, h := range holds {
+			if h.from > before || h.until < want || h.storeFrom > before || h.storeUntil < want {
+				t.Errorf("role %d: renewals held over (%v, %v], stores over (%v, %v]; want both from at most %v to at least %v",
+					i, h.from, h.until, h.storeFrom, h.storeUntil, before, want)
+			}
 		}
 		r.close()
 	})

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"time"
+
+	"github.com/goneli/goneli/internal/core"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -32,10 +35,7 @@ func (d *driver) join() error {
 	}
 	// What New read of the broker's session (fitSession, checkConsumerGroupSession) bounds how long
 	// a lease may renew on explicit commits.
-	for _, p := range d.parts {
-		p.lease.useCommitWindow(d.timing.commitWindow(d.config))
-		p.lease.useAnswerBound(d.timing.answerBound(d.config), d.timing.heartbeat())
-	}
+	d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	consumer, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka consumer: %w", err)
@@ -48,7 +48,7 @@ func (d *driver) join() error {
 	}
 	d.consumer = consumer
 	d.commits = newCommitter(consumer, &d.closers)
-	d.gate = d.newGate(consumer)
+	d.machine(func(m *core.Machine) { m.NewGate(d.storerOf(consumer)) })
 	return nil
 }
 
@@ -72,7 +72,7 @@ func (d *driver) prepareGroup() error {
 				"roles beyond its partitions have no leader until a contender that reaches the broker adds them",
 				d.config.Name, d.topic, len(d.parts))
 		}
-		if err == nil && !d.timing.classic {
+		if err == nil && !d.timing.Classic {
 			d.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
 				"so cannot check yet that it covers HeartbeatTimeout (%v); no tenure leads until it can be read",
 				d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
@@ -85,8 +85,8 @@ func (d *driver) prepareGroup() error {
 	}
 	d.brokers = brokers
 	d.fitSession(admin, brokers)
-	d.check.count.Add(1)
-	if !d.timing.classic {
+	d.m.Check.Count.Add(1)
+	if !d.timing.Classic {
 		if err := d.checkConsumerGroupSession(admin, brokers); err != nil {
 			return err
 		}
@@ -99,13 +99,13 @@ func (d *driver) prepareGroup() error {
 		return nil
 	}
 	d.standbyAtJoin(desc)
-	if v := judgeGroup(desc, d.topic, d.clientID, "", 0); v.conflict != nil {
-		if v.conflict.definite() {
-			return v.conflict
+	if v := core.JudgeGroup(describedOf(desc), d.topic, d.clientID, "", 0); v.Conflict != nil {
+		if v.Conflict.Definite() {
+			return v.Conflict
 		}
 		// A member whose partitions' topic the broker does not name may well use this topic: New
 		// cannot refuse on that, but no tenure leads while such a member holds a partition.
-		d.log.W()("goneli %s: %v", d.config.Name, v.conflict)
+		d.log.W()("goneli %s: %v", d.config.Name, v.Conflict)
 	}
 	return nil
 }
@@ -114,20 +114,37 @@ func (d *driver) prepareGroup() error {
 // or adds partitions to one that has too few, and reports whether the broker could be reached, and
 // the ids of the brokers in the cluster if so. If it could not be reached in time the check is
 // skipped: the consumer reports a missing topic later, through Pulse's logs.
+//
+// Contenders that start together race to create and grow the topic: a creation that finds the
+// topic made meanwhile (TOPIC_ALREADY_EXISTS), or a growth that finds it grown (INVALID_PARTITIONS),
+// looks again rather than taking the other's topic for one that fits, or failing: a topic that
+// something else made, with fewer partitions, is grown like any other.
 func (d *driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, err error) {
 	timeout := *d.config.HeartbeatTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		var again bool
+		brokers, reached, again, err = d.ensureTopicOnce(ctx, admin, timeout)
+		if !again || attempt == 3 || ctx.Err() != nil {
+			return brokers, reached, err
+		}
+	}
+}
+
+// ensureTopicOnce is one look at the leader topic, and one change to it if it needs one; again
+// says that another client changed the topic meanwhile, and a second look may find it fit.
+func (d *driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout time.Duration) (brokers []int32, reached, again bool, err error) {
 	need := len(d.parts)
 	md, err := admin.GetMetadata(&d.topic, false, int(timeout.Milliseconds()))
 	if err != nil {
 		d.log.W()("goneli %s: could not check leader topic %s within %v (%v); continuing", d.config.Name, d.topic, timeout, err)
 		d.unreachable("admin", fmt.Sprintf("no metadata for leader topic %s within %v: %v", d.topic, timeout, err))
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	for _, b := range md.Brokers {
 		brokers = append(brokers, b.ID)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	tm, ok := md.Topics[d.topic]
 	if ok && tm.Error.Code() == kafka.ErrNoError {
 		has := len(tm.Partitions)
@@ -138,23 +155,28 @@ func (d *driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, e
 		case has < need:
 			pc, ok := admin.(partitionCreator)
 			if !ok {
-				return brokers, true, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
+				return brokers, true, false, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
 			}
 			res, err := pc.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: d.topic, IncreaseTo: need}},
 				kafka.SetAdminOperationTimeout(timeout))
 			if err == nil && len(res) == 1 {
 				err = res[0].Error
-				if res[0].Error.Code() == kafka.ErrNoError {
+				switch res[0].Error.Code() {
+				case kafka.ErrNoError:
 					d.log.I()("goneli %s: added partitions to leader topic %s: %d, was %d", d.config.Name, d.topic, need, has)
-					return brokers, true, nil
+					return brokers, true, false, nil
+				case kafka.ErrInvalidPartitions:
+					// Kafka's answer when the topic has as many partitions as asked for already
+					// ("Topic already has 64 partition(s)."): another contender added them.
+					again = true
 				}
 			}
-			return brokers, true, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: err}
+			return brokers, true, again, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: err}
 		}
-		return brokers, true, nil
+		return brokers, true, false, nil
 	}
 	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
-		return brokers, true, &TopicError{Topic: d.topic, Err: tm.Error}
+		return brokers, true, false, &TopicError{Topic: d.topic, Err: tm.Error}
 	}
 	spec := kafka.TopicSpecification{Topic: d.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig}
 	if rf := d.config.LeaderTopicReplicationFactor; rf > 0 {
@@ -167,10 +189,15 @@ func (d *driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, e
 	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{spec}, kafka.SetAdminOperationTimeout(timeout))
 	if err == nil && len(res) == 1 {
 		err = res[0].Error
-		if res[0].Error.Code() == kafka.ErrNoError || res[0].Error.Code() == kafka.ErrTopicAlreadyExists {
+		switch res[0].Error.Code() {
+		case kafka.ErrNoError:
 			d.log.I()("goneli %s: created leader topic %s", d.config.Name, d.topic)
-			return brokers, true, nil
+			return brokers, true, false, nil
+		case kafka.ErrTopicAlreadyExists:
+			// Made meanwhile, by another contender or by something else: its partitions are to be
+			// counted like those of any topic found.
+			return brokers, true, true, nil
 		}
 	}
-	return brokers, true, &TopicError{Topic: d.topic, Partitions: need, Err: err}
+	return brokers, true, false, &TopicError{Topic: d.topic, Partitions: need, Err: err}
 }

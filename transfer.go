@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goneli/goneli/internal/core"
+
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
@@ -172,14 +174,14 @@ func (n *neli) TransferTo(name string) error {
 // transferTo checks a transfer of p to the member named name and has the next cycle (or this call,
 // if it can take the lock) carry it out. Called without mu.
 func (d *driver) transferTo(p *part, name string, inCall bool) error {
-	if !d.live() {
+	if !d.Live() {
 		return ErrNonLivePulse
 	}
 	if len(d.parts) > 1 {
 		return &TransferError{To: name, Reason: "this instance contends for several roles", Err: ErrRolesTransfer}
 	}
-	v := p.lease.load()
-	if !p.lease.isLeader() {
+	v := p.Lease.Load()
+	if !p.Lease.IsLeader() {
 		return &TransferError{To: name, Reason: "this instance does not lead; call TransferTo on the leader, or use goneli.Transfer", Err: ErrNotLeader}
 	}
 	if Sanitise(name) == Sanitise(d.config.Name) {
@@ -196,14 +198,14 @@ func (d *driver) transferTo(p *part, name string, inCall bool) error {
 	if err != nil {
 		return fmt.Errorf("goneli: cannot describe group %s to transfer leadership to %q: %w", d.config.LeaderGroupID, name, err)
 	}
-	hold, err := planTransfer(contendersOf(res.desc), d.clientID, d.config.Priority, "this instance", name, lease, d.timing.heartbeat())
+	hold, err := planTransfer(contendersOf(res.desc), d.clientID, d.config.Priority, "this instance", name, lease, d.timing.Heartbeat())
 	if err != nil {
 		return err
 	}
-	d.prio.asked.Store(&pendingTransfer{to: Sanitise(name), hold: hold, tenure: v.tenure})
+	d.prio.asked.Store(&pendingTransfer{to: Sanitise(name), hold: hold, tenure: v.Tenure})
 	if !inCall && d.mu.TryLock() {
 		defer d.mu.Unlock()
-		if d.live() {
+		if d.Live() {
 			d.takeAsked()
 		}
 	}
@@ -212,8 +214,8 @@ func (d *driver) transferTo(p *part, name string, inCall bool) error {
 
 // settleLeft is how long the tenure behind v must still lead before it may hand over: a role
 // changes hands at most once per settle time.
-func (d *driver) settleLeft(v *leaseView) time.Duration {
-	return max(prioritySettle(*d.config.HeartbeatTimeout)-(d.now()-v.led), 0)
+func (d *driver) settleLeft(v *core.LeaseView) time.Duration {
+	return max(prioritySettle(*d.config.HeartbeatTimeout)-(d.now()-v.Led), 0)
 }
 
 // takeAsked carries out a TransferTo. Called with mu held.
@@ -227,8 +229,8 @@ func (d *driver) takeAsked() {
 // instance leaves the group for t.hold. by names who asked, if not the application. Called with mu
 // held.
 func (d *driver) carryOut(t pendingTransfer, by string) {
-	v := d.parts[0].lease.load()
-	if !v.leading || v.tenure != t.tenure || d.yield.unsubscribed {
+	v := d.parts[0].Lease.Load()
+	if !v.Leading || v.Tenure != t.tenure || d.m.Yield.Unsubscribed {
 		d.log.I()("goneli %s: no longer leads; not handing over to %s", d.config.Name, t.to)
 		return
 	}
@@ -237,55 +239,48 @@ func (d *driver) carryOut(t pendingTransfer, by string) {
 	}
 	d.prio.transfers.Add(1)
 	d.log.I()("goneli %s: handing over to %s%s; staying out of the group for %v", d.config.Name, t.to, by, t.hold)
-	d.prio.tagging = t.to
+	// The release markers of the tenures that end now name the target (machine.endTenures).
+	d.machine(func(m *core.Machine) { m.Tagging = t.to })
 	d.extendYield(t.hold)
-	d.yield.requested.Store(true)
+	d.m.Yield.Requested.Store(true)
 	d.applyYield()
-	d.prio.tagging = ""
-}
-
-// tagRelease makes a release marker of a tenure that ends now name the target of the transfer
-// under way, if any (endTenures).
-func (d *driver) tagRelease(marker *heartbeat) {
-	if marker != nil {
-		marker.to = d.prio.tagging
-	}
+	d.machine(func(m *core.Machine) { m.Tagging = "" })
 }
 
 // foreignRecord takes a record of another tenure from p's partition (driver.onMessage): a
 // transfer request, a release marker that names a transfer's target, or anything else, which the
 // lease judges.
-func (d *driver) foreignRecord(p *part, key string, h heartbeat) {
+func (d *driver) foreignRecord(p *part, key string, h core.Heartbeat) {
 	d.preferences()
-	switch h.kind {
-	case kindTransfer:
+	switch h.Kind {
+	case core.KindTransfer:
 		d.transferAsked(p, key, h)
 		return
-	case kindReleasing, kindReleased:
-		if h.to != "" {
+	case core.KindReleasing, core.KindReleased:
+		if h.To != "" {
 			d.transferSeen(p, h)
 		}
-	case kindHeartbeat:
-		if hp := d.prio.hops[p.id]; hp != nil && h.token > 0 && h.tenure != hp.from {
+	case core.KindHeartbeat:
+		if hp := d.prio.hops[p.ID]; hp != nil && h.Token > 0 && h.Tenure != hp.from {
 			// A tenure led after the transfer: it is over.
 			d.cancelHop(p)
 		}
 	}
-	d.apply(p, p.lease.foreign(h))
+	d.machine(func(m *core.Machine) { m.Foreign(p.Role, h) })
 }
 
 // transferAsked takes a transfer request. Only a tenure that leads as it reads the request acts
 // on it: that one was written after the tenure began.
-func (d *driver) transferAsked(p *part, by string, h heartbeat) {
-	v := p.lease.load()
-	if !v.leading || h.role != p.name {
+func (d *driver) transferAsked(p *part, by string, h core.Heartbeat) {
+	v := p.Lease.Load()
+	if !v.Leading || h.Role != p.Name {
 		return
 	}
 	if len(d.parts) > 1 {
-		d.log.W()("goneli %s: %s asked for role %s to be handed over to %s: %v", d.config.Name, by, p.name, h.to, ErrRolesTransfer)
+		d.log.W()("goneli %s: %s asked for role %s to be handed over to %s: %v", d.config.Name, by, p.Name, h.To, ErrRolesTransfer)
 		return
 	}
-	d.prio.requests = append(d.prio.requests, transferRequest{to: h.to, by: by, partition: p.id, tenure: v.tenure, at: d.now()})
+	d.prio.requests = append(d.prio.requests, transferRequest{to: h.To, by: by, partition: p.ID, tenure: v.Tenure, at: d.now()})
 }
 
 // serveRequests checks the transfer requests against a description that began after they were
@@ -299,8 +294,8 @@ func (d *driver) serveRequests(cs []contender, now time.Duration) {
 			continue
 		}
 		p := d.parts[r.partition]
-		v := p.lease.load()
-		if !v.leading || v.tenure != r.tenure || d.yield.unsubscribed {
+		v := p.Lease.Load()
+		if !v.Leading || v.Tenure != r.tenure || d.m.Yield.Unsubscribed {
 			continue
 		}
 		if wait := d.settleLeft(v); wait > 0 {
@@ -308,7 +303,7 @@ func (d *driver) serveRequests(cs []contender, now time.Duration) {
 				d.config.Name, r.to, r.by, wait.Round(time.Millisecond))
 			continue
 		}
-		hold, err := planTransfer(cs, d.clientID, d.config.Priority, "this instance", r.to, *d.config.HeartbeatTimeout, d.timing.heartbeat())
+		hold, err := planTransfer(cs, d.clientID, d.config.Priority, "this instance", r.to, *d.config.HeartbeatTimeout, d.timing.Heartbeat())
 		if err != nil {
 			d.log.W()("goneli %s: not handing over as %s asked: %v", d.config.Name, r.by, err)
 			continue
@@ -321,43 +316,47 @@ func (d *driver) serveRequests(cs []contender, now time.Duration) {
 // transferSeen takes a release marker that names the target of a transfer. A tenure that is not
 // the target holds its renewals (a releasing marker of its own making, hopSentinel) until a
 // description says whether to pass the partition on.
-func (d *driver) transferSeen(p *part, h heartbeat) {
-	v := p.lease.load()
-	if !v.assigned || v.leading || len(d.parts) > 1 {
+func (d *driver) transferSeen(p *part, h core.Heartbeat) {
+	v := p.Lease.Load()
+	if !v.Assigned || v.Leading || len(d.parts) > 1 {
 		return
 	}
-	if h.to == Sanitise(d.config.Name) {
+	if h.To == Sanitise(d.config.Name) {
 		d.cancelHop(p)
 		return
 	}
-	if hp := d.prio.hops[p.id]; hp != nil && hp.from == h.tenure && hp.tenure == v.tenure {
+	if hp := d.prio.hops[p.ID]; hp != nil && hp.from == h.Tenure && hp.tenure == v.Tenure {
 		return
 	}
 	d.cancelHop(p)
-	hp := &hop{to: h.to, tenure: v.tenure, from: h.tenure, sentinel: h.tenure ^ hopSentinel, at: d.now(), confirmed: v.counts.confirmed}
-	d.prio.hops[p.id] = hp
-	d.apply(p, p.lease.foreign(heartbeat{tenure: hp.sentinel, kind: kindReleasing, role: p.name}))
+	hp := &hop{to: h.To, tenure: v.Tenure, from: h.Tenure, sentinel: h.Tenure ^ hopSentinel, at: d.now(), confirmed: v.Counts.Confirmed}
+	d.prio.hops[p.ID] = hp
+	d.machine(func(m *core.Machine) {
+		m.Foreign(p.Role, core.Heartbeat{Tenure: hp.sentinel, Kind: core.KindReleasing, Role: p.Name})
+	})
 }
 
 // cancelHop lets p's tenure go on as if no transfer had been found.
 func (d *driver) cancelHop(p *part) {
-	hp := d.prio.hops[p.id]
+	hp := d.prio.hops[p.ID]
 	if hp == nil {
 		return
 	}
-	delete(d.prio.hops, p.id)
-	d.apply(p, p.lease.foreign(heartbeat{tenure: hp.sentinel, kind: kindReleased, role: p.name}))
+	delete(d.prio.hops, p.ID)
+	d.machine(func(m *core.Machine) {
+		m.Foreign(p.Role, core.Heartbeat{Tenure: hp.sentinel, Kind: core.KindReleased, Role: p.Name})
+	})
 }
 
 // hopDue reports whether p's hop waits for a description: once an own heartbeat of the tenure has
 // come back after the marker, every record before that has been read, and any that ended the
 // transfer has cancelled the hop.
 func (d *driver) hopDue(p *part) bool {
-	hp := d.prio.hops[p.id]
+	hp := d.prio.hops[p.ID]
 	if hp == nil {
 		return false
 	}
-	if hp.ready == 0 && p.lease.load().counts.confirmed > hp.confirmed {
+	if hp.ready == 0 && p.Lease.Load().Counts.Confirmed > hp.confirmed {
 		hp.ready = d.now()
 	}
 	return hp.ready != 0
@@ -368,26 +367,26 @@ func (d *driver) hopDue(p *part) bool {
 func (d *driver) serveHops(cs []contender, now time.Duration) {
 	began := d.prio.watch.began
 	for _, p := range d.parts {
-		hp := d.prio.hops[p.id]
+		hp := d.prio.hops[p.ID]
 		if hp == nil || hp.ready == 0 || began < hp.ready {
 			continue
 		}
-		v := p.lease.load()
-		if !v.assigned || v.tenure != hp.tenure || v.leading || d.yield.unsubscribed {
+		v := p.Lease.Load()
+		if !v.Assigned || v.Tenure != hp.tenure || v.Leading || d.m.Yield.Unsubscribed {
 			d.cancelHop(p)
 			continue
 		}
-		hold, err := planTransfer(cs, d.clientID, d.config.Priority, "this instance", hp.to, *d.config.HeartbeatTimeout, d.timing.heartbeat())
+		hold, err := planTransfer(cs, d.clientID, d.config.Priority, "this instance", hp.to, *d.config.HeartbeatTimeout, d.timing.Heartbeat())
 		if err != nil {
-			d.log.I()("goneli %s: partition %d was handed over to %s, but not passing it on: %v", d.config.Name, p.id, hp.to, err)
+			d.log.I()("goneli %s: partition %d was handed over to %s, but not passing it on: %v", d.config.Name, p.ID, hp.to, err)
 			d.cancelHop(p)
 			continue
 		}
 		d.log.I()("goneli %s: partition %d was handed over to %s: passing it on, and staying out of the group for %v",
-			d.config.Name, p.id, hp.to, hold)
-		delete(d.prio.hops, p.id)
+			d.config.Name, p.ID, hp.to, hold)
+		delete(d.prio.hops, p.ID)
 		d.extendYield(hold)
-		d.yield.requested.Store(true)
+		d.m.Yield.Requested.Store(true)
 		d.applyYield()
 		return
 	}
@@ -450,7 +449,7 @@ func Transfer(ctx context.Context, config Config, role, to string) (TransferResu
 	if i := slices.IndexFunc(cs, func(c contender) bool { return c.clientID == self }); i >= 0 {
 		mine = cs[i].priority
 	}
-	if _, err := planTransfer(cs, self, mine, "the leader "+rs.Leader.Name, to, *config.HeartbeatTimeout, timing.heartbeat()); err != nil {
+	if _, err := planTransfer(cs, self, mine, "the leader "+rs.Leader.Name, to, *config.HeartbeatTimeout, timing.Heartbeat()); err != nil {
 		return res, err
 	}
 	settle := prioritySettle(*config.HeartbeatTimeout)
@@ -493,7 +492,7 @@ func Transfer(ctx context.Context, config Config, role, to string) (TransferResu
 
 // writeTransferRequest produces a transfer request for rs's partition and waits for the broker to
 // have it.
-func writeTransferRequest(ctx context.Context, config Config, timing groupTiming, rs RoleStatus, to string) error {
+func writeTransferRequest(ctx context.Context, config Config, timing core.GroupTiming, rs RoleStatus, to string) error {
 	_, producerConf, _ := config.clientConfigs(timing)
 	producerConf["client.id"] = fmt.Sprint(producerConf["client.id"]) + "-transfer"
 	producerConf["log_level"] = 0
@@ -503,11 +502,11 @@ func writeTransferRequest(ctx context.Context, config Config, timing groupTiming
 	}
 	defer p.Close()
 	now := time.Now()
-	h := heartbeat{tenure: randomTenure(), seq: 1, sentWall: now.UnixNano(), kind: kindTransfer, role: rs.Role, to: to}
+	h := core.Heartbeat{Tenure: core.RandomTenure(), Seq: 1, SentWall: now.UnixNano(), Kind: core.KindTransfer, Role: rs.Role, To: to}
 	reports := make(chan kafka.Event, 1)
 	topic := config.LeaderTopic
 	if err := p.Produce(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Partition: rs.Partition},
-		Key: []byte(config.Name), Value: h.appendTo(nil)}, reports); err != nil {
+		Key: []byte(config.Name), Value: h.AppendTo(nil)}, reports); err != nil {
 		return fmt.Errorf("goneli: cannot write the transfer request to %s: %w", topic, err)
 	}
 	select {

@@ -15,6 +15,7 @@ import (
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -453,6 +454,48 @@ func TestNewCreatesLeaderTopic(t *testing.T) {
 	info := b.PartitionInfos(group + ".neli")
 	if len(info) != 1 {
 		t.Fatalf("leader topic has %d partitions, want 1", len(info))
+	}
+}
+
+// A leader topic that something else makes between New's look and its CreateTopics, with fewer
+// partitions than roles, is grown, not taken for one that fits. On Apache Kafka that something was
+// New itself: librdkafka's admin client, a producer, lets its metadata requests create a missing
+// topic, and Kafka does so by default (auto.create.topics.enable, num.partitions=1), so three
+// contenders starting at once found the topic made with one partition by the time each created it,
+// each took TOPIC_ALREADY_EXISTS for success, and 63 of 64 roles never had a leader (found on
+// Kafka 4.4 by internal/realkafka/realtest's TestRoles). kfake makes no topic on metadata unless
+// told to; here the topic is made while goneli's CreateTopics is held.
+func TestNewRolesGrowsALeaderTopicMadeMeanwhile(t *testing.T) {
+	b := startBroker(t)
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	topic := group + ".neli"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var held atomic.Bool
+	b.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.KeepControl()
+		// goneli's asks for 4 partitions; the one made meanwhile, for 1, passes.
+		if ct := req.(*kmsg.CreateTopicsRequest); len(ct.Topics) == 1 && ct.Topics[0].NumPartitions == 4 && held.CompareAndSwap(false, true) {
+			b.SleepControl(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), awaitLimit)
+				defer cancel()
+				mk := kmsg.NewPtrCreateTopicsRequest()
+				rt := kmsg.NewCreateTopicsRequestTopic()
+				rt.Topic, rt.NumPartitions, rt.ReplicationFactor = topic, 1, 1
+				mk.Topics = append(mk.Topics, rt)
+				if _, err := mk.RequestWith(ctx, cl); err != nil {
+					t.Errorf("making the topic meanwhile: %v", err)
+				}
+			})
+		}
+		return nil, nil, false
+	})
+	roleContender(t, testConfig(b, group, "a", log), Shards(4), r)
+	if got := len(b.PartitionInfos(topic)); got != 4 {
+		t.Fatalf("the leader topic has %d partitions, want 4, one per role", got)
 	}
 }
 

@@ -1,0 +1,24 @@
+module github.com/goneli/goneli/internal/realkafka
+
+go 1.26.0
+
+require (
+	github.com/goneli/goneli v0.0.0
+	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go/pkg/kadm v1.18.0
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.48.0
+)
+
+require (
+	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1 // indirect
+	github.com/davecgh/go-spew v1.1.1 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/obsidiandynamics/libstdgo v0.4.1 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/stretchr/testify v1.9.0 // indirect
+	golang.org/x/crypto v0.50.0 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
+)

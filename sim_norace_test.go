@@ -1,5 +1,0 @@
-//go:build !race
-
-package goneli
-
-const simRace = false

@@ -1,7 +1,0 @@
-//go:build race
-
-package goneli
-
-// simRace says that the tests run under the race detector, which slows the simulation some tenfold:
-// the short search then runs fewer schedules (simShortSchedules).
-const simRace = true
