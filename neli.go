@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
-	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
@@ -101,8 +102,10 @@ type neli struct {
 	// what the Neli and Curator methods report.
 	parts  []*part
 	events dispatchers // one per part, in the same order
-	d      *driver
-	life   *lifecycle
+	d      *driver.Driver
+	// observer follows the other leaders (Config.ObserveLeader); nil without.
+	observer *observer
+	life     *lifecycle
 
 	pollDeadline concurrent.Deadline
 	// leaderSignal wakes a waiting Pulse when the barrier has returned from any LeaderAcquired.
@@ -138,15 +141,13 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	}
 	config = dv.config
 	n := assemble(dv, roles, barrier, core.SystemClock{})
-	if err := n.d.join(); err != nil {
-		n.d.check.checker.stop()
-		n.d.closeSide()
-		n.d.logs.close()
+	if err := n.d.Join(); err != nil {
+		n.d.Abandon()
 		return nil, err
 	}
 	n.startDispatchers()
 	if config.ObserveLeader || config.OnLeaderChange != nil {
-		o, err := newObserver(config, observerConfig(toKafkaConfigMap(n.d.confs.consumer)), len(n.parts), func(info LeaderInfo) {
+		o, err := newObserver(config, observerConfig(dv.shell.Consumer), len(n.parts), func(info LeaderInfo) {
 			if config.OnLeaderChange != nil {
 				n.parts[0].events.post(func() { config.OnLeaderChange(info) })
 			}
@@ -154,13 +155,11 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 		if err != nil {
 			n.events.stop()
 			n.events.wait()
-			_ = n.d.consumer.Close()
-			n.d.check.checker.stop()
-			n.d.closeSide()
-			n.d.logs.close()
+			n.d.Abandon()
 			return nil, err
 		}
-		n.d.observer = o
+		n.observer = o
+		n.d.SetObserver(o)
 	}
 	what := fmt.Sprintf("%d roles", len(n.parts))
 	if digest == "" {
@@ -169,15 +168,15 @@ func newInstance(config Config, roles []string, digest string, barrier []Barrier
 	// The driver's timing, not the one New was given: joining may have raised the session to the
 	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.Describe())
+		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.Timing().Describe())
 	return n, nil
 }
 
 // assemble builds an instance and its driver from what New derived of its Config, without I/O: the
-// driver joins the group in join. Tests of the driver assemble one on clients of their own
+// driver joins the group in Join. Tests of the driver assemble one on clients of their own
 // (driver_test.go).
 func assemble(dv derived, roles []string, barrier []Barrier, clk core.Clock) *neli {
-	config, timing := dv.config, dv.timing
+	config := dv.config
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -190,47 +189,30 @@ func assemble(dv derived, roles []string, barrier []Barrier, clk core.Clock) *ne
 		n.barrier = barrier[0]
 	}
 	base := clk.Now()
-	n.parts = newParts(dv.settings, timing, roles, clk, base)
-	d := &driver{
-		config:    config,
-		timing:    timing,
-		log:       config.Scribe,
-		topic:     config.LeaderTopic,
-		key:       []byte(config.Name),
-		parts:     n.parts,
-		life:      n.life,
-		deliverTo: n.deliver,
-		clock:     clk,
-		base:      base,
-	}
-	d.m = core.NewMachine(dv.settings, timing, rolesOf(n.parts), d, clk, base)
-	d.throttle.every = 10 * time.Second
-	consumerConf, producerConf, adminConf := dv.consumer, dv.producer, dv.admin
-	d.logs = startLogForwarder(d.log, config.Name, dv.forwardLogs)
-	d.logs.attach(consumerConf)
-	d.logs.attach(producerConf)
-	// The admin client cannot forward its logs; its failures come back as errors anyway.
-	adminConf["log_level"] = 0
-	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
-	d.clientID = fmt.Sprint(consumerConf["client.id"])
-	d.m.ClientID = d.clientID
-	d.check.checker = newGroupChecker()
-	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.Classic, Limit: *config.HeartbeatTimeout,
-		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
-	if err == nil {
-		d.check.wire = side
-		if len(n.parts) > 1 {
-			d.wire = sidechan.NewBeats[wireBeat](side, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
-		}
-	} else {
-		d.log.I()("goneli %s: %s", config.Name, viaLibrdkafka(err))
-	}
-	d.alarm = newWatchdog(d.now, d.ring, n.life.closing)
-	n.d = d
+	n.parts = newParts(dv.shell.Settings, dv.shell.Timing, roles, clk, base)
+	n.d = driver.New(dv.shell, rolesOf(n.parts), n.life, func(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
+		n.deliver(n.parts[r.ID], publicEvents(events), dl)
+	}, clk, base)
 	return n
 }
 
 // startDispatchers gives every part the goroutine that calls the application with its events.
+// part is one role as the API and the shell see it: the machine's role (its partition, its lease,
+// what the machine keeps beside it), the dispatcher that calls the barrier with its events, and
+// what the API keeps beside them. The driver finds parts by partition (partOf) and walks them in
+// order (neli.parts).
+type part struct {
+	*core.Role
+	events *dispatcher
+	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
+	signal chan struct{}
+	// acquiring is the epoch of the newest LeaderAcquired whose barrier call has begun
+	// (acquisitionStands). Written and read on the role's dispatcher goroutine.
+	acquiring atomic.Uint64
+	// hooks are the FencedProducers bound to the role, initialised at each LeaderAcquired.
+	hooks acquireHooks
+}
+
 // newParts makes the parts of roles, each with its lease, for config and timing as New derived
 // them, on the clock clk from base.
 func newParts(s core.Settings, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
@@ -264,7 +246,7 @@ func (n *neli) IsLeader() bool {
 
 // isLeaderOf is IsLeader for one role.
 func (n *neli) isLeaderOf(p *part) bool {
-	return n.State() == Live && !n.d.yielding() && p.Lease.IsLeader()
+	return n.State() == Live && !n.d.Yielding() && p.Lease.IsLeader()
 }
 
 // leadsAny reports whether this instance leads at least one role.
@@ -296,7 +278,7 @@ func (n *neli) PulseCtx(ctx context.Context) (bool, error) {
 // pulse runs due cycles until this instance leads, the timeout (if not negative) passes, done is
 // closed, or the instance closes.
 func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Duration) (bool, error) {
-	start := n.d.now()
+	start := n.d.Now()
 	var timer *time.Timer
 	for {
 		if n.State() != Live {
@@ -311,7 +293,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		}
 		limit := time.Duration(-1)
 		if timeout >= 0 {
-			limit = max(timeout-(n.d.now()-start), 0)
+			limit = max(timeout-(n.d.Now()-start), 0)
 		}
 		if err := n.pulseOnce(limit); err != nil {
 			return false, err
@@ -321,7 +303,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		}
 		wait := n.cycleWait()
 		if timeout >= 0 {
-			left := timeout - (n.d.now() - start)
+			left := timeout - (n.d.Now() - start)
 			if left <= 0 {
 				return false, nil
 			}
@@ -363,15 +345,15 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 	if n.pollDeadline.Expired() {
 		return n.runCycle(limit)
 	}
-	if n.d.proving() {
-		return n.d.step(*n.config.PollDuration, 0)
+	if n.d.Proving() {
+		return n.d.Step(*n.config.PollDuration, 0)
 	}
 	return nil
 }
 
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {
-	if n.d.proving() {
+	if n.d.Proving() {
 		return core.ProofPoll
 	}
 	return max(n.pollDeadline.Remaining(), time.Millisecond)
@@ -380,7 +362,7 @@ func (n *neli) cycleWait() time.Duration {
 // runCycle runs a cycle unless another goroutine has just claimed the poll deadline.
 func (n *neli) runCycle(limit time.Duration) (err error) {
 	n.pollDeadline.TryRun(func() {
-		err = n.d.step(-1, limit)
+		err = n.d.Step(-1, limit)
 	})
 	return err
 }
@@ -426,7 +408,7 @@ func (n *neli) acquisitionStands(role string) bool {
 	for _, p := range n.parts {
 		if p.Name == role {
 			v := p.Lease.Load()
-			return n.State() == Live && !n.d.yielding() && v.Leading && v.Epoch == p.acquiring.Load() && n.d.now() < v.End
+			return n.State() == Live && !n.d.Yielding() && v.Leading && v.Epoch == p.acquiring.Load() && n.d.Now() < v.End
 		}
 	}
 	return false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -20,7 +21,7 @@ type observer struct {
 	config   Config
 	onChange func(LeaderInfo)
 	start    time.Time
-	throttle logThrottle
+	throttle driver.LogThrottle
 	// denied is the first authorization failure seen, which Watch returns; an instance's own
 	// observer (ObserveLeader) only logs it, as the instance's consumer needs the same ACLs.
 	denied error
@@ -36,6 +37,9 @@ type observed struct {
 	lastSeen time.Duration // on the observer's monotonic clock
 	maxToken int64
 }
+
+// Consumer is the observer's consumer, which Close closes beside the group's (driver.Observer).
+func (o *observer) Consumer() driver.KafkaConsumer { return o.consumer }
 
 // observerConfig derives the observer's consumer settings from the group consumer's.
 func observerConfig(consumer kafka.ConfigMap) kafka.ConfigMap {
@@ -69,12 +73,13 @@ func newObserver(config Config, conf kafka.ConfigMap, partitions int, onChange f
 		return nil, fmt.Errorf("goneli: cannot assign leader observer to %s: %w", topic, err)
 	}
 	o := &observer{consumer: c, config: config, onChange: onChange, start: time.Now(), roles: make([]observed, partitions)}
-	o.throttle.every = 10 * time.Second
+	o.throttle.Every = 10 * time.Second
 	return o, nil
 }
 
-// poll reads what has arrived and reports changes. Not safe for concurrent use with itself.
-func (o *observer) poll() {
+// Poll reads what has arrived and reports changes (driver.Observer). Not safe for concurrent use
+// with itself.
+func (o *observer) Poll() {
 	for i := 0; i < core.MaxEventsPerCycle; i++ {
 		ev := o.consumer.Poll(0)
 		if ev == nil {
@@ -87,7 +92,7 @@ func (o *observer) poll() {
 			if o.denied == nil {
 				o.denied = authorizationError(o.config, "observer", e)
 			}
-			o.throttle.log(o.config.Scribe.W(), e.Code().String(), "goneli %s: leader observer: %v", o.config.Name, e)
+			o.throttle.Log(o.config.Scribe.W(), e.Code().String(), "goneli %s: leader observer: %v", o.config.Name, e)
 		}
 	}
 	var gone []LeaderInfo
@@ -194,9 +199,9 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 	}
 	consumerConf, _, adminConf := config.clientConfigs(timing)
 	oc := observerConfig(consumerConf)
-	logs := startLogForwarder(config.Scribe, config.Name, config.forwardsLogs())
-	logs.attach(oc)
-	defer logs.close()
+	logs := driver.StartLogForwarder(config.Scribe, config.Name, config.forwardsLogs())
+	logs.Attach(oc)
+	defer logs.Close()
 	o, err := newObserver(config, oc, topicPartitions(config, adminConf), onChange)
 	if err != nil {
 		return err
@@ -204,7 +209,7 @@ func Watch(ctx context.Context, config Config, onChange func(LeaderInfo)) error 
 	ticker := time.NewTicker(*config.MinPollInterval)
 	defer ticker.Stop()
 	for {
-		o.poll()
+		o.Poll()
 		if o.denied != nil {
 			_ = o.close()
 			return o.denied

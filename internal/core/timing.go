@@ -158,6 +158,8 @@ const (
 	MinPollCap = 100 * time.Millisecond
 	// renewalsPerLease sets the default RenewInterval: the lease divided by it.
 	RenewalsPerLease = 10
+	// MinHeartbeatTimeout is Config.MinHeartbeatTimeout, the shortest lease Validate accepts.
+	MinHeartbeatTimeout = 500 * time.Millisecond
 )
 
 // defaultMinPollInterval is the MinPollInterval that SetDefaults derives for a lease of ht.
