@@ -703,7 +703,7 @@ func (c Config) clientConfigs(t core.GroupTiming) (consumer, producer, admin kaf
 	for k, v := range c.KafkaConfig {
 		base[k] = v
 	}
-	// The log forwarder sets it on the clients whose logs it takes (logs.go).
+	// The log forwarder sets it on the clients whose logs it takes (internal/driver, logs.go).
 	delete(base, "go.logs.channel.enable")
 	setDefault(base, "client.id", driver.ClientIDFor(c.Name, c.Priority))
 	setDefault(base, "enable.metrics.push", false)

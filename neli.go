@@ -93,7 +93,7 @@ type Neli interface {
 // neli is the instance behind the Neli, Curator and Roles interfaces. It keeps what the API needs:
 // the parts whose leases IsLeader, Token and Stats read, the dispatchers that call the application,
 // the pulse loop's throttle and wake-up, and the lifecycle that Close moves on. Everything Kafka is
-// the driver's (driver.go); the close sequence is in closer.go.
+// the driver's (internal/driver); the close sequence is in closer.go here and there.
 type neli struct {
 	config  Config
 	barrier Barrier

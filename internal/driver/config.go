@@ -9,9 +9,9 @@ import (
 )
 
 // Config is what the shell needs of a goneli.Config, which New derives once (Config.derive in the
-// root package): the same fields under the same names, defaults applied and validated, and the
-// principal that authorization errors name. The durations stay pointers, as in goneli.Config, and
-// are never nil here.
+// root package): the same fields under the same names, defaults applied and validated, and what
+// makes the API's errors. The durations stay pointers, as in goneli.Config, and are never nil
+// here.
 type Config struct {
 	Name                         string
 	Address                      string

@@ -14,7 +14,7 @@ import (
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// driver is the Kafka side of an instance, the shell around its machine (machine.go): it owns the
+// Driver is the Kafka side of an instance, the shell around its machine (internal/core): it owns the
 // clients, runs the poll cycle and the rebalance callback, carries what librdkafka, kgo and the
 // producer report into the machine and carries out what the machine asks (effects). It reaches the
 // application only through deliver. Every decision about a tenure is the machine's; what stays
@@ -26,7 +26,7 @@ import (
 // of Kafka (reach.go), the yield (yield.go) and the leave and close sequence (closer.go). Every
 // time it reads is from one clock, d.now's, which the machine, the leases, the alarm, the pulse
 // loop and the close sequence share; its waits are timers of package time. Under testing/synctest
-// (driver_test.go) both are the bubble's, so that a test moves them together.
+// (driver_test.go in the root package) both are the bubble's, so that a test moves them together.
 //
 // Two locks: mu is the loop's, held for a whole cycle, the poll and the rebalance callback in it
 // included; mm guards the machine, and is held only for each call into it and what that call asks
@@ -82,7 +82,7 @@ type Driver struct {
 	throttle LogThrottle
 	logs     *LogForwarder
 	// closers counts the goroutines that close clients or write final markers, which may outlive
-	// Close (lifecycle.clientsClosed).
+	// Close (AwaitClients).
 	closers sync.WaitGroup
 }
 

@@ -20,7 +20,7 @@ import (
 // assigned partition 0 of their own topic, and each one's heartbeat commits pass: two leaders at
 // once. So before an instance first leads in a membership of the group, it describes the group and
 // refuses to lead while any member holds a partition of another topic ("How often the group is
-// described", below, gives the argument). The lease (lease.go) decides what a check's result means;
+// described", below, gives the argument). The lease (internal/core, lease.go) decides what a check's result means;
 // this file only asks and reads.
 
 // GroupDescriber is the part of *kafka.AdminClient that the check needs.

@@ -10,7 +10,7 @@ import (
 )
 
 // Life is the instance's progress through Close as the driver needs it (the root package's
-// lifecycle).
+// lifecycle type).
 type Life interface {
 	// Live reports whether Close has yet to begin.
 	Live() bool

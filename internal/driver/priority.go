@@ -19,7 +19,7 @@ import (
 // the highest priority. Two things carry it out.
 //
 // Who the group assigns partition 0. goneli uses librdkafka's cooperative-sticky assignor
-// (config.go). When partition 0 has no owner (its owner left the group, or the group is new), the
+// (the root package's config.go). When partition 0 has no owner (its owner left the group, or the group is new), the
 // assignor gives it to the member that holds the fewest partitions, ties broken by member id in
 // strcmp order: maybeAssignPartition walks sortedCurrentSubscriptions, which
 // sort_by_map_elem_val_toppar_list_cnt orders by partition count and then by member id

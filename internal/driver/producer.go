@@ -243,7 +243,7 @@ func (d *Driver) produceRecordTo(p *core.Role, h *core.Heartbeat, reports chan k
 }
 
 // drainProducer takes the producer's delivery reports and errors, and returns the first
-// authorization failure among the reports, which no retry can mend (authz.go).
+// authorization failure among the reports, which no retry can mend (authz.go in the root package).
 func (d *Driver) drainProducer() (denied error) {
 	if d.heart.p == nil {
 		return nil

@@ -156,10 +156,10 @@ func (d *Driver) unreachable(client, reason string) {
 // server that is silent to it has been silent for HeartbeatTimeout plus this.
 const reachTimeout = 2 * time.Second
 
-// checkSpeaksKafka returns errs.NotKafka's error (goneli.NotKafkaError) if no bootstrap server answers an ApiVersions request
-// within timeout and some server accepted the connection, and nil otherwise. It only asks over plaintext
-// listeners: a TLS listener does not answer in the clear, and telling a TLS handshake failure from
-// another service is librdkafka's to do.
+// checkSpeaksKafka returns errs.NotKafka's error (goneli.NotKafkaError) if no bootstrap server
+// answers an ApiVersions request within timeout and some server accepted the connection, and nil
+// otherwise. It only asks over plaintext listeners: a TLS listener does not answer in the clear, and
+// telling a TLS handshake failure from another service is librdkafka's to do.
 func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration, errs Errors) error {
 	if !kprobe.InTheClear(config["security.protocol"]) {
 		return nil

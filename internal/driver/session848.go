@@ -15,7 +15,7 @@ import (
 )
 
 // Under KIP-848 (group.protocol=consumer) the session timeout and the group heartbeat interval are
-// the broker's, not the client's, so groupTiming cannot check them. The lease argument (lease.go,
+// the broker's, not the client's, so groupTiming cannot check them. The lease argument (internal/core, lease.go,
 // committed) needs the same thing of them as under the classic protocol: the coordinator cannot
 // expel a member sooner than a session timeout after the last group heartbeat it had from it, which
 // came at most one heartbeat interval before the send time of any heartbeat whose commit it

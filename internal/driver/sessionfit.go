@@ -29,7 +29,7 @@ const minSessionKey = "group.min.session.timeout.ms"
 // alone, a derived session that the brokers' minimum refuses makes every JoinGroup fail, and Pulse
 // return a fatal SessionTimeoutError. A session the application set is left alone.
 //
-// A longer session is as safe. The lease's argument (the package doc, lease.go) needs the
+// A longer session is as safe. The lease's argument (goneli's package doc; internal/core, lease.go) needs the
 // coordinator to keep a member for at least HeartbeatTimeout plus two group heartbeat intervals and
 // a margin after the group heartbeat that preceded a renewing commit's heartbeat: a session of
 // floor or more does, and a longer one keeps it longer still, so the lease runs out even further

@@ -6,7 +6,7 @@ import (
 	"github.com/goneli/goneli/internal/core"
 )
 
-// The shell's side of a yield (machine_yield.go decides it).
+// The shell's side of a yield (internal/core, machine_yield.go, decides it).
 
 // yielding reports whether a Yield keeps this instance from leading now. Safe without mu.
 func (d *Driver) yielding() bool {
