@@ -556,7 +556,8 @@ func (c Config) derive(digest string) (derived, error) {
 	if err != nil {
 		return derived{}, err
 	}
-	s := driver.Setup{Config: c.shellConfig(), Timing: timing, Settings: c.settings(), ForwardLogs: c.forwardsLogs()}
+	s := driver.Setup{Config: c.shellConfig(), Timing: timing, Settings: c.settings(), ForwardLogs: c.forwardsLogs(),
+		Observe: c.ObserveLeader || c.OnLeaderChange != nil}
 	s.Consumer, s.Producer, s.Admin = c.clientConfigs(timing)
 	if digest != "" {
 		// The group check tells members with another role list by this suffix (internal/driver,

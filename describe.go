@@ -178,7 +178,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 		status.At = time.Now()
 		return status, nil
 	}
-	conf := statusConfig(observerConfig(consumerConf))
+	conf := statusConfig(driver.ObserverConfig(consumerConf))
 	// The consumer that reads the newest records needs Describe on its group, as librdkafka looks
 	// up the group's coordinator, but it reports the broker's refusal only when that lookup is
 	// answered (rdkafka_cgrp.c, rd_kafka_cgrp_handle_FindCoordinator), which can be after the

@@ -510,12 +510,12 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 		RenewInterval:         tweak.RenewInterval,
 		KafkaConfig:           tweak.KafkaConfig,
 	}
-	dv, err := config.derive(digest)
+	n, err := assemble(config, digest, roles, []Barrier{r.barrier}, core.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.consumer.auto.tick = time.Duration(dv.shell.Timing.Commit.Milliseconds()) * time.Millisecond
-	r.n = assemble(dv, roles, []Barrier{r.barrier}, core.SystemClock{})
+	r.n = n
+	l.consumer.auto.tick = time.Duration(n.d.Timing().Commit.Milliseconds()) * time.Millisecond
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
 	r.n.d.UseWire(nil)

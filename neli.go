@@ -103,9 +103,7 @@ type neli struct {
 	parts  []*part
 	events dispatchers // one per part, in the same order
 	d      *driver.Driver
-	// observer follows the other leaders (Config.ObserveLeader); nil without.
-	observer *observer
-	life     *lifecycle
+	life   *lifecycle
 
 	pollDeadline concurrent.Deadline
 	// leaderSignal wakes a waiting Pulse when the barrier has returned from any LeaderAcquired.
@@ -135,48 +133,37 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 // partition i of the leader topic. digest names the role list in the group (see rolesDigest); it
 // is empty for the single unnamed role of New.
 func newInstance(config Config, roles []string, digest string, barrier []Barrier) (*neli, error) {
-	dv, err := config.derive(digest)
+	n, err := assemble(config, digest, roles, barrier, core.SystemClock{})
 	if err != nil {
 		return nil, err
 	}
-	config = dv.config
-	n := assemble(dv, roles, barrier, core.SystemClock{})
 	if err := n.d.Join(); err != nil {
 		n.d.Abandon()
 		return nil, err
 	}
 	n.startDispatchers()
-	if config.ObserveLeader || config.OnLeaderChange != nil {
-		o, err := newObserver(config, observerConfig(dv.shell.Consumer), len(n.parts), func(info LeaderInfo) {
-			if config.OnLeaderChange != nil {
-				n.parts[0].events.post(func() { config.OnLeaderChange(info) })
-			}
-		})
-		if err != nil {
-			n.events.stop()
-			n.events.wait()
-			n.d.Abandon()
-			return nil, err
-		}
-		n.observer = o
-		n.d.SetObserver(o)
-	}
 	what := fmt.Sprintf("%d roles", len(n.parts))
 	if digest == "" {
 		what = "leadership"
 	}
 	// The driver's timing, not the one New was given: joining may have raised the session to the
 	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
+	c := n.config
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.Timing().Describe())
+		c.Name, what, c.LeaderGroupID, c.LeaderTopic, *c.HeartbeatTimeout, n.d.Timing().Describe())
 	return n, nil
 }
 
-// assemble builds an instance and its driver from what New derived of its Config, without I/O: the
-// driver joins the group in Join. Tests of the driver assemble one on clients of their own
-// (driver_test.go).
-func assemble(dv derived, roles []string, barrier []Barrier, clk core.Clock) *neli {
-	config := dv.config
+// assemble derives from config what every part of an instance needs, once (Config.derive), and
+// builds the instance and its driver from that, without I/O: the driver joins the group in Join.
+// digest names the role list (empty for New). Tests of the driver assemble one on clients of their
+// own (driver_test.go).
+func assemble(config Config, digest string, roles []string, barrier []Barrier, clk core.Clock) (*neli, error) {
+	dv, err := config.derive(digest)
+	if err != nil {
+		return nil, err
+	}
+	config = dv.config
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -188,19 +175,35 @@ func assemble(dv derived, roles []string, barrier []Barrier, clk core.Clock) *ne
 	if len(barrier) > 0 && barrier[0] != nil {
 		n.barrier = barrier[0]
 	}
+	shell := dv.shell
+	if config.OnLeaderChange != nil {
+		shell.OnLeader = n.leaderChanged
+	}
 	base := clk.Now()
-	n.parts = newParts(dv.shell.Settings, dv.shell.Timing, roles, clk, base)
-	n.d = driver.New(dv.shell, rolesOf(n.parts), n.life, func(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
-		n.deliver(n.parts[r.ID], publicEvents(events), dl)
-	}, clk, base)
-	return n
+	var machineRoles []*core.Role
+	for _, r := range core.NewRoles(shell.Settings, shell.Timing, roles, clk, base) {
+		n.parts = append(n.parts, &part{Role: r, signal: make(chan struct{}, 1)})
+		machineRoles = append(machineRoles, r)
+	}
+	n.d = driver.New(shell, machineRoles, n.life, n.deliverTenure, clk, base)
+	return n, nil
 }
 
-// startDispatchers gives every part the goroutine that calls the application with its events.
+// leaderChanged takes a change of leader that the driver's observer saw to OnLeaderChange, on the
+// first role's dispatcher, which calls the application one call at a time.
+func (n *neli) leaderChanged(l driver.Leader) {
+	n.parts[0].events.post(func() { n.config.OnLeaderChange(LeaderInfo(l)) })
+}
+
+// deliverTenure takes what the machine delivers for role r (the driver's deliverTo) to its part.
+func (n *neli) deliverTenure(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
+	n.deliver(n.parts[r.ID], publicEvents(events), dl)
+}
+
 // part is one role as the API and the shell see it: the machine's role (its partition, its lease,
 // what the machine keeps beside it), the dispatcher that calls the barrier with its events, and
-// what the API keeps beside them. The driver finds parts by partition (partOf) and walks them in
-// order (neli.parts).
+// what the API keeps beside them. The driver finds roles by partition and walks them in order
+// (neli.parts holds them in the same order).
 type part struct {
 	*core.Role
 	events *dispatcher
@@ -213,25 +216,7 @@ type part struct {
 	hooks acquireHooks
 }
 
-// newParts makes the parts of roles, each with its lease, for config and timing as New derived
-// them, on the clock clk from base.
-func newParts(s core.Settings, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
-	var parts []*part
-	for _, r := range core.NewRoles(s, timing, roles, clk, base) {
-		parts = append(parts, &part{Role: r, signal: make(chan struct{}, 1)})
-	}
-	return parts
-}
-
-// rolesOf returns the machine's roles of parts.
-func rolesOf(parts []*part) []*core.Role {
-	out := make([]*core.Role, len(parts))
-	for i, p := range parts {
-		out[i] = p.Role
-	}
-	return out
-}
-
+// startDispatchers gives every part the goroutine that calls the application with its events.
 func (n *neli) startDispatchers() {
 	for _, p := range n.parts {
 		p.events = newDispatcher()

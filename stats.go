@@ -285,10 +285,8 @@ func (n *neli) leaderOf(p *part) (LeaderInfo, bool) {
 			LastHeartbeat: time.Now(),
 		}, true
 	}
-	if o := n.observer; o != nil {
-		return o.current(p.ID)
-	}
-	return LeaderInfo{}, false
+	l, ok := n.d.Leader(p.ID)
+	return LeaderInfo(l), ok
 }
 
 func (n *neli) Yield(d time.Duration) error {

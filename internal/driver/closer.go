@@ -37,7 +37,7 @@ func (d *Driver) leave(deadline time.Duration) error {
 	d.machine(func(m *core.Machine) { m.Gate.Close() })
 	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }}}
 	if d.observer != nil {
-		closing = append(closing, namedConsumer{"leader observer", d.observer.Consumer(), nil})
+		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
 	}
 	d.closing.Store(true)
 	return errors.Join(d.closeConsumers(closing, deadline)...)

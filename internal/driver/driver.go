@@ -55,7 +55,9 @@ type Driver struct {
 
 	consumer KafkaConsumer
 	heart    heartbeatProducer
-	observer Observer // nil unless Config.ObserveLeader
+	observer *Observer // nil unless Setup.Observe
+	observe  bool
+	onLeader func(Leader)
 	// commits sends the consumer's explicit commits (commit.go).
 	commits *committer
 	// beats gathers the heartbeats that the machine produced during a cycle, for sendHeartbeats at

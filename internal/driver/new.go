@@ -21,22 +21,18 @@ type Life interface {
 	FromBarrier() <-chan struct{}
 }
 
-// Observer is an instance's leader observer (goneli's Config.ObserveLeader): the cycle polls it, and
-// Close closes its consumer beside the group's.
-type Observer interface {
-	Poll()
-	Consumer() KafkaConsumer
-}
-
 // Setup is what New derived of a goneli.Config for the shell: its Config, the group timing, what
-// the machine needs, the librdkafka configurations of the three clients, and whether librdkafka's
-// log lines go to the Scribe.
+// the machine needs, the librdkafka configurations of the three clients, whether librdkafka's log
+// lines go to the Scribe, and whether the instance follows the other leaders (goneli's
+// Config.ObserveLeader, or an OnLeaderChange: OnLeader, called from the cycle).
 type Setup struct {
 	Config                    Config
 	Timing                    core.GroupTiming
 	Settings                  core.Settings
 	Consumer, Producer, Admin kafka.ConfigMap
 	ForwardLogs               bool
+	Observe                   bool
+	OnLeader                  func(Leader)
 }
 
 // New builds the driver of roles (by partition) from s, without I/O: Join joins the group. The
@@ -56,6 +52,8 @@ func New(s Setup, roles []*core.Role, life Life, deliverTo func(r *core.Role, ev
 		deliverTo: deliverTo,
 		clock:     clk,
 		base:      base,
+		observe:   s.Observe,
+		onLeader:  s.OnLeader,
 	}
 	d.m = core.NewMachine(s.Settings, timing, roles, d, clk, base)
 	d.throttle.Every = 10 * time.Second
@@ -82,10 +80,26 @@ func New(s Setup, roles []*core.Role, life Life, deliverTo func(r *core.Role, ev
 	return d
 }
 
-// Join makes sure that the leader topic exists and that the group agrees with this instance, and
-// joins it (topic.go). After an error, Abandon lets go of what the driver holds.
+// Join makes sure that the leader topic exists and that the group agrees with this instance, joins
+// it (topic.go), and starts following the other leaders if asked to (Setup.Observe). After an
+// error, Abandon lets go of what the driver holds.
 func (d *Driver) Join() error {
-	return d.join()
+	if err := d.join(); err != nil {
+		return err
+	}
+	if !d.observe {
+		return nil
+	}
+	onLeader := d.onLeader
+	if onLeader == nil {
+		onLeader = func(Leader) {}
+	}
+	o, err := NewObserver(d.config, ObserverConfig(ToKafkaConfigMap(*d.confs.consumer)), len(d.parts), onLeader)
+	if err != nil {
+		return err
+	}
+	d.observer = o
+	return nil
 }
 
 // Abandon lets go of what a driver that will never run holds: the group check, goneli's own
@@ -99,9 +113,13 @@ func (d *Driver) Abandon() {
 	d.logs.Close()
 }
 
-// SetObserver gives the driver the instance's leader observer, before the first cycle.
-func (d *Driver) SetObserver(o Observer) {
-	d.observer = o
+// Leader is the leader of partition p as the observer last saw it, if the instance observes
+// (Setup.Observe). Safe without mu.
+func (d *Driver) Leader(p int32) (Leader, bool) {
+	if d.observer == nil {
+		return Leader{}, false
+	}
+	return d.observer.Current(p)
 }
 
 // Timing is the group timing the driver runs on: New's, with what Join read of the brokers.

@@ -34,7 +34,7 @@ func TestPollFor(t *testing.T) {
 		want  time.Duration
 	}{
 		{"idle, no limit", func(*Driver) {}, -1, heartbeat},
-		{"idle, watching the leader", func(d *Driver) { d.observer = idleObserver{} }, -1, minPoll},
+		{"idle, watching the leader", func(d *Driver) { d.observer = &Observer{} }, -1, minPoll},
 		{"idle, Kafka unreachable", func(d *Driver) { d.reach.fail(0, "consumer", "all brokers down") }, -1, minPoll},
 		{"idle, within Pulse's timeout", func(*Driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
 		{"idle, timeout spent", func(*Driver) {}, 0, pollDuration},
@@ -84,11 +84,5 @@ type stepClock struct{ now time.Time }
 
 func (c *stepClock) Now() time.Time          { return c.now }
 func (c *stepClock) advance(d time.Duration) { c.now = c.now.Add(d) }
-
-// idleObserver is a leader observer that never sees anything.
-type idleObserver struct{}
-
-func (idleObserver) Poll()                   {}
-func (idleObserver) Consumer() KafkaConsumer { return nil }
 
 func durationOf(d time.Duration) *time.Duration { return &d }
