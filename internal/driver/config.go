@@ -80,8 +80,8 @@ func ToKafkaConfigMap(conf map[string]interface{}) kafka.ConfigMap {
 	return cm
 }
 
-// fromKafkaConfigMap copies a confluent-kafka-go configuration into one the providers take.
-func fromKafkaConfigMap(cm kafka.ConfigMap) *KafkaConfigMap {
+// FromKafkaConfigMap copies a confluent-kafka-go configuration into one the providers take.
+func FromKafkaConfigMap(cm kafka.ConfigMap) *KafkaConfigMap {
 	m := KafkaConfigMap{}
 	for k, v := range cm {
 		m[k] = v

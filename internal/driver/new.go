@@ -62,7 +62,7 @@ func New(s Setup, roles []*core.Role, life Life, deliverTo func(r *core.Role, ev
 	d.logs.Attach(s.Producer)
 	// The admin client cannot forward its logs; its failures come back as errors anyway.
 	s.Admin["log_level"] = 0
-	d.confs = clientConfs{consumer: fromKafkaConfigMap(s.Consumer), producer: fromKafkaConfigMap(s.Producer), admin: fromKafkaConfigMap(s.Admin)}
+	d.confs = clientConfs{consumer: FromKafkaConfigMap(s.Consumer), producer: FromKafkaConfigMap(s.Producer), admin: FromKafkaConfigMap(s.Admin)}
 	d.clientID = fmt.Sprint(s.Consumer["client.id"])
 	d.m.ClientID = d.clientID
 	d.check.checker = newGroupChecker()

@@ -66,7 +66,7 @@ func ObserverConfig(consumer kafka.ConfigMap) kafka.ConfigMap {
 
 // NewObserver follows partitions 0 to partitions-1 of the leader topic.
 func NewObserver(config Config, conf kafka.ConfigMap, partitions int, onChange func(Leader)) (*Observer, error) {
-	c, err := config.KafkaConsumerProvider(fromKafkaConfigMap(conf))
+	c, err := config.KafkaConsumerProvider(FromKafkaConfigMap(conf))
 	if err != nil {
 		return nil, fmt.Errorf("goneli: cannot create leader observer consumer: %w", err)
 	}
