@@ -99,7 +99,7 @@
 //     the partitions' ends), or that followed as long without a commit, the leases hold their
 //     renewals back the same way until the answer bound has passed since it was taken, and no
 //     offset stored meanwhile anchors the window, whenever its heartbeat was sent
-//     (driver.heldAssignment).
+//     (internal/core, Machine.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
 //     outside such a hold. At the default timing the window is 2.748 s (348 ms at a 1 s lease), which

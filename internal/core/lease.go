@@ -747,7 +747,7 @@ func (l *Lease) oldestPending() (time.Duration, bool) {
 }
 
 // holdRenewals holds back, as heldAnswers does, the renewals of heartbeats sent after from, until
-// a renewal of one sent after until (driver.heldAssignment).
+// a renewal of one sent after until (Machine.heldAssignment).
 func (l *Lease) holdRenewals(from, until time.Duration) {
 	if l.HeldUntil <= from || from < l.HeldFrom {
 		l.HeldFrom = from
