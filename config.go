@@ -503,7 +503,7 @@ func (c Config) groupTiming() (core.GroupTiming, error) {
 // at the shortest lease, 500 ms. A crashed or cut-off leader is replaced about this long after its last group
 // heartbeat. The package doc gives the argument. Brokers refuse sessions below their
 // group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
-// it where it can read it.
+// it where it can read it, and to that default where it cannot.
 func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
 	return core.SessionTimeout(heartbeatTimeout)
 }
@@ -522,8 +522,9 @@ func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
 //
 // New may raise the bound: where the brokers' group.min.session.timeout.ms is longer than the
 // derived session and the rebalance timeout (leases under 3 s against Kafka's default minimum of
-// 6 s), New raises both to that minimum, and Close's bound is then that minimum plus one
-// HeartbeatTimeout. CloseBound returns Validate's error for a configuration that New would refuse.
+// 6 s), New raises both to that minimum (to Kafka's default, 6 s, where it cannot read the
+// brokers'), and Close's bound is then that minimum plus one HeartbeatTimeout. CloseBound returns
+// Validate's error for a configuration that New would refuse.
 func (c Config) CloseBound() (time.Duration, error) {
 	// SetDefaults adds bootstrap.servers to the map, which is the caller's.
 	c.KafkaConfig = maps.Clone(c.KafkaConfig)

@@ -93,6 +93,15 @@ type checkState struct {
 	// it cannot follow the clients' settings, and the check then goes through librdkafka's admin
 	// client, as it does once the connection has given way to librdkafka (viaSide).
 	wire sidechan.Channel
+	// began is when the check under way began, and sided whether it went over wire; side and
+	// sideBeats watch wire's group checks and heartbeats, and sideOff says that wire gave way to
+	// librdkafka at the instance's behest (sidefail.go), for a wire that cannot be told to.
+	began           time.Duration
+	sided           bool
+	side, sideBeats sideWatch
+	sideOff         atomic.Bool
+	// timings keeps what each broker answered for its KIP-848 group settings (session848.go).
+	timings brokerTimings
 }
 
 // clientConfs are the librdkafka configurations of the clients an instance makes.
@@ -249,6 +258,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.sideCommit(e)
 		d.machine(func(m *core.Machine) { m.AutoCommitted(commitAnswerOf(e)) })
 	case kafka.Error:
 		if e.IsFatal() {
@@ -376,6 +386,7 @@ func (d *driver) collectCommits() {
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
 	}
+	d.sideCommit(e)
 	d.machine(func(m *core.Machine) { m.ExplicitAnswered(commitAnswerOf(e)) })
 }
 
@@ -570,6 +581,7 @@ func (d *driver) collectGroupCheck() {
 	if res.err == nil && res.timing != nil {
 		sessionErr = d.checkSessionAgain(*res.timing)
 	}
+	d.sideChecked(res)
 	fallback := res.err != nil && sidechan.IsFallback(res.err)
 	desc := describedOf(res.desc)
 	desc.Group = d.config.LeaderGroupID
@@ -689,6 +701,7 @@ func (d *driver) Commit(offsets []core.OffsetRef) {
 }
 
 func (d *driver) Describe(tenures map[int32]uint64) error {
+	d.check.began, d.check.sided = d.now(), d.viaSide()
 	desc, release, err := d.describer(d.m.Check.Alone)
 	if err != nil {
 		return err

@@ -456,6 +456,19 @@ func (a *scriptAdmin) DescribeConsumerGroups(context.Context, []string, ...kafka
 	return kafka.DescribeConsumerGroupsResult{ConsumerGroupDescriptions: []kafka.ConsumerGroupDescription{{GroupID: scriptGroup, Members: members}}}, nil
 }
 
+// DescribeConfigs describes the brokers as the embedded broker of the tests is set up
+// (kafkatest.DefaultGroupMinSessionTimeout): a session as short as a 1 s lease derives is accepted.
+func (a *scriptAdmin) DescribeConfigs(_ context.Context, rs []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
+	out := make([]kafka.ConfigResourceResult, len(rs))
+	for i, r := range rs {
+		out[i] = kafka.ConfigResourceResult{Type: r.Type, Name: r.Name, Config: map[string]kafka.ConfigEntryResult{}}
+		if r.Type == kafka.ResourceBroker {
+			out[i].Config["group.min.session.timeout.ms"] = kafka.ConfigEntryResult{Name: "group.min.session.timeout.ms", Value: "500"}
+		}
+	}
+	return out, nil
+}
+
 func (a *scriptAdmin) Close() {}
 
 // scriptRig is an instance assembled on the scripted clients, with the events its barrier saw.

@@ -33,9 +33,9 @@ type SessionTimeoutError struct {
 }
 
 func (e *SessionTimeoutError) Error() string {
-	advice := "raise HeartbeatTimeout (to at least 4.8s under Kafka's defaults) or KafkaConfig[\"session.timeout.ms\"], " +
-		"or lower the broker's group.min.session.timeout.ms; New raises a derived session to that minimum itself where " +
-		"it may describe the brokers' configs (DescribeConfigs on the cluster)"
+	advice := "raise KafkaConfig[\"session.timeout.ms\"], or leave it unset and raise HeartbeatTimeout, or lower the broker's " +
+		"group.min.session.timeout.ms; New raises a derived session to the brokers' minimum itself where it may describe the brokers' " +
+		"configs (DescribeConfigs on the cluster), and to Kafka's default minimum, 6s, where it may not"
 	if e.Session > 30*time.Minute {
 		advice = "lower HeartbeatTimeout (to at most 26m under Kafka's defaults) or raise the broker's group.max.session.timeout.ms"
 	}

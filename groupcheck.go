@@ -51,9 +51,10 @@ func describedOf(d kafka.ConsumerGroupDescription) core.GroupDesc {
 }
 
 // viaSide reports whether the group check goes over goneli's own connection (internal/sidechan),
-// which librdkafka's admin client cannot abort the process on.
+// which librdkafka's admin client cannot abort the process on: it is there and has not given way
+// to librdkafka (sidefail.go).
 func (d *driver) viaSide() bool {
-	return d.check.wire != nil && d.check.wire.Fallback() == nil
+	return d.sideUsable()
 }
 
 // sideFirst describes the group over goneli's own connection, and through librdkafka's admin
@@ -131,7 +132,8 @@ func (c *groupChecker) busy() bool {
 }
 
 // start describes group through d on behalf of tenures, and calls release when done with d. If
-// timing is set, it reads the group's KIP-848 session timing too (checkSessionAgain).
+// timing is set, it reads the group's KIP-848 session timing too (checkSessionAgain), at the same
+// time as the description rather than after it.
 func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64,
 	timing func(context.Context) consumerGroupTiming) {
 	c.serving = tenures
@@ -139,10 +141,15 @@ func (c *groupChecker) start(d groupDescriber, release func(), group string, tim
 	go func() {
 		defer c.running.Done()
 		defer release()
+		var t consumerGroupTiming
+		var read sync.WaitGroup
+		if timing != nil {
+			read.Go(func() { t = timing(c.ctx) })
+		}
 		desc, err := describeGroup(c.ctx, d, group, timeout)
+		read.Wait()
 		res := describedGroup{desc: desc, err: err}
 		if err == nil && timing != nil {
-			t := timing(c.ctx)
 			res.timing = &t
 		}
 		c.done <- res

@@ -1,9 +1,12 @@
 package goneli
 
 import (
+	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 
 	"github.com/goneli/goneli/internal/core"
 
@@ -196,4 +199,70 @@ func TestRolesDigestIsUnambiguous(t *testing.T) {
 			t.Errorf("rolesDigest(%q) = rolesDigest(%q) = %s", pair[0], pair[1], a)
 		}
 	}
+}
+
+// hidingAdmin describes the group as its KafkaAdmin does, but without any member's assignment
+// while hide is set, as Apache Kafka describes a classic group that rebalances
+// (GroupMetadataManager.describeGroups: members without metadata outside Stable), and counts the
+// descriptions.
+type hidingAdmin struct {
+	KafkaAdmin
+	mu           sync.Mutex
+	hide         bool
+	descriptions int
+}
+
+func (a *hidingAdmin) DescribeConsumerGroups(ctx context.Context, groups []string, o ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
+	res, err := a.KafkaAdmin.DescribeConsumerGroups(ctx, groups, o...)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.descriptions++
+	if a.hide {
+		for i := range res.ConsumerGroupDescriptions {
+			for j := range res.ConsumerGroupDescriptions[i].Members {
+				res.ConsumerGroupDescriptions[i].Members[j].Assignment = kafka.MemberAssignment{}
+			}
+		}
+	}
+	return res, err
+}
+
+func (a *hidingAdmin) counted() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.descriptions
+}
+
+// A check that cannot see this instance's assignment, as through a classic rebalance, was made
+// again every 20 ms (about fifty descriptions a second per waiting instance); it backs off to a
+// group heartbeat interval, and the tenure leads once the group shows the assignment.
+func TestGroupCheckBacksOffThroughARebalance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		base, err := r.n.d.config.KafkaAdminProvider(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &hidingAdmin{KafkaAdmin: base, hide: true}
+		r.n.d.mu.Lock()
+		r.n.d.config.KafkaAdminProvider = func(*KafkaConfigMap) (KafkaAdmin, error) { return a, nil }
+		r.n.d.mu.Unlock()
+		r.assign()
+		const rebalance = 2 * scriptLease
+		r.pulse(rebalance, false)
+		n := a.counted()
+		// 20, 40, 80 ms, then every group heartbeat interval (100 ms at this lease).
+		limit := int(rebalance/r.n.d.timing.Heartbeat()) + 4
+		t.Logf("%d descriptions in %v of a rebalance", n, rebalance)
+		if n > limit {
+			t.Errorf("%d descriptions of the group in %v of a rebalance; want at most %d", n, rebalance, limit)
+		}
+		a.mu.Lock()
+		a.hide = false
+		a.mu.Unlock()
+		if !r.pulse(scriptLease, true) {
+			t.Fatalf("no leadership once the group showed the assignment; events %s", r.seen())
+		}
+		r.close()
+	})
 }

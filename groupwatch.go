@@ -216,10 +216,10 @@ func (d *driver) watchGroup() {
 	}()
 }
 
-// watchDescriber is what describes the group for the watch: goneli's own connection, else an
-// admin client of its own, closed after the description.
+// watchDescriber is what describes the group for the watch: goneli's own connection unless it has
+// given way to librdkafka, else an admin client of its own, closed after the description.
 func (d *driver) watchDescriber() (groupDescriber, func(), error) {
-	if d.check.wire != nil {
+	if d.sideUsable() {
 		return d.check.wire, func() {}, nil
 	}
 	a, err := d.config.KafkaAdminProvider(d.confs.admin)

@@ -161,7 +161,11 @@ func (d *driver) collectHeartbeats() {
 		return
 	}
 	var failed error
+	answered, began := false, d.now()
 	for _, r := range res {
+		began = min(began, r.Beat.Made)
+		var ke kafka.Error
+		answered = answered || r.Err == nil || errors.As(r.Err, &ke) && ke.Code() > 0
 		if r.Err == nil {
 			// The heartbeats are delivered, which is what the consumer's read-back check asks
 			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
@@ -176,6 +180,14 @@ func (d *driver) collectHeartbeats() {
 		if err := d.produceRecord(r.Beat.Of.p, r.Beat.Of.h); err != nil {
 			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		}
+	}
+	if answered {
+		// A broker answered, if only to refuse: the connection works. Only a round of which no
+		// broker answered anything counts against it (sidefail.go), so that a broker that
+		// neither connection reaches costs only its own partitions' heartbeats.
+		d.check.sideBeats.worked()
+	} else {
+		d.sideFailed(&d.check.sideBeats, began, failed)
 	}
 	if failed != nil {
 		d.wire.Fail(d.now())

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goneli/goneli/internal/testkit"
 )
 
 func TestReachability(t *testing.T) {
@@ -89,29 +91,7 @@ func TestReachability(t *testing.T) {
 // listenLocal accepts connections on a loopback port and hands each to answer.
 func listenLocal(t *testing.T, answer func(net.Conn)) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer func() { _ = c.Close() }()
-				answer(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-	})
-	return ln.Addr().String()
+	return testkit.ListenLocal(t, answer)
 }
 
 // httpServer answers every connection as a web server answers a request it cannot parse.

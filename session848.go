@@ -2,6 +2,7 @@ package goneli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,9 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goneli/goneli/internal/core"
-
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/core"
 )
 
 // Under KIP-848 (group.protocol=consumer) the session timeout and the group heartbeat interval are
@@ -38,6 +38,39 @@ import (
 // that names one with INVALID_REQUEST for every resource in it
 // (ConfigHelper.handleDescribeConfigsRequest, ConfigResource.Type.forId), so the group is asked
 // for in a request of its own, and a broker's answer never depends on it.
+//
+// # Unknown means unknown
+//
+// The brokers' defaults count only where the group is known to set none of its own: its resource
+// was described, or the brokers know no group resource (INVALID_REQUEST, Kafka before 4.0, where a
+// group cannot set one). A group resource the principal may not describe (GROUP_AUTHORIZATION_FAILED,
+// ConfigHelper) or that did not answer leaves the group's own settings unknown, and they may be far
+// shorter than the brokers' defaults (GroupMetadataManager.consumerGroupSessionTimeoutMs takes the
+// group's consumer.session.timeout.ms over the broker's): a 20 s lease would pass against a 45 s
+// default on a group whose session is 2 s. So a session or interval that cannot be known refuses
+// to lead (judge returns a *sessionUnknownError):
+//   - New fails with it where the broker refused what would tell (an *AuthorizationError naming the
+//     DescribeConfigs grant is inside it): no retry mends a missing ACL, and an instance that never
+//     leads would say so only in its log. Where it merely could not be read (no broker answered in
+//     time, a KafkaAdmin that cannot describe configs), New warns and goes on;
+//   - each tenure's check fails with it, so that the tenure does not lead, and is retried;
+//   - the doctor's session line FAILs where the broker refused, and warns otherwise.
+// No setting lets an application assert the session instead: a wrong assertion is two leaders.
+//
+// # How long a tenure waits for the brokers
+//
+// Every tenure reads the group's resource afresh, as an operator can change a group's settings
+// while instances run (IncrementalAlterConfigs on the GROUP resource), at the same time as it
+// describes the group, and over goneli's own connection from the broker that just described it,
+// the coordinator (sidechan's groupResource), which answers with what it applies. The brokers' defaults
+// cannot change without a restart (GroupCoordinatorConfig's settings are not among
+// DynamicBrokerConfig's reconfigurable ones), so what each broker last answered is kept
+// (brokerTimings), and a tenure waits for a broker that answered before, or was asked before and
+// did not answer, only timingWait, a tenth of the lease; one that does not answer by then counts
+// with its last answer, if it gave one. A broker cut off from the instance (a zone outage) so costs
+// a new leader a tenth of a lease, not a lease. A broker that has never answered is left out, with
+// a problem noted, as long as another answered: brokers of a cluster share these settings unless
+// misconfigured, and one that cannot be reached serves no group to this instance.
 
 // configDescriber is what New asks of a KafkaAdmin to read the broker's KIP-848 group timing. It
 // is not part of KafkaAdmin, so that wrappers written for earlier versions still satisfy that;
@@ -66,70 +99,252 @@ type brokerSetting struct {
 type consumerGroupTiming struct {
 	session, interval brokerSetting
 	problems          []string // why something could not be read
+	// refused is the grant whose absence kept the session or interval from being known, if the
+	// broker refused one; unanswered is the error of the group resource's request if it failed
+	// without the broker's answer (over goneli's own connection, a failure of the connection:
+	// sidefail.go).
+	refused    *AuthorizationError
+	unanswered error
+}
+
+// timingWait is how long a tenure's check waits for a broker's settings that it has asked for
+// before (see "How long a tenure waits for the brokers").
+func timingWait(ht time.Duration) time.Duration {
+	return ht / 10
+}
+
+// brokerTimings keeps what each broker answered for its KIP-848 group defaults, across reads, and
+// the brokers' ids where New could not learn them. Safe for concurrent use.
+type brokerTimings struct {
+	mu     sync.Mutex
+	asked  map[int32]bool
+	answer map[int32]brokerTiming
+	ids    []int32
+}
+
+// brokerLister is what lists the brokers' ids for a read whose instance has none (New reached no
+// broker): goneli's own connection, or a KafkaAdmin through its metadata.
+type brokerLister interface {
+	BrokerIDs(ctx context.Context) ([]int32, error)
+}
+
+// metadataGetter is the part of a KafkaAdmin that lists the brokers.
+type metadataGetter interface {
+	GetMetadata(topic *string, allTopics bool, timeoutMs int) (*kafka.Metadata, error)
+}
+
+// adminBrokers lists the brokers through a KafkaAdmin's metadata.
+type adminBrokers struct {
+	admin   metadataGetter
+	timeout time.Duration
+}
+
+func (a adminBrokers) BrokerIDs(context.Context) ([]int32, error) {
+	md, err := a.admin.GetMetadata(nil, false, int(a.timeout.Milliseconds()))
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int32, 0, len(md.Brokers))
+	for _, b := range md.Brokers {
+		ids = append(ids, b.ID)
+	}
+	return ids, nil
+}
+
+// brokersFor returns the brokers to read: those given, else those listed before, else those lister
+// lists now (kept for later reads).
+func (b *brokerTimings) brokersFor(ctx context.Context, given []int32, lister brokerLister) ([]int32, error) {
+	if len(given) > 0 || b == nil {
+		return given, nil
+	}
+	b.mu.Lock()
+	ids := slices.Clone(b.ids)
+	b.mu.Unlock()
+	if len(ids) > 0 || lister == nil {
+		return ids, nil
+	}
+	ids, err := lister.BrokerIDs(ctx)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.ids = slices.Clone(ids)
+	b.mu.Unlock()
+	return ids, nil
+}
+
+// brokerTiming is one broker's answer: its session and interval defaults, either unread.
+type brokerTiming struct {
+	session, interval brokerSetting
+}
+
+// seen reports whether broker id was asked before.
+func (b *brokerTimings) seen(id int32) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.asked[id]
+}
+
+// record notes that broker id was asked, and what it answered if answered.
+func (b *brokerTimings) record(id int32, t brokerTiming, answered bool) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.asked == nil {
+		b.asked, b.answer = map[int32]bool{}, map[int32]brokerTiming{}
+	}
+	b.asked[id] = true
+	if answered {
+		b.answer[id] = t
+	}
+}
+
+// last is broker id's last answer, if it gave one.
+func (b *brokerTimings) last(id int32) (brokerTiming, bool) {
+	if b == nil {
+		return brokerTiming{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.answer[id]
+	return t, ok
+}
+
+// timingRead is one read of a group's KIP-848 timing.
+type timingRead struct {
+	cd      configDescriber
+	group   string
+	brokers []int32
+	// timeout bounds each request; wait, where positive, bounds the wait for a broker asked before
+	// (a tenure's check), and kept holds what the brokers answered before (nil: nothing kept).
+	timeout, wait time.Duration
+	kept          *brokerTimings
+	// lister lists the brokers where brokers and kept have none.
+	lister brokerLister
 }
 
 // readConsumerGroupTiming describes the group's config resource and every broker's, at once and
-// within timeout, or until ctx ends.
+// within timeout, or until ctx ends (New, the doctor).
 func readConsumerGroupTiming(ctx context.Context, cd configDescriber, group string, brokers []int32, timeout time.Duration) consumerGroupTiming {
-	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
+	return timingRead{cd: cd, group: group, brokers: brokers, timeout: timeout}.read(ctx)
+}
+
+// read describes the group's config resource and every broker's at once, and returns what they say.
+func (r timingRead) read(ctx context.Context) consumerGroupTiming {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout+time.Second)
 	defer cancel()
+	var t consumerGroupTiming
+	brokers, err := r.kept.brokersFor(ctx, r.brokers, r.lister)
+	if err != nil {
+		t.problems = append(t.problems, fmt.Sprintf("the brokers could not be listed: %v", err))
+	}
 	brokers = slices.Clone(brokers)
 	slices.Sort(brokers)
-	// librdkafka sends a request that names a broker's resource to that broker, and takes one
-	// broker resource per request; the group's resource goes alone (see above).
-	requests := [][]kafka.ConfigResource{{{Type: kafka.ResourceGroup, Name: group}}}
-	for _, id := range brokers {
-		requests = append(requests, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))}})
-	}
 	type answer struct {
 		res []kafka.ConfigResourceResult
 		err error
-		req []kafka.ConfigResource
 	}
-	answers := make([]answer, len(requests))
+	// librdkafka sends a request that names a broker's resource to that broker, and takes one
+	// broker resource per request; the group's resource goes alone (see above).
+	ask := func(ctx context.Context, res kafka.ConfigResource) answer {
+		out, err := r.cd.DescribeConfigs(ctx, []kafka.ConfigResource{res}, kafka.SetAdminRequestTimeout(r.timeout))
+		if err == nil && len(out) != 1 {
+			err = fmt.Errorf("%d results for one resource", len(out))
+		}
+		return answer{out, err}
+	}
+	var groupAnswer answer
+	brokerAnswers := make([]answer, len(brokers))
 	var wg sync.WaitGroup
-	for i, req := range requests {
-		wg.Add(1)
+	wg.Add(1 + len(brokers))
+	go func() {
+		defer wg.Done()
+		groupAnswer = ask(ctx, kafka.ConfigResource{Type: kafka.ResourceGroup, Name: r.group})
+	}()
+	for i, id := range brokers {
+		bctx, bcancel := ctx, context.CancelFunc(func() {})
+		if r.wait > 0 && r.kept.seen(id) {
+			bctx, bcancel = context.WithTimeout(ctx, r.wait)
+		}
 		go func() {
 			defer wg.Done()
-			res, err := cd.DescribeConfigs(ctx, req, kafka.SetAdminRequestTimeout(timeout))
-			answers[i] = answer{res: res, err: err, req: req}
+			defer bcancel()
+			brokerAnswers[i] = ask(bctx, kafka.ConfigResource{Type: kafka.ResourceBroker, Name: strconv.Itoa(int(id))})
 		}()
 	}
 	wg.Wait()
 
-	var t consumerGroupTiming
+	groupKnown := t.readGroup(r.group, groupAnswer.res, groupAnswer.err)
 	var brokerSession, brokerInterval brokerSetting
-	for _, a := range answers {
-		if a.err != nil {
-			for _, r := range a.req {
-				t.problems = append(t.problems, fmt.Sprintf("%s %q: %v", strings.ToLower(r.Type.String()), r.Name, a.err))
-			}
-			continue
+	var refusedBrokers error
+	for i, id := range brokers {
+		a, what := brokerAnswers[i], fmt.Sprintf("broker %q", strconv.Itoa(int(id)))
+		if a.err == nil && a.res[0].Error.Code() != kafka.ErrNoError {
+			a.err = a.res[0].Error
 		}
-		for _, r := range a.res {
-			what := fmt.Sprintf("%s %q", strings.ToLower(r.Type.String()), r.Name)
-			if r.Error.Code() != kafka.ErrNoError {
-				t.problems = append(t.problems, fmt.Sprintf("%s: %v", what, r.Error))
-				continue
+		var bt brokerTiming
+		if a.err == nil {
+			bt.session = settingOf(a.res[0], brokerSessionKey, what, &t.problems)
+			bt.interval = settingOf(a.res[0], brokerIntervalKey, what, &t.problems)
+		} else {
+			if isCode(a.err, kafka.ErrClusterAuthorizationFailed) {
+				refusedBrokers = a.err
 			}
-			switch r.Type {
-			case kafka.ResourceGroup:
-				t.session = t.session.or(groupSettingOf(r, groupSessionKey, what, &t.problems))
-				t.interval = t.interval.or(groupSettingOf(r, groupIntervalKey, what, &t.problems))
-			case kafka.ResourceBroker:
-				if s := settingOf(r, brokerSessionKey, what, &t.problems); s.from != "" && (brokerSession.from == "" || s.value < brokerSession.value) {
-					brokerSession = s
-				}
-				if s := settingOf(r, brokerIntervalKey, what, &t.problems); s.from != "" && (brokerInterval.from == "" || s.value > brokerInterval.value) {
-					brokerInterval = s
-				}
+			last, ok := r.kept.last(id)
+			if ok && r.wait > 0 {
+				bt = last
+				t.problems = append(t.problems, fmt.Sprintf("%s: %v; its last answer counts", what, a.err))
+			} else {
+				t.problems = append(t.problems, fmt.Sprintf("%s: %v", what, a.err))
 			}
 		}
+		r.kept.record(id, bt, a.err == nil)
+		if s := bt.session; s.from != "" && (brokerSession.from == "" || s.value < brokerSession.value) {
+			brokerSession = s
+		}
+		if s := bt.interval; s.from != "" && (brokerInterval.from == "" || s.value > brokerInterval.value) {
+			brokerInterval = s
+		}
+	}
+	if !groupKnown {
+		return t
 	}
 	t.session = t.session.or(brokerSession)
 	t.interval = t.interval.or(brokerInterval)
+	if (t.session.from == "" || t.interval.from == "") && refusedBrokers != nil {
+		t.refused = &AuthorizationError{Operation: "DescribeConfigs", Resource: "cluster", Name: "kafka-cluster", Client: "admin", Err: refusedBrokers}
+	}
 	return t
+}
+
+// readGroup takes the answer for the group's resource, and reports whether it tells the group's own
+// settings: those it sets, or that it sets none.
+func (t *consumerGroupTiming) readGroup(group string, res []kafka.ConfigResourceResult, err error) bool {
+	what := fmt.Sprintf("group %q", group)
+	if err == nil && res[0].Error.Code() != kafka.ErrNoError {
+		err = res[0].Error
+	} else if err != nil {
+		// No broker's answer about the resource: the request itself failed.
+		t.unanswered = err
+	}
+	switch {
+	case err == nil:
+		t.session = groupSettingOf(res[0], groupSessionKey, what, &t.problems)
+		t.interval = groupSettingOf(res[0], groupIntervalKey, what, &t.problems)
+		return true
+	case isCode(err, kafka.ErrInvalidRequest):
+		// Kafka before 4.0: no group resource, so no group sets its own.
+		return true
+	case isCode(err, kafka.ErrGroupAuthorizationFailed):
+		t.refused = &AuthorizationError{Operation: "DescribeConfigs", Resource: "group", Name: group, Client: "admin", Err: err}
+	}
+	t.problems = append(t.problems, fmt.Sprintf("%s: %v", what, err))
+	return false
 }
 
 // or is s if it was read, else alt.
@@ -164,26 +379,57 @@ func settingOf(r kafka.ConfigResourceResult, key, what string, problems *[]strin
 	return brokerSetting{value: time.Duration(ms) * time.Millisecond, from: what + " " + key}
 }
 
-// judge checks the timing against a lease of ht. It returns a warning for what could not be
-// checked (empty if everything was), or the error that refuses ht.
+// sessionUnknownError refuses to lead on a KIP-848 session or group heartbeat interval that could
+// not be known (see "Unknown means unknown"). It wraps the *AuthorizationError of a refused grant,
+// if the broker refused one.
+type sessionUnknownError struct {
+	group   string
+	lease   time.Duration
+	what    string // "session timeout" or "group heartbeat interval"
+	why     string
+	refused *AuthorizationError
+}
+
+func (e *sessionUnknownError) Error() string {
+	fix := "grant DescribeConfigs on the group and the cluster to the client's principal (docs/operations.md, ACLs)"
+	if e.refused != nil {
+		fix = e.refused.Error()
+	}
+	return fmt.Sprintf("goneli: cannot tell the %s that the broker applies to group %s under KIP-848 (%s), so cannot check that it "+
+		"covers HeartbeatTimeout (%v): the group's own consumer.session.timeout.ms may be shorter than the brokers' default; %s",
+		e.what, e.group, e.why, e.lease, fix)
+}
+
+// Unwrap returns the refused grant, if any.
+func (e *sessionUnknownError) Unwrap() error {
+	if e.refused == nil {
+		return nil
+	}
+	return e.refused
+}
+
+// judge checks the timing against a lease of ht. It returns a warning for what could not be read
+// but did not matter (empty if nothing), a *sessionUnknownError if the session or interval is not
+// known, or the *ConfigError that refuses ht.
 func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning string, err error) {
-	why := ""
+	why := "nothing answered"
 	if len(t.problems) > 0 {
-		why = " (" + strings.Join(t.problems, "; ") + ")"
+		why = strings.Join(t.problems, "; ")
 	}
 	if t.session.from == "" {
-		return fmt.Sprintf("could not read the session timeout that the broker applies to group %s under KIP-848%s, "+
-			"so cannot check that it covers HeartbeatTimeout (%v); keep the broker's group.consumer.session.timeout.ms "+
-			"(or the group's consumer.session.timeout.ms) at least HeartbeatTimeout + 2 x its group.consumer.heartbeat.interval.ms",
-			group, why, ht), nil
+		return "", &sessionUnknownError{group: group, lease: ht, what: "session timeout", why: why, refused: t.refused}
 	}
-	// Without the interval, only what any interval needs is checked.
+	// Without the interval, a session that not even a lease and the margin fit in is refused all the
+	// same.
 	margin := core.SessionMargin(ht)
 	floor, need := ht+margin, fmt.Sprintf("HeartbeatTimeout + a margin for clock rates (%v + %v)", ht, margin)
 	if t.interval.from != "" {
 		floor = ht + 2*t.interval.value + margin
 		need = fmt.Sprintf("HeartbeatTimeout + 2 x the group heartbeat interval + a margin for clock rates (%v + 2 x %v (%s) + %v = %v)",
 			ht, t.interval.value, t.interval.from, margin, floor)
+	}
+	if t.session.value >= floor && t.interval.from == "" {
+		return "", &sessionUnknownError{group: group, lease: ht, what: "group heartbeat interval", why: why, refused: t.refused}
 	}
 	if t.session.value < floor {
 		advice := "raise the session timeout"
@@ -195,30 +441,33 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 				"so that a leader cut off from Kafka fences itself before the coordinator can expel it; %s",
 				group, t.session.value, t.session.from, need, advice)}
 	}
-	if t.interval.from == "" {
-		return fmt.Sprintf("could not read the group heartbeat interval that the broker applies to group %s under KIP-848%s; "+
-			"checked only that its session timeout, %v (%s), is at least HeartbeatTimeout (%v) and a margin, not HeartbeatTimeout + 2 x the interval",
-			group, why, t.session.value, t.session.from, ht), nil
+	if len(t.problems) > 0 {
+		return fmt.Sprintf("could not read everything of the KIP-848 session for group %s (%s); checked against what was read", group, why), nil
 	}
 	return "", nil
 }
 
 // checkConsumerGroupSession reads the broker's KIP-848 timing for the group and refuses a
-// HeartbeatTimeout that its session does not cover; what cannot be read is logged and let through.
-// What was read replaces the client-side timing that the log line of New reports.
+// HeartbeatTimeout that its session does not cover, or a session that the broker refused to tell
+// (see "Unknown means unknown"); what merely could not be read is logged, and no tenure leads
+// until it can be. What was read replaces the client-side timing that the log line of New reports.
 func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) error {
 	ht := *d.config.HeartbeatTimeout
 	var t consumerGroupTiming
 	if cd, ok := admin.(configDescriber); ok {
-		t = readConsumerGroupTiming(context.Background(), cd, d.config.LeaderGroupID, brokers, ht)
+		t = timingRead{cd: cd, group: d.config.LeaderGroupID, brokers: brokers, timeout: ht, kept: &d.check.timings}.read(context.Background())
 	} else {
 		t.problems = []string{"the KafkaAdmin cannot describe configs"}
 	}
 	warning, err := t.judge(d.config.LeaderGroupID, ht)
-	if err != nil {
+	var unknown *sessionUnknownError
+	switch {
+	case errors.As(err, &unknown) && unknown.refused == nil:
+		d.log.W()("goneli %s: %v; no tenure leads until it can be read", d.config.Name, strings.TrimPrefix(err.Error(), "goneli: "))
+		return nil
+	case err != nil:
 		return err
-	}
-	if warning != "" {
+	case warning != "":
 		d.log.W()("goneli %s: %s", d.config.Name, warning)
 	}
 	d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
@@ -238,16 +487,28 @@ func maxLeaseFor(session, intervals time.Duration) time.Duration {
 
 // sessionReader returns what a group check under KIP-848 reads the group's session timing with,
 // beside the description: the describer itself where it can describe configs (goneli's own
-// connection, an admin client), nil under the classic protocol or where it cannot.
+// connection, an admin client), nil under the classic protocol. A describer that cannot describe
+// configs (a KafkaAdmin written for earlier versions) reads nothing, which the check takes for a
+// session it cannot know.
 func (d *driver) sessionReader(desc groupDescriber) func(context.Context) consumerGroupTiming {
-	cd, ok := desc.(configDescriber)
-	if d.timing.Classic || !ok {
+	if d.timing.Classic {
 		return nil
 	}
-	group, brokers, ht := d.config.LeaderGroupID, slices.Clone(d.brokers), *d.config.HeartbeatTimeout
-	return func(ctx context.Context) consumerGroupTiming {
-		return readConsumerGroupTiming(ctx, cd, group, brokers, ht)
+	cd, ok := desc.(configDescriber)
+	if !ok {
+		return func(context.Context) consumerGroupTiming {
+			return consumerGroupTiming{problems: []string{"the KafkaAdmin cannot describe configs"}}
+		}
 	}
+	ht := *d.config.HeartbeatTimeout
+	r := timingRead{cd: cd, group: d.config.LeaderGroupID, brokers: slices.Clone(d.brokers), timeout: ht, wait: timingWait(ht), kept: &d.check.timings}
+	switch l := desc.(type) {
+	case brokerLister:
+		r.lister = l
+	case metadataGetter:
+		r.lister = adminBrokers{l, ht}
+	}
+	return r.read
 }
 
 // checkSessionAgain judges the KIP-848 session timing that a group check read beside its
@@ -265,7 +526,6 @@ func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
 	}
 	if warning != "" {
 		d.throttle.log(d.log.W(), "session848-read", "goneli %s: %s", d.config.Name, warning)
-		return nil
 	}
 	if t.session.value != d.timing.BrokerSession || t.interval.value != d.timing.BrokerInterval {
 		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",

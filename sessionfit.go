@@ -20,41 +20,72 @@ const kafkaMinSession = 6 * time.Second
 // INVALID_SESSION_TIMEOUT.
 const minSessionKey = "group.min.session.timeout.ms"
 
-// fitSession raises a derived classic session timeout to the brokers' group.min.session.timeout.ms
-// where that is higher, so that a lease shorter than the broker allows a session for still joins:
-// a longer session is as safe (the lease runs out sooner than the coordinator can expel), only
-// slower to replace a crashed leader. The largest minimum among the brokers counts, since any of
-// them may coordinate the group. A session the application set is left alone, and a minimum that
-// cannot be read leaves the derived session, which the broker then refuses with a
-// SessionTimeoutError that says what to do.
+// fitSession raises a derived classic session timeout below Apache Kafka's default minimum (leases
+// under about 4.8 s: the derived session is 1.25 times the lease) to what the brokers accept: their
+// group.min.session.timeout.ms where New can read it and it is higher, the largest among the
+// brokers read, since any of them may coordinate the group; and where no broker's can be read (no
+// DescribeConfigs on the cluster, usual for an application's principal on a managed cluster; a
+// KafkaAdmin that cannot describe configs; no broker reached), Kafka's default minimum, 6 s. Left
+// alone, a derived session that the brokers' minimum refuses makes every JoinGroup fail, and Pulse
+// return a fatal SessionTimeoutError. A session the application set is left alone.
+//
+// A longer session is as safe. The lease's argument (the package doc, lease.go) needs the
+// coordinator to keep a member for at least HeartbeatTimeout plus two group heartbeat intervals and
+// a margin after the group heartbeat that preceded a renewing commit's heartbeat: a session of
+// floor or more does, and a longer one keeps it longer still, so the lease runs out even further
+// ahead of the expulsion. The rebalance timeout (max.poll.interval.ms), which must be at least the
+// session (the fourth assumption), is raised with it, and the window for explicit commits, which
+// rests on it (expelBound), is measured from the raised value, as join hands the leases the timing
+// this leaves. What a longer session costs is failover: a crashed or cut-off leader's partition is
+// reassigned a session timeout after its last group heartbeat, so that much later.
 func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	t := &d.timing
-	if !t.Classic || t.UserSession || t.Session >= kafkaMinSession || len(brokers) == 0 {
-		return
-	}
-	cd, ok := admin.(configDescriber)
-	if !ok {
+	if !t.Classic || t.UserSession || t.Session >= kafkaMinSession {
 		return
 	}
 	ht := *d.config.HeartbeatTimeout
-	ctx, cancel := context.WithTimeout(context.Background(), ht)
-	lo, _, problems := brokerSessionBounds(ctx, cd, brokers, kafka.SetAdminRequestTimeout(ht))
-	cancel()
-	if len(problems) > 0 {
-		d.log.D()("goneli %s: could not read every broker's %s (%s); keeping the session timeout at %v unless one was read",
-			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.Session)
+	var lo brokerSetting
+	var problems []string
+	cd, ok := admin.(configDescriber)
+	switch {
+	case len(brokers) == 0:
+		problems = []string{"no broker was reached"}
+	case !ok:
+		problems = []string{"the KafkaAdmin cannot describe configs"}
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), ht)
+		lo, _, problems = brokerSessionBounds(ctx, cd, brokers, kafka.SetAdminRequestTimeout(ht))
+		cancel()
 	}
-	floor := lo.value
-	if floor <= t.Session {
+	if len(problems) > 0 && lo.from != "" {
+		d.log.D()("goneli %s: could not read every broker's %s (%s); the largest of those read is %v",
+			d.config.Name, minSessionKey, strings.Join(problems, "; "), lo.value)
+	}
+	if lo.from == "" {
+		d.log.W()("goneli %s: could not read the brokers' %s (%s), so the session timeout is raised from %v to Apache Kafka's default "+
+			"minimum, %v, which a broker that keeps the default accepts; a crashed leader is replaced that much later. Grant DescribeConfigs "+
+			"on the cluster for New to read the brokers' own minimum, or set KafkaConfig[\"session.timeout.ms\"]",
+			d.config.Name, minSessionKey, strings.Join(problems, "; "), t.Session, kafkaMinSession)
+		d.raiseSession(kafkaMinSession)
+		return
+	}
+	if lo.value <= t.Session {
 		return
 	}
 	d.log.I()("goneli %s: session timeout raised from %v to %v (%s); a crashed leader is replaced that much later",
-		d.config.Name, t.Session, floor, lo.from)
-	t.Session = floor
-	(*d.confs.consumer)["session.timeout.ms"] = int(floor.Milliseconds())
-	if t.MaxPoll < floor {
-		t.MaxPoll = floor
-		(*d.confs.consumer)["max.poll.interval.ms"] = int(floor.Milliseconds())
+		d.config.Name, t.Session, lo.value, lo.from)
+	d.raiseSession(lo.value)
+}
+
+// raiseSession sets the classic session timeout to session, and the rebalance timeout to at least
+// that (fitSession).
+func (d *driver) raiseSession(session time.Duration) {
+	t := &d.timing
+	t.Session = session
+	(*d.confs.consumer)["session.timeout.ms"] = int(session.Milliseconds())
+	if t.MaxPoll < session {
+		t.MaxPoll = session
+		(*d.confs.consumer)["max.poll.interval.ms"] = int(session.Milliseconds())
 	}
 }
 

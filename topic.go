@@ -74,7 +74,12 @@ func (d *driver) prepareGroup() error {
 		}
 		if err == nil && !d.timing.Classic {
 			d.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
-				"so cannot check that it covers HeartbeatTimeout (%v)", d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+				"so cannot check yet that it covers HeartbeatTimeout (%v); no tenure leads until it can be read",
+				d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+		}
+		if err == nil {
+			// Nothing was reached to read the brokers' minimum session from.
+			d.fitSession(admin, nil)
 		}
 		return err
 	}

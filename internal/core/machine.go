@@ -141,6 +141,10 @@ type checkBook struct {
 	Troubled              bool
 	TroubleAt, deferSince time.Duration
 	deferring             bool
+	// inconclusive counts the checks in a row that could not see this instance's assignment, and
+	// retryAt is when the next may start (backOffInconclusive).
+	inconclusive int
+	retryAt      time.Duration
 }
 
 // newRoles makes the roles, each with its lease, for config and timing as New derived them, on the
