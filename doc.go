@@ -99,7 +99,7 @@
 //     the partitions' ends), or that followed as long without a commit, the leases hold their
 //     renewals back the same way until the answer bound has passed since it was taken, and no
 //     offset stored meanwhile anchors the window, whenever its heartbeat was sent
-//     (driver.heldAssignment).
+//     (internal/core, Machine.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
 //     outside such a hold. At the default timing the window is 2.748 s (348 ms at a 1 s lease), which
@@ -142,7 +142,7 @@
 // describe may set a session far shorter than the brokers' default, so where the broker refuses
 // what would tell (DescribeConfigs on the group, or on the cluster for a group that sets none of
 // its own), New fails with an error naming the grant, and where it merely could not be read New
-// warns and no tenure leads until it can be (session848.go, "Unknown means unknown"). Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
+// warns and no tenure leads until it can be (internal/driver, session848.go, "Unknown means unknown"). Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
 // Apache Kafka; kfake renews it on commits too, which kafkatest.AsKafka corrects), so the argument
 // above rests on the group heartbeats alone, which librdkafka sends whatever the rebalance.
 //
@@ -293,7 +293,7 @@
 // the first connection that meets it, for the instance's life; and so does any other way in which
 // the connection cannot do what librdkafka does: when its group checks, or whole rounds of its
 // heartbeats, have failed for a HeartbeatTimeout while librdkafka's commits were accepted
-// (sidefail.go), the session reads of KIP-848, the heartbeats and the tails go through librdkafka
+// (internal/driver, sidefail.go), the session reads of KIP-848, the heartbeats and the tails go through librdkafka
 // too from then on. There the check is sent once per membership
 // and not within a second of a failed broker connection (for at most ten seconds), and an abort
 // stays possible. The group handles an abort as a crash, so it costs a failover, not safety: run

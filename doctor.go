@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -278,7 +279,7 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 	if err != nil {
 		d.add("reach", CheckWarn, "run the doctor where the cluster can be reached with PLAINTEXT, SSL (PEM) or SASL PLAIN/SCRAM, "+
 			"or check the cluster by hand against the production notes of docs/operations.md",
-			"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
+			"cannot check the cluster: %s; only the configuration was checked", driver.ViaLibrdkafka(err))
 		return false
 	}
 	d.side = side
@@ -296,7 +297,7 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 			d.add("reach", CheckWarn, "check the cluster by hand against the production notes of docs/operations.md, or give the brokers "+
 				"TLS that Go accepts as well (certificates that name them in a subject alternative name and that Go can parse, "+
 				"cipher suites with an ECDHE key exchange)",
-				"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
+				"cannot check the cluster: %s; only the configuration was checked", driver.ViaLibrdkafka(err))
 			return false
 		}
 		if err == nil {
@@ -526,13 +527,14 @@ func (d *doctor) checkSession(ctx context.Context) {
 	cd := d.side
 	ht := *d.config.HeartbeatTimeout
 	if !d.timing.Classic {
-		t := readConsumerGroupTiming(ctx, cd, d.config.LeaderGroupID, ids, ht)
-		warning, err := t.judge(d.config.LeaderGroupID, ht)
-		var unknown *sessionUnknownError
+		t := driver.ReadConsumerGroupTiming(ctx, cd, shellErrors{d.config}, d.config.LeaderGroupID, ids, ht)
+		warning, err := t.Judge(d.config.LeaderGroupID, ht)
+		var unknown *driver.SessionUnknownError
+		var refused *AuthorizationError
 		switch {
-		case errors.As(err, &unknown) && unknown.refused != nil:
-			// New fails on it (session848.go, "Unknown means unknown").
-			d.add("session", CheckFail, d.grant("DescribeConfigs", unknown.refused.Resource, unknown.refused.Name),
+		case errors.As(err, &unknown) && errors.As(unknown.Refused, &refused):
+			// New fails on it (internal/driver, session848.go, "Unknown means unknown").
+			d.add("session", CheckFail, d.grant("DescribeConfigs", refused.Resource, refused.Name),
 				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
 		case errors.As(err, &unknown):
 			d.add("session", CheckWarn, "check that the brokers answer DescribeConfigs: no tenure leads while the session cannot be read",
@@ -544,28 +546,28 @@ func (d *doctor) checkSession(ctx context.Context) {
 			d.add("session", CheckWarn, "check that every broker answers DescribeConfigs, or compare its settings by hand", "%s", warning)
 		default:
 			d.add("session", CheckOK, "", "the broker's KIP-848 session for group %s, %v (%s), covers the lease %v and its heartbeat interval %v",
-				d.config.LeaderGroupID, t.session.value, t.session.from, ht, t.interval.value)
+				d.config.LeaderGroupID, t.Session.Value, t.Session.From, ht, t.Interval.Value)
 		}
 		return
 	}
-	lo, hi, problems := brokerSessionBounds(ctx, cd, ids)
+	lo, hi, problems := driver.BrokerSessionBounds(ctx, cd, ids)
 	session := d.timing.Session
 	switch {
-	case lo.from != "" && session < lo.value && d.timing.UserSession:
-		d.add("session", CheckFail, fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.value.Milliseconds()),
-			"the group session, %v (session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused", session, lo.value, lo.from)
-	case lo.from != "" && session < lo.value:
+	case lo.From != "" && session < lo.Value && d.timing.UserSession:
+		d.add("session", CheckFail, fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.Value.Milliseconds()),
+			"the group session, %v (session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused", session, lo.Value, lo.From)
+	case lo.From != "" && session < lo.Value:
 		d.add("session", CheckWarn, fmt.Sprintf("lower group.min.session.timeout.ms to %d or less for failover in about a lease", session.Milliseconds()),
 			"the group session that the lease %v implies, %v, is below the broker's minimum, %v (%s): New raises it to that, so a crashed leader is replaced after about %v",
-			ht, session, lo.value, lo.from, lo.value)
-	case hi.from != "" && session > hi.value:
+			ht, session, lo.Value, lo.From, lo.Value)
+	case hi.From != "" && session > hi.Value:
 		d.add("session", CheckFail, "lower the lease (--heartbeat-timeout), or raise group.max.session.timeout.ms",
-			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.value, hi.from)
-	case lo.from == "" || hi.from == "":
+			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.Value, hi.From)
+	case lo.From == "" || hi.From == "":
 		d.add("session", CheckWarn, "grant DescribeConfigs on the cluster to check it, or compare by hand",
 			"could not read the broker's group.min/max.session.timeout.ms (%s); the group session is %v", strings.Join(problems, "; "), session)
 	default:
-		d.add("session", CheckOK, "", "the group session, %v, lies within the broker's %v to %v", session, lo.value, hi.value)
+		d.add("session", CheckOK, "", "the group session, %v, lies within the broker's %v to %v", session, lo.Value, hi.Value)
 	}
 }
 
@@ -616,7 +618,7 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 	if rf := d.config.LeaderTopicReplicationFactor; rf > 0 {
 		rt.ReplicationFactor = int16(rf)
 	}
-	for k, v := range leaderTopicConfig {
+	for k, v := range driver.LeaderTopicConfig {
 		c := kmsg.NewCreateTopicsRequestTopicConfig()
 		c.Name, c.Value = k, kmsg.StringPtr(v)
 		rt.Configs = append(rt.Configs, c)
@@ -753,7 +755,7 @@ func (d *doctor) checkTopicOps(t topicInfo) {
 func (d *doctor) checkGroupACLs(ctx context.Context) {
 	group := d.config.LeaderGroupID
 	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, group); err != nil {
-		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
+		if driver.IsCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
 				"%s may not describe group %s (FindCoordinator: GROUP_AUTHORIZATION_FAILED): a contender needs Read and Describe on it, and Describe needs Describe", d.who(), group)
 		} else {
@@ -764,7 +766,7 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	}
 	observer := group + ".observer"
 	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, observer); err != nil {
-		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
+		if driver.IsCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-observer", CheckFail, d.grant("Describe", "group", observer)+" (or on the groups prefixed "+observer+")",
 				"%s may not describe group %s, which every observer (Watch, neli watch, ObserveLeader) and Describe (neli status) looks up", d.who(), observer)
 			return
@@ -790,13 +792,7 @@ func (d *doctor) mayDescribeClusterConfigs(ctx context.Context) bool {
 		return d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) != 0
 	}
 	d.readBrokerConfig(ctx)
-	return !isCode(d.brokerConfigErr, kafka.ErrClusterAuthorizationFailed)
-}
-
-// isCode reports whether err is, or wraps, the Kafka error code.
-func isCode(err error, code kafka.ErrorCode) bool {
-	var ke kafka.Error
-	return errors.As(err, &ke) && ke.Code() == code
+	return !driver.IsCode(d.brokerConfigErr, kafka.ErrClusterAuthorizationFailed)
 }
 
 // groupOps asks the group's coordinator for the principal's operations on the group.
@@ -908,7 +904,7 @@ func (d *doctor) checkTransactionalID(ctx context.Context) {
 	}
 	err := d.describeTransactionalID(ctx, id)
 	switch {
-	case isCode(err, kafka.ErrTransactionalIDAuthorizationFailed):
+	case driver.IsCode(err, kafka.ErrTransactionalIDAuthorizationFailed):
 		d.add("acl-transactional-id", CheckWarn, grant,
 			"%s may not use transactional id %s (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), which a FencedProducer of the group needs Write on", d.who(), id)
 	case err != nil:

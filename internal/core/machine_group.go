@@ -13,7 +13,7 @@ type groupState struct {
 	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
 	// commits once more, until that commit's result has been polled.
 	OwedCommit bool
-	// member says whether this membership of the group passed a group check (groupcheck.go).
+	// member says whether this membership of the group passed a group check (internal/driver, groupcheck.go).
 	member Membership
 }
 
@@ -323,7 +323,7 @@ type TopicPart struct {
 // time and serves every part that asked before it began.
 //
 // While a client has just seen a broker connection fail, the check waits for a quiet checkQuiet
-// (groupcheck.go), though never longer than checkQuietMax: a description sent as the
+// (internal/driver, groupcheck.go), though never longer than checkQuietMax: a description sent as the
 // coordinator's connection drops can abort the process.
 func (m *Machine) StartGroupCheck() {
 	if m.Check.busy || !slices.ContainsFunc(m.roles, func(p *Role) bool { return p.wantCheck }) {

@@ -248,7 +248,7 @@ func (c *Client) giveWay(addr string, err error) error {
 
 // GiveWay makes the connection give way to librdkafka for good, for the reason why, as a failed
 // handshake does: the instance calls it when the connection keeps failing at what librdkafka does
-// (goneli's sidefail.go). Requests under way end with their own results; from then on every
+// (internal/driver, sidefail.go). Requests under way end with their own results; from then on every
 // request returns the *FallbackError. Only the first call counts.
 func (c *Client) GiveWay(why error) {
 	fe := &FallbackError{Err: why}

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"fmt"
@@ -88,14 +88,14 @@ type giver interface {
 
 // sideUsable reports whether goneli's own connection is there and has not given way. Safe without
 // the driver's lock.
-func (d *driver) sideUsable() bool {
+func (d *Driver) sideUsable() bool {
 	return d.check.wire != nil && d.check.wire.Fallback() == nil && !d.check.sideOff.Load()
 }
 
 // sideFailed records that an operation over goneli's own connection that began at began failed
 // with err (w is the group check's watch or the heartbeats'), and makes the connection give way if
 // it has failed for long enough (sideWatch).
-func (d *driver) sideFailed(w *sideWatch, began time.Duration, err error) {
+func (d *Driver) sideFailed(w *sideWatch, began time.Duration, err error) {
 	if !d.sideUsable() || sidechan.IsFallback(err) || !d.Live() {
 		return
 	}
@@ -110,12 +110,12 @@ func (d *driver) sideFailed(w *sideWatch, began time.Duration, err error) {
 		g.GiveWay(why)
 		return
 	}
-	d.log.W()("goneli %s: %s", d.config.Name, viaLibrdkafka(fmt.Errorf("goneli's own connection gave way to librdkafka: %w", why)))
+	d.log.W()("goneli %s: %s", d.config.Name, ViaLibrdkafka(fmt.Errorf("goneli's own connection gave way to librdkafka: %w", why)))
 }
 
 // sideCommit records a commit answer of librdkafka's consumer: one that the coordinator accepted
 // for any partition shows librdkafka reaching it.
-func (d *driver) sideCommit(e kafka.OffsetsCommitted) {
+func (d *Driver) sideCommit(e kafka.OffsetsCommitted) {
 	if e.Error != nil {
 		return
 	}
@@ -133,7 +133,7 @@ func (d *driver) sideCommit(e kafka.OffsetsCommitted) {
 // coordinator's answer about the group (an answer about the group, which librdkafka would be
 // given as well, does not count), or under KIP-848 when the group's config resource did not
 // answer.
-func (d *driver) sideChecked(res describedGroup) {
+func (d *Driver) sideChecked(res describedGroup) {
 	if !d.check.sided {
 		return
 	}

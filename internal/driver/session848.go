@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 )
 
 // Under KIP-848 (group.protocol=consumer) the session timeout and the group heartbeat interval are
-// the broker's, not the client's, so groupTiming cannot check them. The lease argument (lease.go,
+// the broker's, not the client's, so groupTiming cannot check them. The lease argument (internal/core, lease.go,
 // committed) needs the same thing of them as under the classic protocol: the coordinator cannot
 // expel a member sooner than a session timeout after the last group heartbeat it had from it, which
 // came at most one heartbeat interval before the send time of any heartbeat whose commit it
@@ -48,7 +48,7 @@ import (
 // shorter than the brokers' defaults (GroupMetadataManager.consumerGroupSessionTimeoutMs takes the
 // group's consumer.session.timeout.ms over the broker's): a 20 s lease would pass against a 45 s
 // default on a group whose session is 2 s. So a session or interval that cannot be known refuses
-// to lead (judge returns a *sessionUnknownError):
+// to lead (judge returns a *SessionUnknownError):
 //   - New fails with it where the broker refused what would tell (an *AuthorizationError naming the
 //     DescribeConfigs grant is inside it): no retry mends a missing ACL, and an instance that never
 //     leads would say so only in its log. Where it merely could not be read (no broker answered in
@@ -88,22 +88,24 @@ const (
 	brokerIntervalKey = "group.consumer.heartbeat.interval.ms"
 )
 
-// brokerSetting is a millisecond setting read from the broker, with where it came from.
-type brokerSetting struct {
-	value time.Duration
-	from  string // for example `group "g" consumer.session.timeout.ms`; empty if not read
+// BrokerSetting is a millisecond setting read from the broker, with where it came from.
+type BrokerSetting struct {
+	Value time.Duration
+	From  string // for example `group "g" consumer.session.timeout.ms`; empty if not read
 }
 
-// consumerGroupTiming is the KIP-848 timing that the broker applies to a group, as far as it could
+// ConsumerGroupTiming is the KIP-848 timing that the broker applies to a group, as far as it could
 // be read.
-type consumerGroupTiming struct {
-	session, interval brokerSetting
+type ConsumerGroupTiming struct {
+	Session, Interval BrokerSetting
 	problems          []string // why something could not be read
 	// refused is the grant whose absence kept the session or interval from being known, if the
 	// broker refused one; unanswered is the error of the group resource's request if it failed
 	// without the broker's answer (over goneli's own connection, a failure of the connection:
 	// sidefail.go).
-	refused    *AuthorizationError
+	refused error
+	// errs makes the errors Judge returns.
+	errs       Errors
 	unanswered error
 }
 
@@ -175,7 +177,7 @@ func (b *brokerTimings) brokersFor(ctx context.Context, given []int32, lister br
 
 // brokerTiming is one broker's answer: its session and interval defaults, either unread.
 type brokerTiming struct {
-	session, interval brokerSetting
+	session, interval BrokerSetting
 }
 
 // seen reports whether broker id was asked before.
@@ -218,6 +220,7 @@ func (b *brokerTimings) last(id int32) (brokerTiming, bool) {
 // timingRead is one read of a group's KIP-848 timing.
 type timingRead struct {
 	cd      configDescriber
+	errs    Errors
 	group   string
 	brokers []int32
 	// timeout bounds each request; wait, where positive, bounds the wait for a broker asked before
@@ -228,17 +231,17 @@ type timingRead struct {
 	lister brokerLister
 }
 
-// readConsumerGroupTiming describes the group's config resource and every broker's, at once and
+// ReadConsumerGroupTiming describes the group's config resource and every broker's, at once and
 // within timeout, or until ctx ends (New, the doctor).
-func readConsumerGroupTiming(ctx context.Context, cd configDescriber, group string, brokers []int32, timeout time.Duration) consumerGroupTiming {
-	return timingRead{cd: cd, group: group, brokers: brokers, timeout: timeout}.read(ctx)
+func ReadConsumerGroupTiming(ctx context.Context, cd configDescriber, errs Errors, group string, brokers []int32, timeout time.Duration) ConsumerGroupTiming {
+	return timingRead{cd: cd, errs: errs, group: group, brokers: brokers, timeout: timeout}.read(ctx)
 }
 
 // read describes the group's config resource and every broker's at once, and returns what they say.
-func (r timingRead) read(ctx context.Context) consumerGroupTiming {
+func (r timingRead) read(ctx context.Context) ConsumerGroupTiming {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout+time.Second)
 	defer cancel()
-	var t consumerGroupTiming
+	t := ConsumerGroupTiming{errs: r.errs}
 	brokers, err := r.kept.brokersFor(ctx, r.brokers, r.lister)
 	if err != nil {
 		t.problems = append(t.problems, fmt.Sprintf("the brokers could not be listed: %v", err))
@@ -280,7 +283,7 @@ func (r timingRead) read(ctx context.Context) consumerGroupTiming {
 	wg.Wait()
 
 	groupKnown := t.readGroup(r.group, groupAnswer.res, groupAnswer.err)
-	var brokerSession, brokerInterval brokerSetting
+	var brokerSession, brokerInterval BrokerSetting
 	var refusedBrokers error
 	for i, id := range brokers {
 		a, what := brokerAnswers[i], fmt.Sprintf("broker %q", strconv.Itoa(int(id)))
@@ -292,7 +295,7 @@ func (r timingRead) read(ctx context.Context) consumerGroupTiming {
 			bt.session = settingOf(a.res[0], brokerSessionKey, what, &t.problems)
 			bt.interval = settingOf(a.res[0], brokerIntervalKey, what, &t.problems)
 		} else {
-			if isCode(a.err, kafka.ErrClusterAuthorizationFailed) {
+			if IsCode(a.err, kafka.ErrClusterAuthorizationFailed) {
 				refusedBrokers = a.err
 			}
 			last, ok := r.kept.last(id)
@@ -304,27 +307,27 @@ func (r timingRead) read(ctx context.Context) consumerGroupTiming {
 			}
 		}
 		r.kept.record(id, bt, a.err == nil)
-		if s := bt.session; s.from != "" && (brokerSession.from == "" || s.value < brokerSession.value) {
+		if s := bt.session; s.From != "" && (brokerSession.From == "" || s.Value < brokerSession.Value) {
 			brokerSession = s
 		}
-		if s := bt.interval; s.from != "" && (brokerInterval.from == "" || s.value > brokerInterval.value) {
+		if s := bt.interval; s.From != "" && (brokerInterval.From == "" || s.Value > brokerInterval.Value) {
 			brokerInterval = s
 		}
 	}
 	if !groupKnown {
 		return t
 	}
-	t.session = t.session.or(brokerSession)
-	t.interval = t.interval.or(brokerInterval)
-	if (t.session.from == "" || t.interval.from == "") && refusedBrokers != nil {
-		t.refused = &AuthorizationError{Operation: "DescribeConfigs", Resource: "cluster", Name: "kafka-cluster", Client: "admin", Err: refusedBrokers}
+	t.Session = t.Session.or(brokerSession)
+	t.Interval = t.Interval.or(brokerInterval)
+	if (t.Session.From == "" || t.Interval.From == "") && refusedBrokers != nil {
+		t.refused = t.errs.Refused("DescribeConfigs", "cluster", "kafka-cluster", refusedBrokers)
 	}
 	return t
 }
 
 // readGroup takes the answer for the group's resource, and reports whether it tells the group's own
 // settings: those it sets, or that it sets none.
-func (t *consumerGroupTiming) readGroup(group string, res []kafka.ConfigResourceResult, err error) bool {
+func (t *ConsumerGroupTiming) readGroup(group string, res []kafka.ConfigResourceResult, err error) bool {
 	what := fmt.Sprintf("group %q", group)
 	if err == nil && res[0].Error.Code() != kafka.ErrNoError {
 		err = res[0].Error
@@ -334,31 +337,31 @@ func (t *consumerGroupTiming) readGroup(group string, res []kafka.ConfigResource
 	}
 	switch {
 	case err == nil:
-		t.session = groupSettingOf(res[0], groupSessionKey, what, &t.problems)
-		t.interval = groupSettingOf(res[0], groupIntervalKey, what, &t.problems)
+		t.Session = groupSettingOf(res[0], groupSessionKey, what, &t.problems)
+		t.Interval = groupSettingOf(res[0], groupIntervalKey, what, &t.problems)
 		return true
-	case isCode(err, kafka.ErrInvalidRequest):
+	case IsCode(err, kafka.ErrInvalidRequest):
 		// Kafka before 4.0: no group resource, so no group sets its own.
 		return true
-	case isCode(err, kafka.ErrGroupAuthorizationFailed):
-		t.refused = &AuthorizationError{Operation: "DescribeConfigs", Resource: "group", Name: group, Client: "admin", Err: err}
+	case IsCode(err, kafka.ErrGroupAuthorizationFailed):
+		t.refused = t.errs.Refused("DescribeConfigs", "group", group, err)
 	}
 	t.problems = append(t.problems, fmt.Sprintf("%s: %v", what, err))
 	return false
 }
 
 // or is s if it was read, else alt.
-func (s brokerSetting) or(alt brokerSetting) brokerSetting {
-	if s.from != "" {
+func (s BrokerSetting) or(alt BrokerSetting) BrokerSetting {
+	if s.From != "" {
 		return s
 	}
 	return alt
 }
 
 // groupSettingOf is settingOf for a GROUP resource: only a value set for the group counts.
-func groupSettingOf(r kafka.ConfigResourceResult, key, what string, problems *[]string) brokerSetting {
+func groupSettingOf(r kafka.ConfigResourceResult, key, what string, problems *[]string) BrokerSetting {
 	if r.Config[key].Source != kafka.ConfigSourceGroup {
-		return brokerSetting{}
+		return BrokerSetting{}
 	}
 	return settingOf(r, key, what, problems)
 }
@@ -366,34 +369,34 @@ func groupSettingOf(r kafka.ConfigResourceResult, key, what string, problems *[]
 // settingOf reads a millisecond setting from a described resource. A setting that is missing or
 // empty (kfake describes a group's settings that were never set without a value) is not read; one
 // that does not parse is a problem.
-func settingOf(r kafka.ConfigResourceResult, key, what string, problems *[]string) brokerSetting {
+func settingOf(r kafka.ConfigResourceResult, key, what string, problems *[]string) BrokerSetting {
 	e, ok := r.Config[key]
 	if !ok || strings.TrimSpace(e.Value) == "" {
-		return brokerSetting{}
+		return BrokerSetting{}
 	}
 	ms, err := strconv.ParseInt(strings.TrimSpace(e.Value), 10, 64)
 	if err != nil || ms <= 0 {
 		*problems = append(*problems, fmt.Sprintf("%s %s=%q is not a positive number of milliseconds", what, key, e.Value))
-		return brokerSetting{}
+		return BrokerSetting{}
 	}
-	return brokerSetting{value: time.Duration(ms) * time.Millisecond, from: what + " " + key}
+	return BrokerSetting{Value: time.Duration(ms) * time.Millisecond, From: what + " " + key}
 }
 
-// sessionUnknownError refuses to lead on a KIP-848 session or group heartbeat interval that could
+// SessionUnknownError refuses to lead on a KIP-848 session or group heartbeat interval that could
 // not be known (see "Unknown means unknown"). It wraps the *AuthorizationError of a refused grant,
 // if the broker refused one.
-type sessionUnknownError struct {
+type SessionUnknownError struct {
 	group   string
 	lease   time.Duration
 	what    string // "session timeout" or "group heartbeat interval"
 	why     string
-	refused *AuthorizationError
+	Refused error
 }
 
-func (e *sessionUnknownError) Error() string {
+func (e *SessionUnknownError) Error() string {
 	fix := "grant DescribeConfigs on the group and the cluster to the client's principal (docs/operations.md, ACLs)"
-	if e.refused != nil {
-		fix = e.refused.Error()
+	if e.Refused != nil {
+		fix = e.Refused.Error()
 	}
 	return fmt.Sprintf("goneli: cannot tell the %s that the broker applies to group %s under KIP-848 (%s), so cannot check that it "+
 		"covers HeartbeatTimeout (%v): the group's own consumer.session.timeout.ms may be shorter than the brokers' default; %s",
@@ -401,45 +404,44 @@ func (e *sessionUnknownError) Error() string {
 }
 
 // Unwrap returns the refused grant, if any.
-func (e *sessionUnknownError) Unwrap() error {
-	if e.refused == nil {
+func (e *SessionUnknownError) Unwrap() error {
+	if e.Refused == nil {
 		return nil
 	}
-	return e.refused
+	return e.Refused
 }
 
 // judge checks the timing against a lease of ht. It returns a warning for what could not be read
-// but did not matter (empty if nothing), a *sessionUnknownError if the session or interval is not
-// known, or the *ConfigError that refuses ht.
-func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning string, err error) {
+// but did not matter (empty if nothing), a *SessionUnknownError if the session or interval is not
+// known, or the error (goneli.ConfigError) that refuses ht.
+func (t ConsumerGroupTiming) Judge(group string, ht time.Duration) (warning string, err error) {
 	why := "nothing answered"
 	if len(t.problems) > 0 {
 		why = strings.Join(t.problems, "; ")
 	}
-	if t.session.from == "" {
-		return "", &sessionUnknownError{group: group, lease: ht, what: "session timeout", why: why, refused: t.refused}
+	if t.Session.From == "" {
+		return "", &SessionUnknownError{group: group, lease: ht, what: "session timeout", why: why, Refused: t.refused}
 	}
 	// Without the interval, a session that not even a lease and the margin fit in is refused all the
 	// same.
 	margin := core.SessionMargin(ht)
 	floor, need := ht+margin, fmt.Sprintf("HeartbeatTimeout + a margin for clock rates (%v + %v)", ht, margin)
-	if t.interval.from != "" {
-		floor = ht + 2*t.interval.value + margin
+	if t.Interval.From != "" {
+		floor = ht + 2*t.Interval.Value + margin
 		need = fmt.Sprintf("HeartbeatTimeout + 2 x the group heartbeat interval + a margin for clock rates (%v + 2 x %v (%s) + %v = %v)",
-			ht, t.interval.value, t.interval.from, margin, floor)
+			ht, t.Interval.Value, t.Interval.From, margin, floor)
 	}
-	if t.session.value >= floor && t.interval.from == "" {
-		return "", &sessionUnknownError{group: group, lease: ht, what: "group heartbeat interval", why: why, refused: t.refused}
+	if t.Session.Value >= floor && t.Interval.From == "" {
+		return "", &SessionUnknownError{group: group, lease: ht, what: "group heartbeat interval", why: why, Refused: t.refused}
 	}
-	if t.session.value < floor {
+	if t.Session.Value < floor {
 		advice := "raise the session timeout"
-		if fits := maxLeaseFor(t.session.value, floor-ht-margin); fits >= MinHeartbeatTimeout {
+		if fits := maxLeaseFor(t.Session.Value, floor-ht-margin); fits >= core.MinHeartbeatTimeout {
 			advice = fmt.Sprintf("lower HeartbeatTimeout to at most %v, or raise the session timeout", fits)
 		}
-		return "", &ConfigError{Field: "HeartbeatTimeout", Value: ht,
-			Reason: fmt.Sprintf("unsafe with the broker's KIP-848 session for group %s: its session timeout, %v (%s), must be at least %s, "+
-				"so that a leader cut off from Kafka fences itself before the coordinator can expel it; %s",
-				group, t.session.value, t.session.from, need, advice)}
+		return "", t.errs.Config("HeartbeatTimeout", ht, fmt.Sprintf("unsafe with the broker's KIP-848 session for group %s: its session timeout, %v (%s), must be at least %s, "+
+			"so that a leader cut off from Kafka fences itself before the coordinator can expel it; %s",
+			group, t.Session.Value, t.Session.From, need, advice))
 	}
 	if len(t.problems) > 0 {
 		return fmt.Sprintf("could not read everything of the KIP-848 session for group %s (%s); checked against what was read", group, why), nil
@@ -451,18 +453,18 @@ func (t consumerGroupTiming) judge(group string, ht time.Duration) (warning stri
 // HeartbeatTimeout that its session does not cover, or a session that the broker refused to tell
 // (see "Unknown means unknown"); what merely could not be read is logged, and no tenure leads
 // until it can be. What was read replaces the client-side timing that the log line of New reports.
-func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) error {
+func (d *Driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) error {
 	ht := *d.config.HeartbeatTimeout
-	var t consumerGroupTiming
+	var t ConsumerGroupTiming
 	if cd, ok := admin.(configDescriber); ok {
-		t = timingRead{cd: cd, group: d.config.LeaderGroupID, brokers: brokers, timeout: ht, kept: &d.check.timings}.read(context.Background())
+		t = timingRead{cd: cd, errs: d.config.Errors, group: d.config.LeaderGroupID, brokers: brokers, timeout: ht, kept: &d.check.timings}.read(context.Background())
 	} else {
 		t.problems = []string{"the KafkaAdmin cannot describe configs"}
 	}
-	warning, err := t.judge(d.config.LeaderGroupID, ht)
-	var unknown *sessionUnknownError
+	warning, err := t.Judge(d.config.LeaderGroupID, ht)
+	var unknown *SessionUnknownError
 	switch {
-	case errors.As(err, &unknown) && unknown.refused == nil:
+	case errors.As(err, &unknown) && unknown.Refused == nil:
 		d.log.W()("goneli %s: %v; no tenure leads until it can be read", d.config.Name, strings.TrimPrefix(err.Error(), "goneli: "))
 		return nil
 	case err != nil:
@@ -470,7 +472,7 @@ func (d *driver) checkConsumerGroupSession(admin KafkaAdmin, brokers []int32) er
 	case warning != "":
 		d.log.W()("goneli %s: %s", d.config.Name, warning)
 	}
-	d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
+	d.timing.BrokerSession, d.timing.BrokerInterval = t.Session.Value, t.Interval.Value
 	return nil
 }
 
@@ -490,18 +492,18 @@ func maxLeaseFor(session, intervals time.Duration) time.Duration {
 // connection, an admin client), nil under the classic protocol. A describer that cannot describe
 // configs (a KafkaAdmin written for earlier versions) reads nothing, which the check takes for a
 // session it cannot know.
-func (d *driver) sessionReader(desc groupDescriber) func(context.Context) consumerGroupTiming {
+func (d *Driver) sessionReader(desc GroupDescriber) func(context.Context) ConsumerGroupTiming {
 	if d.timing.Classic {
 		return nil
 	}
 	cd, ok := desc.(configDescriber)
 	if !ok {
-		return func(context.Context) consumerGroupTiming {
-			return consumerGroupTiming{problems: []string{"the KafkaAdmin cannot describe configs"}}
+		return func(context.Context) ConsumerGroupTiming {
+			return ConsumerGroupTiming{problems: []string{"the KafkaAdmin cannot describe configs"}, errs: d.config.Errors}
 		}
 	}
 	ht := *d.config.HeartbeatTimeout
-	r := timingRead{cd: cd, group: d.config.LeaderGroupID, brokers: slices.Clone(d.brokers), timeout: ht, wait: timingWait(ht), kept: &d.check.timings}
+	r := timingRead{cd: cd, errs: d.config.Errors, group: d.config.LeaderGroupID, brokers: slices.Clone(d.brokers), timeout: ht, wait: timingWait(ht), kept: &d.check.timings}
 	switch l := desc.(type) {
 	case brokerLister:
 		r.lister = l
@@ -518,19 +520,19 @@ func (d *driver) sessionReader(desc groupDescriber) func(context.Context) consum
 // that leads again after a fence, reads it again before it leads (lease.recheck), and does not lead
 // while the session is too short for the lease (the check fails, and is retried like a failed
 // one). What it reads also replaces the timing the window for explicit commits is measured with.
-func (d *driver) checkSessionAgain(t consumerGroupTiming) error {
-	warning, err := t.judge(d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+func (d *Driver) checkSessionAgain(t ConsumerGroupTiming) error {
+	warning, err := t.Judge(d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 	if err != nil {
-		d.throttle.log(d.log.E(), "session848", "goneli %s: not leading: %v", d.config.Name, err)
+		d.throttle.Log(d.log.E(), "session848", "goneli %s: not leading: %v", d.config.Name, err)
 		return err
 	}
 	if warning != "" {
-		d.throttle.log(d.log.W(), "session848-read", "goneli %s: %s", d.config.Name, warning)
+		d.throttle.Log(d.log.W(), "session848-read", "goneli %s: %s", d.config.Name, warning)
 	}
-	if t.session.value != d.timing.BrokerSession || t.interval.value != d.timing.BrokerInterval {
+	if t.Session.Value != d.timing.BrokerSession || t.Interval.Value != d.timing.BrokerInterval {
 		d.log.I()("goneli %s: the broker's KIP-848 session for group %s is now %v (%s), group heartbeat %v (%s)",
-			d.config.Name, d.config.LeaderGroupID, t.session.value, t.session.from, t.interval.value, t.interval.from)
-		d.timing.BrokerSession, d.timing.BrokerInterval = t.session.value, t.interval.value
+			d.config.Name, d.config.LeaderGroupID, t.Session.Value, t.Session.From, t.Interval.Value, t.Interval.From)
+		d.timing.BrokerSession, d.timing.BrokerInterval = t.Session.Value, t.Interval.Value
 		d.machine(func(m *core.Machine) { m.UseTiming(d.timing) })
 	}
 	return nil

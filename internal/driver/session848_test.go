@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"context"
@@ -166,10 +166,10 @@ func TestConsumerGroupTiming(t *testing.T) {
 			if _, ok := tc.settings["broker 2"]; ok {
 				brokers = []int32{2, 1}
 			}
-			warning, err := readConsumerGroupTiming(context.Background(), f, "g", brokers, time.Second).judge("g", lease)
-			var ce *ConfigError
-			var unknown *sessionUnknownError
-			var refused *AuthorizationError
+			warning, err := ReadConsumerGroupTiming(context.Background(), f, testErrors{}, "g", brokers, time.Second).Judge("g", lease)
+			var ce *apiError
+			var unknown *SessionUnknownError
+			var refused *apiError
 			switch {
 			case tc.unknown != "":
 				if !errors.As(err, &unknown) || !strings.Contains(err.Error(), tc.unknown) {
@@ -202,7 +202,7 @@ func TestConsumerGroupTiming(t *testing.T) {
 // takes one broker resource per request.
 func TestConsumerGroupTimingRequests(t *testing.T) {
 	f := &fakeConfigs{settings: map[string]map[string]string{}}
-	readConsumerGroupTiming(context.Background(), f, "g", []int32{3, 1, 2}, time.Second)
+	ReadConsumerGroupTiming(context.Background(), f, testErrors{}, "g", []int32{3, 1, 2}, time.Second)
 	got := map[string]bool{}
 	for _, req := range f.asked {
 		got[strings.Join(req, ",")] = true
@@ -225,28 +225,28 @@ func TestConsumerGroupTimingWaitsLittleForABrokerAskedBefore(t *testing.T) {
 		f := &fakeConfigs{settings: map[string]map[string]string{
 			"group g": {}, "broker 1": {brokerSessionKey: "10000", brokerIntervalKey: "100"}, "broker 2": {brokerSessionKey: "5000", brokerIntervalKey: "100"}}}
 		var kept brokerTimings
-		read := func() consumerGroupTiming {
-			return timingRead{cd: f, group: "g", brokers: []int32{1, 2}, timeout: lease, wait: wait, kept: &kept}.read(context.Background())
+		read := func() ConsumerGroupTiming {
+			return timingRead{cd: f, errs: testErrors{}, group: "g", brokers: []int32{1, 2}, timeout: lease, wait: wait, kept: &kept}.read(context.Background())
 		}
-		if got := read(); got.session.value != 5*time.Second {
-			t.Fatalf("first read: session %v, want broker 2's 5s", got.session.value)
+		if got := read(); got.Session.Value != 5*time.Second {
+			t.Fatalf("first read: session %v, want broker 2's 5s", got.Session.Value)
 		}
 		f.silent = map[string]bool{"broker 2": true}
 		got := read()
-		if got.session.value != 5*time.Second || !strings.Contains(strings.Join(got.problems, "; "), "its last answer counts") {
-			t.Fatalf("broker 2 silent: session %v (%v), want its last answer, 5s", got.session.value, got.problems)
+		if got.Session.Value != 5*time.Second || !strings.Contains(strings.Join(got.problems, "; "), "its last answer counts") {
+			t.Fatalf("broker 2 silent: session %v (%v), want its last answer, 5s", got.Session.Value, got.problems)
 		}
 		if f.waited["broker 2"] != wait {
 			t.Errorf("waited %v for broker 2, which answered before; want %v", f.waited["broker 2"], wait)
 		}
 		f.silent = map[string]bool{"broker 3": true}
-		timingRead{cd: f, group: "g", brokers: []int32{1, 2, 3}, timeout: lease, wait: wait, kept: &kept}.read(context.Background())
+		timingRead{cd: f, errs: testErrors{}, group: "g", brokers: []int32{1, 2, 3}, timeout: lease, wait: wait, kept: &kept}.read(context.Background())
 		if f.waited["broker 3"] != lease+time.Second {
 			t.Errorf("waited %v for broker 3, never asked before; want the whole bound, %v", f.waited["broker 3"], lease+time.Second)
 		}
 		f.settings["group g"] = map[string]string{groupSessionKey: "4000", groupIntervalKey: "200"}
-		if got := read(); got.session.value != 4*time.Second || got.interval.value != 200*time.Millisecond {
-			t.Errorf("the group's settings changed: read %v and %v, want 4s and 200ms", got.session.value, got.interval.value)
+		if got := read(); got.Session.Value != 4*time.Second || got.Interval.Value != 200*time.Millisecond {
+			t.Errorf("the group's settings changed: read %v and %v, want 4s and 200ms", got.Session.Value, got.Interval.Value)
 		}
 	})
 }

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"context"
@@ -29,7 +29,7 @@ const minSessionKey = "group.min.session.timeout.ms"
 // alone, a derived session that the brokers' minimum refuses makes every JoinGroup fail, and Pulse
 // return a fatal SessionTimeoutError. A session the application set is left alone.
 //
-// A longer session is as safe. The lease's argument (the package doc, lease.go) needs the
+// A longer session is as safe. The lease's argument (goneli's package doc; internal/core, lease.go) needs the
 // coordinator to keep a member for at least HeartbeatTimeout plus two group heartbeat intervals and
 // a margin after the group heartbeat that preceded a renewing commit's heartbeat: a session of
 // floor or more does, and a longer one keeps it longer still, so the lease runs out even further
@@ -38,13 +38,13 @@ const minSessionKey = "group.min.session.timeout.ms"
 // rests on it (expelBound), is measured from the raised value, as join hands the leases the timing
 // this leaves. What a longer session costs is failover: a crashed or cut-off leader's partition is
 // reassigned a session timeout after its last group heartbeat, so that much later.
-func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
+func (d *Driver) fitSession(admin KafkaAdmin, brokers []int32) {
 	t := &d.timing
 	if !t.Classic || t.UserSession || t.Session >= kafkaMinSession {
 		return
 	}
 	ht := *d.config.HeartbeatTimeout
-	var lo brokerSetting
+	var lo BrokerSetting
 	var problems []string
 	cd, ok := admin.(configDescriber)
 	switch {
@@ -54,14 +54,14 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 		problems = []string{"the KafkaAdmin cannot describe configs"}
 	default:
 		ctx, cancel := context.WithTimeout(context.Background(), ht)
-		lo, _, problems = brokerSessionBounds(ctx, cd, brokers, kafka.SetAdminRequestTimeout(ht))
+		lo, _, problems = BrokerSessionBounds(ctx, cd, brokers, kafka.SetAdminRequestTimeout(ht))
 		cancel()
 	}
-	if len(problems) > 0 && lo.from != "" {
+	if len(problems) > 0 && lo.From != "" {
 		d.log.D()("goneli %s: could not read every broker's %s (%s); the largest of those read is %v",
-			d.config.Name, minSessionKey, strings.Join(problems, "; "), lo.value)
+			d.config.Name, minSessionKey, strings.Join(problems, "; "), lo.Value)
 	}
-	if lo.from == "" {
+	if lo.From == "" {
 		d.log.W()("goneli %s: could not read the brokers' %s (%s), so the session timeout is raised from %v to Apache Kafka's default "+
 			"minimum, %v, which a broker that keeps the default accepts; a crashed leader is replaced that much later. Grant DescribeConfigs "+
 			"on the cluster for New to read the brokers' own minimum, or set KafkaConfig[\"session.timeout.ms\"]",
@@ -69,17 +69,17 @@ func (d *driver) fitSession(admin KafkaAdmin, brokers []int32) {
 		d.raiseSession(kafkaMinSession)
 		return
 	}
-	if lo.value <= t.Session {
+	if lo.Value <= t.Session {
 		return
 	}
 	d.log.I()("goneli %s: session timeout raised from %v to %v (%s); a crashed leader is replaced that much later",
-		d.config.Name, t.Session, lo.value, lo.from)
-	d.raiseSession(lo.value)
+		d.config.Name, t.Session, lo.Value, lo.From)
+	d.raiseSession(lo.Value)
 }
 
 // raiseSession sets the classic session timeout to session, and the rebalance timeout to at least
 // that (fitSession).
-func (d *driver) raiseSession(session time.Duration) {
+func (d *Driver) raiseSession(session time.Duration) {
 	t := &d.timing
 	t.Session = session
 	(*d.confs.consumer)["session.timeout.ms"] = int(session.Milliseconds())
@@ -89,11 +89,11 @@ func (d *driver) raiseSession(session time.Duration) {
 	}
 }
 
-// brokerSessionBounds describes every broker's config at once and returns the largest
+// BrokerSessionBounds describes every broker's config at once and returns the largest
 // group.min.session.timeout.ms and the smallest group.max.session.timeout.ms among them (any broker
 // may coordinate the group, so a session must suit every one), with what could not be read. New
 // (fitSession) and the doctor (checkSession) share it.
-func brokerSessionBounds(ctx context.Context, cd configDescriber, brokers []int32, opts ...kafka.DescribeConfigsAdminOption) (lo, hi brokerSetting, problems []string) {
+func BrokerSessionBounds(ctx context.Context, cd configDescriber, brokers []int32, opts ...kafka.DescribeConfigsAdminOption) (lo, hi BrokerSetting, problems []string) {
 	type answer struct {
 		res []kafka.ConfigResourceResult
 		err error
@@ -122,10 +122,10 @@ func brokerSessionBounds(ctx context.Context, cd configDescriber, brokers []int3
 			continue
 		}
 		what := fmt.Sprintf("broker %d", brokers[i])
-		if s := settingOf(a.res[0], minSessionKey, what, &problems); s.from != "" && (lo.from == "" || s.value > lo.value) {
+		if s := settingOf(a.res[0], minSessionKey, what, &problems); s.From != "" && (lo.From == "" || s.Value > lo.Value) {
 			lo = s
 		}
-		if s := settingOf(a.res[0], "group.max.session.timeout.ms", what, &problems); s.from != "" && (hi.from == "" || s.value < hi.value) {
+		if s := settingOf(a.res[0], "group.max.session.timeout.ms", what, &problems); s.From != "" && (hi.From == "" || s.Value < hi.Value) {
 			hi = s
 		}
 	}
