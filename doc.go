@@ -102,7 +102,7 @@
 //     (internal/core, Machine.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
-//     outside such a hold. At the default timing the window is 2.748 s (348 ms at a 1 s lease), which
+//     outside such a hold. At the default timing the window is 2.748 s (476 ms at a 1 s lease), which
 //     rode out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up before
 //     the commit gate narrowed it (not measured since); at
 //     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.

@@ -376,8 +376,8 @@ func commitStall(poll time.Duration) time.Duration {
 // result late, and a window measured from that moment reached past R + expel (issue 38: two
 // leaders for up to 693 ms). goneli's default rebalance timeout, twice the lease, leaves a window of
 // 0.8 x HeartbeatTimeout less an answer bound and the longer of an answer bound and a renewal
-// interval: 2.748 s at the default lease and 348 ms at 1 s (2.875 s and 475 ms before the commit
-// gate), which still rides out librdkafka's wait of up to a second to rejoin at 1 s (from leases of
+// interval: 2.748 s at the default lease and 476 ms at 1 s with its default 50 ms MinPollInterval
+// (348 ms with a 100 ms one; 2.875 s and 475 ms before the commit gate), which still rides out librdkafka's wait of up to a second to rejoin at 1 s (from leases of
 // about 0.8 s up with the window before the gate; the bound has not been measured again since).
 func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Duration {
 	return max(0, rebalance-lease-2*hb-answer-max(renew, answer))
