@@ -9,7 +9,7 @@
 // on (timing.go).
 //
 // The package starts no goroutine, shares no lock with I/O, reads the time only through the Clock
-// it is given, and imports no Kafka client. Two shells run it: goneli's driver (the root package,
+// it is given, and imports no Kafka client. Two shells run it: goneli's driver (internal/driver,
 // driver.go), which carries librdkafka's, kgo's and the producer's events in and the effects out;
 // and the simulation (sim_*_test.go here), whose models of librdkafka, Apache Kafka's group
 // coordinator and the network do the same on a virtual clock under adversarial schedules. What the

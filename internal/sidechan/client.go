@@ -44,12 +44,16 @@ type Options struct {
 	// Limit bounds each request: a connection that does not answer within it is closed rather
 	// than used again (kgo's RequestTimeoutOverhead), and retries stop after it.
 	Limit time.Duration
-	// OnFallback is called once, when a broker's certificate makes the connection give way to
-	// librdkafka; it must not block.
+	// OnFallback is called once, when the connection gives way to librdkafka for good (a failed
+	// TLS handshake, or GiveWay); it must not block.
 	OnFallback func(error)
-	// MetadataV10 caps Metadata at version 10, the last that reports the principal's operations
-	// on the cluster (the doctor reads them).
-	MetadataV10 bool
+	// Operations caps Metadata at version 10, the last that reports the principal's operations
+	// on the cluster, and DescribeGroups at version 5, the last that answers a group that does not
+	// exist (or is of the consumer protocol) as Dead without an error, and so with the principal's
+	// operations on it (the doctor reads them): from version 6 (KIP-1043) Kafka answers such a
+	// group GROUP_ID_NOT_FOUND, and fills in operations only for results without an error
+	// (KafkaApis.handleDescribeGroupsRequest).
+	Operations bool
 }
 
 // Client is goneli's own connection to a cluster: one kgo client (franz-go), which finds
@@ -63,10 +67,15 @@ type Client struct {
 	// opened and closed count connections, for tests and measurements.
 	opened, closed atomic.Int64
 	closing        sync.Once
+	// abandoned counts the requests still running that bounded stopped waiting for.
+	abandoned sync.WaitGroup
 
 	mu      sync.Mutex
 	leaders map[string]topicLeaders // by topic: where Produce sends each partition
-	coords  map[string]int32        // by group: its coordinator, as last found (groupRequest)
+	// coordinators are the brokers that coordinate each group, by group, as last found: the next
+	// description of the group (requestGroup) and a GROUP config resource of it (DescribeConfigs)
+	// go there.
+	coordinators map[string]int32
 }
 
 // New makes a client from a librdkafka configuration, or returns an error wrapping ErrUnsupported
@@ -76,7 +85,7 @@ func New(conf kafka.ConfigMap, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}, coords: map[string]int32{}}
+	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}, coordinators: map[string]int32{}}
 	cl, err := kgo.NewClient(c.kgoOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("goneli's own connection: %w", err)
@@ -126,41 +135,90 @@ func (c *Client) kgoOptions() []kgo.Opt {
 	// by ID alone (KIP-516), which a heartbeat has no use for.
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 12)
-	if c.opts.MetadataV10 {
+	if c.opts.Operations {
 		v.SetMaxKeyVersion(kmsg.Metadata.Int16(), 10)
+		v.SetMaxKeyVersion(kmsg.DescribeGroups.Int16(), 5)
 	}
 	return append(opts, kgo.MaxVersions(v))
 }
 
-// dialer connects, over TLS where configured, and notes a certificate that Go refuses.
+// dialer connects, over TLS where configured, and makes the connection give way to librdkafka for
+// good when a TLS handshake fails for what the broker sent or refused rather than for the network
+// (handshakeRefused).
 func (c *Client) dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: timeout}
+	nd := &net.Dialer{}
 	return func(ctx context.Context, _, addr string) (net.Conn, error) {
 		if err := c.Fallback(); err != nil {
 			return nil, err
 		}
-		if c.settings.TLS == nil {
-			return nd.DialContext(ctx, c.settings.Network, addr)
+		// As tls.Dialer does, the timeout covers the handshake too.
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		raw, err := nd.DialContext(ctx, c.settings.Network, addr)
+		if err != nil || c.settings.TLS == nil {
+			return raw, err
 		}
-		// tls.Dialer names the server after addr's host where the configuration names none.
-		td := &tls.Dialer{NetDialer: nd, Config: c.settings.TLS}
-		conn, err := td.DialContext(ctx, c.settings.Network, addr)
-		var refused *tls.CertificateVerificationError
-		if errors.As(err, &refused) {
-			return nil, c.giveWay(addr, err)
+		cfg := c.settings.TLS
+		if cfg.ServerName == "" {
+			// tls.Dialer names the server after addr's host where the configuration names none.
+			host, _, _ := net.SplitHostPort(addr)
+			cfg = cfg.Clone()
+			cfg.ServerName = host
 		}
-		return conn, err
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			if handshakeRefused(err) {
+				return nil, c.giveWay(addr, err)
+			}
+			return nil, err
+		}
+		return conn, nil
 	}
+}
+
+// handshakeRefused reports whether a TLS handshake failed for what one end made of the other's
+// messages (an alert either end sent, a certificate that Go cannot parse or does not trust, a
+// record that is not TLS) rather than for the connection (closed, reset, timed out), which a
+// broker that restarts causes too and which the next connection may not meet.
+//
+// Go's crypto/tls and OpenSSL do not accept the same handshakes. Go 1.22 and later offer no
+// TLS_RSA_* (RSA key exchange) cipher suites, which OpenSSL 3 still offers, so a broker that
+// accepts only those answers Go's hello with a handshake_failure alert; crypto/x509 refuses to
+// parse certificates that OpenSSL accepts (a negative serial number since Go 1.23, malformed or
+// duplicate extensions, RSA keys over 8192 bits), and reports that as a plain error, before any
+// verification. Whatever such a failure is, it is a property of the broker's TLS setup and of
+// Go's, which no retry changes; librdkafka, which connects with OpenSSL, may well succeed, and if
+// it fails as well nothing is lost by leaving the work to it.
+func handshakeRefused(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && (oe.Op == "remote error" || oe.Op == "local error") {
+		// crypto/tls reports an alert, received or sent, as a *net.OpError with these operations
+		// (conn.go), which is no failure of the network.
+		return true
+	}
+	var ne net.Error
+	return !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, net.ErrClosed) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &ne)
 }
 
 // FallbackError says why goneli's own connection gave way to librdkafka for good.
 type FallbackError struct {
+	// Broker is the address of the broker whose TLS handshake failed; empty when the connection
+	// gave way for another reason (GiveWay), which Err then gives.
 	Broker string
 	Err    error
 }
 
 func (e *FallbackError) Error() string {
-	return fmt.Sprintf("goneli's own connection cannot verify the certificate of broker %s (%v), which librdkafka (OpenSSL) verifies by its own rules", e.Broker, e.Err)
+	var unverified *tls.CertificateVerificationError
+	switch {
+	case e.Broker == "":
+		return fmt.Sprintf("goneli's own connection gave way to librdkafka: %v", e.Err)
+	case errors.As(e.Err, &unverified):
+		return fmt.Sprintf("goneli's own connection cannot verify the certificate of broker %s (%v), which librdkafka (OpenSSL) verifies by its own rules", e.Broker, e.Err)
+	}
+	return fmt.Sprintf("goneli's own connection cannot complete a TLS handshake with broker %s (%v), which librdkafka (OpenSSL) completes by its own rules", e.Broker, e.Err)
 }
 
 func (e *FallbackError) Unwrap() error { return e.Err }
@@ -171,22 +229,33 @@ func IsFallback(err error) bool {
 	return errors.As(err, &fe)
 }
 
-// giveWay records the first certificate that Go's crypto/x509 refuses, and returns the
-// *FallbackError that every request returns from then on.
+// giveWay records the first TLS handshake that failed for a reason of TLS (handshakeRefused), and
+// returns the *FallbackError that every request returns from then on.
 //
-// A certificate that Go refuses is either one that librdkafka refuses as well, and nothing is lost
-// by leaving the work to it, or one that OpenSSL accepts and Go does not (a host named only in the
-// subject's CN, a SHA-1 signature, a negative serial number): then librdkafka is what reaches the
-// broker. Nothing is ever sent over a connection that failed verification, and librdkafka
-// verifies the certificate itself. The decision is for the client's life, so that no request
-// tries the refused handshake again: a certificate that librdkafka alone accepts does not change
-// while the instance runs.
+// Such a failure is either one that librdkafka meets as well, and nothing is lost by leaving the
+// work to it, or one that OpenSSL gets past and Go does not (a host named only in the subject's
+// CN, a SHA-1 signature, a negative serial number, a broker that offers only TLS_RSA_* suites):
+// then librdkafka is what reaches the broker. Nothing is ever sent over a connection whose
+// handshake failed, and librdkafka verifies the certificate itself. The decision is for the
+// client's life, so that no request tries the failed handshake again: a broker's TLS setup that
+// librdkafka alone gets past does not change while the instance runs.
 func (c *Client) giveWay(addr string, err error) error {
 	fe := &FallbackError{Broker: addr, Err: err}
 	if c.fallback.CompareAndSwap(nil, fe) && c.opts.OnFallback != nil {
 		c.opts.OnFallback(fe)
 	}
 	return c.fallback.Load()
+}
+
+// GiveWay makes the connection give way to librdkafka for good, for the reason why, as a failed
+// handshake does: the instance calls it when the connection keeps failing at what librdkafka does
+// (internal/driver, sidefail.go). Requests under way end with their own results; from then on every
+// request returns the *FallbackError. Only the first call counts.
+func (c *Client) GiveWay(why error) {
+	fe := &FallbackError{Err: why}
+	if c.fallback.CompareAndSwap(nil, fe) && c.opts.OnFallback != nil {
+		c.opts.OnFallback(fe)
+	}
 }
 
 // Fallback is nil until the connection has given way to librdkafka, and then the
@@ -209,7 +278,36 @@ func (c *Client) Settings() Settings { return c.settings }
 
 // Close closes every connection and stops the client's goroutines; it is idempotent.
 func (c *Client) Close() {
-	c.closing.Do(c.cl.Close)
+	c.closing.Do(func() {
+		c.cl.Close()
+		// Closing kgo's client ends the requests that bounded left behind.
+		c.abandoned.Wait()
+	})
+}
+
+// bounded runs fn, a request, and returns its result, or ctx's error once ctx ends, whichever comes
+// first. kgo honours a request's context while the request waits to be sent, but not while its
+// answer is awaited on a connection: a broker that went silent after the request was written
+// (a zone outage, a black-holed link) holds it until kgo's own timeout, a lease. What outlives ctx
+// finishes on its own, by that timeout or Close.
+func (c *Client) bounded(ctx context.Context, fn func() (kmsg.Response, error)) (kmsg.Response, error) {
+	type result struct {
+		resp kmsg.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	c.abandoned.Add(1)
+	go func() {
+		defer c.abandoned.Done()
+		resp, err := fn()
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Request sends req where it belongs (kgo routes group requests to their coordinator, admin
@@ -228,6 +326,115 @@ func (c *Client) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 		resp, err = c.cl.Request(ctx, req)
 		return err
 	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
+}
+
+// requestGroup sends req, a request about group alone, to the group's coordinator: the broker that
+// answered the last such request, or else the one FindCoordinator names. It asks again while the
+// answer (the group's result in it) says that the coordinator is not ready or is another broker
+// now, and, of the broker FindCoordinator names then, when the request gets no answer and that is
+// another broker: a coordinator that died, and whose group has moved. Other errors in the answer are
+// the caller's to read.
+//
+// kgo would route the request itself, but it keeps the coordinators it has found and forgets one
+// only when it answers that it no longer coordinates the group, which a broker that died never
+// does: every description then went to the dead broker until it came back, long after the group
+// had moved (found on Apache Kafka 4.4, realtest's TestBrokerCrash; TestDescribeAfterTheCoordinatorDied).
+func (c *Client) requestGroup(ctx context.Context, group string, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	var resp kmsg.Response
+	err := c.retry(ctx, func() error {
+		node, ok := c.coordinatorOf(group)
+		if !ok {
+			var err error
+			if node, err = c.FindCoordinator(ctx, GroupCoordinator, group); err != nil {
+				return err
+			}
+		}
+		r, err := c.BrokerRequest(ctx, node, req)
+		if err != nil {
+			c.setCoordinator(group, node, false)
+			var ke *kerr.Error
+			if errors.As(err, &ke) || ctx.Err() != nil || IsFallback(err) {
+				return err
+			}
+			// No answer, or kgo did not send the request (a broker that does not offer it, which
+			// the caller tells): asked again only where the group has gone meanwhile.
+			if moved, ferr := c.FindCoordinator(ctx, GroupCoordinator, group); ferr == nil && moved != node {
+				c.setCoordinator(group, moved, true)
+				return &coordinatorMoved{err}
+			}
+			return err
+		}
+		resp = r
+		if err := kerr.ErrorForCode(groupErrorCode(r)); coordinatorNotReady(err) {
+			c.setCoordinator(group, node, false)
+			return err
+		}
+		c.setCoordinator(group, node, true)
+		return nil
+	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	var moved *coordinatorMoved
+	switch {
+	case errors.As(err, &moved):
+		return nil, moved.err
+	case err != nil && resp != nil && coordinatorNotReady(err):
+		// The coordinator still was not ready when the retries ran out: the answer says so.
+		return resp, nil
+	}
+	return resp, err
+}
+
+// groupErrorCode is the error code of the one group in a description's answer.
+func groupErrorCode(r kmsg.Response) int16 {
+	switch r := r.(type) {
+	case *kmsg.DescribeGroupsResponse:
+		if len(r.Groups) == 1 {
+			return r.Groups[0].ErrorCode
+		}
+	case *kmsg.ConsumerGroupDescribeResponse:
+		if len(r.Groups) == 1 {
+			return r.Groups[0].ErrorCode
+		}
+	}
+	return 0
+}
+
+// setCoordinator notes node as group's coordinator, or forgets it (is false) if it is the one noted.
+func (c *Client) setCoordinator(group string, node int32, is bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case is:
+		c.coordinators[group] = node
+	case c.coordinators[group] == node:
+		delete(c.coordinators, group)
+	}
+}
+
+// coordinatorOf is the broker that coordinates group as last found (requestGroup), if one was.
+func (c *Client) coordinatorOf(group string) (int32, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	node, ok := c.coordinators[group]
+	return node, ok
+}
+
+// BrokerRequest sends req to the broker node as it is, without routing or retries, bounded by ctx
+// even while the answer is awaited.
+func (c *Client) BrokerRequest(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	resp, err := c.bounded(ctx, func() (kmsg.Response, error) { return c.cl.Broker(int(node)).Request(ctx, req) })
 	if fe := c.Fallback(); fe != nil && err != nil {
 		return nil, fe
 	}
@@ -269,82 +476,17 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 
 // coordinatorNotReady reports whether err says to ask again shortly.
 func coordinatorNotReady(err error) bool {
-	var gone *coordinatorGone
+	var moved *coordinatorMoved
 	return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator) ||
-		errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.As(err, &gone)
+		errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.As(err, &moved)
 }
 
-// coordinatorGone is a request to a group's coordinator that got no answer (the broker cannot be
-// reached, or no longer exists): the group's coordinator is looked up again.
-type coordinatorGone struct{ err error }
+// coordinatorMoved is a request to a group's coordinator that got no answer from a broker that
+// FindCoordinator no longer names: it is asked again of the one it names.
+type coordinatorMoved struct{ err error }
 
-func (e *coordinatorGone) Error() string { return e.err.Error() }
-func (e *coordinatorGone) Unwrap() error { return e.err }
-
-// groupRequest sends req, a request about group alone, to the group's coordinator: the broker that
-// answered the last such request, or else the one FindCoordinator names. It asks again, of the one
-// FindCoordinator names then, while the request gets no answer or the answer (code gives the
-// group's error code in it) says that the coordinator is not ready or is another broker now. Other
-// errors in the answer are the caller's to read.
-//
-// kgo would route the request itself, but it keeps the coordinators it has found and forgets one
-// only when it answers that it no longer coordinates the group, which a broker that died never
-// does: every description then went to the dead broker until it came back, long after the group
-// had moved (found on Apache Kafka 4.4, TestBrokerCrash; TestDescribeAfterTheCoordinatorDied).
-func (c *Client) groupRequest(ctx context.Context, group string, req kmsg.Request, code func(kmsg.Response) int16) (kmsg.Response, error) {
-	if err := c.Fallback(); err != nil {
-		return nil, err
-	}
-	var resp kmsg.Response
-	err := c.retry(ctx, func() error {
-		c.mu.Lock()
-		id, ok := c.coords[group]
-		c.mu.Unlock()
-		if !ok {
-			var err error
-			if id, err = c.FindCoordinator(ctx, GroupCoordinator, group); err != nil {
-				return err
-			}
-		}
-		forget := func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			if c.coords[group] == id {
-				delete(c.coords, group)
-			}
-		}
-		r, err := c.cl.Broker(int(id)).Request(ctx, req)
-		if err != nil {
-			forget()
-			var ke *kerr.Error
-			if ctx.Err() != nil || c.Fallback() != nil || isTooOld(err) || errors.As(err, &ke) {
-				return err
-			}
-			return &coordinatorGone{err}
-		}
-		resp = r
-		if err := kerr.ErrorForCode(code(r)); coordinatorNotReady(err) {
-			forget()
-			return err
-		}
-		c.mu.Lock()
-		c.coords[group] = id
-		c.mu.Unlock()
-		return nil
-	})
-	if fe := c.Fallback(); fe != nil && err != nil {
-		return nil, fe
-	}
-	var gone *coordinatorGone
-	switch {
-	case errors.As(err, &gone):
-		return nil, gone.err
-	case err != nil && resp != nil && coordinatorNotReady(err):
-		// The coordinator still was not ready when the retries ran out: the answer says so.
-		return resp, nil
-	}
-	return resp, err
-}
+func (e *coordinatorMoved) Error() string { return e.err.Error() }
+func (e *coordinatorMoved) Unwrap() error { return e.err }
 
 // KafkaError makes a Kafka protocol error code a kafka.Error, whose codes are the protocol's for
 // broker errors, so that callers treat it like one that librdkafka reports.
