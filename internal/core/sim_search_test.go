@@ -148,7 +148,7 @@ func (s simSearch) run() simSearchResult {
 func simReport(seed uint64, prof simProfile) (string, *simVerdict) {
 	w := simSchedule(seed, prof, true)
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d, profile %s\n", seed, prof)
+	fmt.Fprintf(&b, "seed %d, profile %s; %d roles, %d members at the start\n", seed, prof, w.roles, w.startMembers)
 	if v := w.verdict; v != nil {
 		fmt.Fprintf(&b, "%s at %s: %s", strings.ToUpper(v.kind), fmtDur(v.at), v.detail)
 		if v.kind == "overlap" {
