@@ -385,17 +385,19 @@ func (a *simAdversary) fire(f *simFault) {
 	}
 	switch f.kind {
 	case faultPause:
-		if f.flag {
-			// Inside a cycle: the loop's next rebalance callback stalls between the machine's
-			// judgement of the assignment and librdkafka's assign call (a process starved of CPU,
-			// or the wait for the partitions' ends).
-			m.stallAssign = f.dur
-			if w.tracing() {
-				w.note(m.name, "the next rebalance callback stalls for %s before the assign call", fmtDur(f.dur))
+		// In the process: a stopped one pauses once it continues.
+		m.do(func() {
+			if f.flag {
+				// Inside a cycle: the loop's next rebalance callback stalls between the machine's
+				// takeAt and librdkafka's assign call (a process starved of CPU).
+				m.stallAssign = f.dur
+				if w.tracing() {
+					w.note(m.name, "the next rebalance callback stalls for %s before the assign call", fmtDur(f.dur))
+				}
+			} else {
+				m.pause(f.dur)
 			}
-		} else {
-			m.pause(f.dur)
-		}
+		})
 	case faultStop:
 		m.stop(f.dur)
 	case faultCrash:
@@ -423,11 +425,11 @@ func (a *simAdversary) fire(f *simFault) {
 		}
 		w.startMember(a.name(), 0, standby)
 	case faultYield:
-		m.requestYield(f.dur)
+		m.do(func() { m.requestYield(f.dur) })
 	case faultTransfer:
-		a.transfer(f, m)
+		m.do(func() { a.transfer(f, m) })
 	case faultLeave:
-		m.close()
+		m.do(m.close) // Close is the application's call, in the process
 	case faultJoinFail:
 		m.failJoins, m.failJoinErr = f.count, f.err
 	case faultSlowLink, faultLinkDown:

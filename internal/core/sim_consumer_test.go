@@ -114,6 +114,9 @@ func (c *simConsumer) giveBack(parts simParts) {
 		if !c.lost && c.stored[p] > c.committed[p] {
 			offs = append(offs, simOffset{p, c.stored[p], c.storedTag[p]})
 		}
+		if rs := &c.m.rs[p]; !c.lost && rs.handing != nil && !rs.released {
+			rs.released, rs.releasedAt = true, c.w.now
+		}
 		c.stored[p] = -1
 	}
 	if len(offs) > 0 {

@@ -147,6 +147,19 @@ type simRoleState struct {
 	// renewedRestarted from the one a log restarted below the committed offset asks for.
 	renewedExplicitly, renewedRestarted bool
 	tracedEnd                           time.Duration
+	// appLeads says that the application has been told it leads: a LeaderAcquired was posted to
+	// the barrier, and no LeaderFenced or LeaderRevoked since. handing is the LeaderRevoked of a
+	// voluntary hand-over (the tenure led when it was revoked, without a fence: a yield, a
+	// transfer, Close, a rebalance that moved the role) while the barrier has it, and handedAt
+	// when it was posted: the hand-over check (simOracle.handOver).
+	appLeads bool
+	handing  *Delivery
+	handedAt time.Duration
+	// released says that the instance then gave the partition back to the group in an orderly way
+	// (an unassign of an assignment not lost: simConsumer.giveBack), at releasedAt: only then may
+	// a successor be assigned it before the instance's session or rebalance timeout runs out.
+	released   bool
+	releasedAt time.Duration
 	// The role's dispatcher.
 	disp     []*simDelivery
 	dispBusy bool
@@ -408,12 +421,14 @@ func (m *simMember) pause(d time.Duration) {
 
 // isLeader is IsLeader of role p: Live, not yielding, the lease announced and not run out.
 func (m *simMember) isLeader(p int32) bool {
-	if !m.alive || m.closing || m.mach.Yielding() {
+	if !m.alive || m.closing {
 		return false
 	}
 	l := m.roles[p].Lease
 	v := l.Load()
-	return l.Announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.End
+	// The yield last: the oracle asks after every event, and reading the machine's clock costs
+	// more than the rest.
+	return l.Announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.End && !m.mach.Yielding()
 }
 
 // view is what role p's lease publishes.

@@ -25,7 +25,7 @@ type simOracle struct {
 
 // simVerdict is a violation: the schedule's seed replays it.
 type simVerdict struct {
-	kind    string // "overlap" or "liveness"
+	kind    string // "overlap", "hand-over" (simOracle.handOver) or "liveness"
 	at      time.Duration
 	who     []string
 	role    int32 // the role (partition) of an overlap
@@ -67,7 +67,40 @@ func (o *simOracle) check(w *simWorld) {
 			o.overlap(w, p, a, b)
 			return
 		}
+		if a != nil && o.handOver(w, p, a) {
+			return
+		}
 	}
+}
+
+// handOver checks the guarantee of a voluntary hand-over (docs/safety.md, "What it does not
+// guarantee"): once a predecessor has given the partition back while its barrier still had the
+// tenure's LeaderRevoked, a successor leads only once the barrier has returned, or once the
+// rebalance timeout has passed since (the successor's tenure waits for the predecessor's released
+// marker that long at most, from its assignment: lease.foreign; a predecessor that could not write
+// its releasing marker held the partition back as long instead: endTenures). A predecessor that
+// crashed, or whose tenure was fenced first (a lapsed lease, a lost assignment), or whose
+// partition the group moved on without its giving it back (a session or rebalance timeout while
+// it was stopped) is owed nothing but the rest of its lease, which the overlap check holds it to.
+// The rebalance timeout is counted on the clocks' worst rates. It reports whether it found a
+// violation.
+func (o *simOracle) handOver(w *simWorld, p int32, leader *simMember) bool {
+	bound := w.prof.maxPoll - 2*time.Duration(int64(w.prof.maxPoll)/1_000_000*w.prof.rateBound) - time.Millisecond
+	for _, m := range w.members {
+		rs := &m.rs[p]
+		if m == leader || !m.alive || rs.handing == nil || !rs.released || rs.handing.delivered() || w.now-rs.releasedAt >= bound {
+			continue
+		}
+		role := ""
+		if w.roles > 1 {
+			role = fmt.Sprintf(" role %d (of %d)", p, w.roles)
+		}
+		w.verdict = &simVerdict{kind: "hand-over", at: w.now, who: []string{m.name, leader.name}, role: p, mechanism: "hand-over",
+			detail: fmt.Sprintf("%s leads%s at %s while the barrier of %s has had its LeaderRevoked since %s; %s gave the partition back at %s (the rebalance timeout is %s)",
+				leader.name, role, fmtDur(w.now), m.name, fmtDur(rs.handedAt), m.name, fmtDur(rs.releasedAt), fmtDur(w.prof.maxPoll))}
+		return true
+	}
+	return false
 }
 
 // overlap records the verdict of a and b both leading role p.

@@ -390,6 +390,9 @@ func (m *simMember) dispatch(p int32) {
 		if d.dl != nil {
 			d.dl.Finish()
 		}
+		if m.rs[p].handing == d.dl {
+			m.rs[p].handing = nil
+		}
 		m.rs[p].dispBusy = false
 		m.dispatch(p)
 	})
@@ -514,8 +517,20 @@ func (f simFx) Deliver(p *Role, events []TenureEvent, dl *Delivery) {
 		if i == len(events)-1 {
 			d.dl = dl
 		}
-		if _, ok := e.(Acquired); ok {
+		switch e.(type) {
+		case Acquired:
 			d.acquired, d.epoch = true, p.Lease.newestEpoch()
+			rs.appLeads = true
+		case Fenced:
+			rs.appLeads = false
+		case Revoked:
+			if rs.appLeads {
+				if d.dl == nil {
+					d.dl = NewDelivery()
+				}
+				rs.handing, rs.handedAt, rs.released = d.dl, m.w.now, false
+			}
+			rs.appLeads = false
 		}
 		if m.w.tracing() {
 			switch e := e.(type) {
