@@ -15,8 +15,8 @@ import (
 
 // The simulation's entry points (issue 38; docs/testing.md, "The simulation"):
 //
-//	go test -run Sim .                               the short search, the determinism check, the replays
-//	go test -run TestSimReplay -sim.seed=N -sim.profile=P .   one schedule's timeline
+//	go test ./internal/core -run Sim                 the short search, the determinism check, the replays
+//	go test ./internal/core -run TestSimReplay -sim.seed=N -sim.profile=P -v   one schedule's timeline
 //	make sim                                         the long search (TestSimSearch, SIM_* settings)
 var (
 	simSeedFlag     = flag.Uint64("sim.seed", 0, "replay the simulation schedule of this seed (with -sim.profile)")
@@ -45,8 +45,10 @@ func simShortSchedules() int64 {
 const simShortBase = 1
 
 func TestSimDeterministic(t *testing.T) {
+	// Seeds that draw a single role (1, 2, 3) and several (12, 13 and 14 draw three).
+	roles := map[bool]bool{}
 	for _, p := range simProfiles()[:2] {
-		for seed := uint64(1); seed <= 3; seed++ {
+		for _, seed := range []uint64{1, 2, 3, 12, 13, 14} {
 			a := simSchedule(seed, p, true)
 			b := simSchedule(seed, p, true)
 			if a.trace.String() != b.trace.String() || a.steps != b.steps || a.now != b.now {
@@ -60,7 +62,11 @@ func TestSimDeterministic(t *testing.T) {
 			if c.steps != a.steps || c.now != a.now || (c.verdict == nil) != (a.verdict == nil) {
 				t.Fatalf("%s seed %d: recording the timeline changed the schedule (%d and %d events)", p.name, seed, a.steps, c.steps)
 			}
+			roles[a.roles > 1] = true
 		}
+	}
+	if !roles[false] || !roles[true] {
+		t.Fatalf("the seeds drew only schedules of one kind (several roles: %v); pick others", roles[true])
 	}
 }
 
@@ -83,7 +89,7 @@ func simFail(t *testing.T, r simSearchResult) {
 	t.Helper()
 	for _, f := range r.findings {
 		report, _ := simReport(f.seed, r.prof)
-		t.Errorf("%s: replay with: go test -run TestSimReplay -sim.seed=%d -sim.profile=%s .\n%s", r.prof.name, f.seed, r.prof.name, report)
+		t.Errorf("%s: replay with: go test ./internal/core -run TestSimReplay -sim.seed=%d -sim.profile=%s -v\n%s", r.prof.name, f.seed, r.prof.name, report)
 	}
 }
 
@@ -310,7 +316,7 @@ func simWriteReport(path string, base uint64, n int64, stopAtFirst bool, results
 		}
 	}
 	if len(seeds) > 0 {
-		fmt.Fprintf(&b, "\nViolations found (the first %d per profile; replay with `go test -run TestSimReplay -sim.seed=N -sim.profile=P .`):\n\n%s\n",
+		fmt.Fprintf(&b, "\nViolations found (the first %d per profile; replay with `go test ./internal/core -run TestSimReplay -sim.seed=N -sim.profile=P -v`):\n\n%s\n",
 			simReportFindings, strings.Join(seeds, "\n"))
 	}
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
