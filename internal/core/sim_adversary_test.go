@@ -24,6 +24,9 @@ type simAdversary struct {
 
 	coordSlowUntil, coordSlowBy   time.Duration
 	appendSlowUntil, appendSlowBy time.Duration
+	// endsSlow bounds how long the leader topic's broker takes to answer a ListOffsets in this
+	// schedule (endsDelay).
+	endsSlow time.Duration
 }
 
 // simFault is one planned fault.
@@ -166,6 +169,12 @@ func (a *simAdversary) plan() {
 		w.coord = newSimCG(w, w.coordClock)
 	}
 	w.topic = newSimTopic(w, w.roles, a.appendDelay)
+	if w.roles > 1 && w.chance(0.4) {
+		// A broker slow to answer the ends (a loaded one, or a metadata request before the
+		// ListOffsets on goneli's connection: tails.go), up to a lease: the callback's wait
+		// for them then often runs long, or out.
+		a.endsSlow = w.between(0, p.ht)
+	}
 	n := 2 + w.rng.IntN(3)
 	w.startMembers = n
 	for i := 0; i < n; i++ {
@@ -537,6 +546,11 @@ func (a *simAdversary) coordDelay() time.Duration {
 		d += a.coordSlowBy
 	}
 	return d
+}
+
+// endsDelay is the broker's time to answer a ListOffsets.
+func (a *simAdversary) endsDelay() time.Duration {
+	return a.coordDelay() + a.w.between(0, a.endsSlow)
 }
 
 func (a *simAdversary) appendDelay() time.Duration {

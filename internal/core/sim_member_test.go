@@ -275,7 +275,7 @@ func (w *simWorld) startMember(name string, ppm int64, standby time.Duration) *s
 		deliver: func(q *simReq) { m.do(func() { m.produced(q) }) }}
 	m.checkConn = &simConn{w: w, up: lat(), down: lat(), serve: w.coord.serve, procDelay: w.adv.coordDelay,
 		deliver: func(q *simReq) { m.do(func() { m.checkAnswered(q) }) }}
-	m.endsConn = &simConn{w: w, up: lat(), down: lat(), serve: w.listOffsets, procDelay: w.adv.coordDelay,
+	m.endsConn = &simConn{w: w, up: lat(), down: lat(), serve: w.listOffsets, procDelay: w.adv.endsDelay,
 		deliver: func(q *simReq) { m.do(func() { m.endsGot = q }) }}
 	m.fetchLink = lat()
 	if p.classic {
