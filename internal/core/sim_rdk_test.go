@@ -11,12 +11,16 @@ import (
 // every heartbeat.interval.ms, in the steady and assign-call states only), the JoinGroup rate limit
 // (rkcg_join_intvl: a join at most once a second, a second more after a failed one), the answers'
 // handling (rd_kafka_cgrp_handle_JoinGroup, _SyncGroup_memberstate, _Heartbeat,
-// rd_kafka_cgrp_op_handle_OffsetCommit), the client's own session timeout
-// (rd_kafka_cgrp_session_timeout_check, in the steady state only), max.poll.interval.ms, and the
-// auto-commit timer (rd_kafka_cgrp_offset_commit_tmr_cb: only in the steady state, committing the
-// stored offset whenever it is above the committed one, so again at every tick until a commit of
-// it is answered: simConsumer). Its threads run on while goneli's poll loop is paused, and stop
-// only when the whole process does (simMember.do).
+// rd_kafka_cgrp_op_handle_OffsetCommit), the cooperative assignment's handling
+// (rd_kafka_cgrp_handle_assignment_cooperative: what a new assignment lacks is revoked first, what
+// it adds is assigned once that is done, and a revocation is followed by a rejoin without the rate
+// limit: rd_kafka_cgrp_incr_unassign_done, rd_kafka_cgrp_assignment_done), the group leader's
+// assignor (assign), the client's own session timeout (rd_kafka_cgrp_session_timeout_check, in
+// the steady state only), max.poll.interval.ms, and the auto-commit timer
+// (rd_kafka_cgrp_offset_commit_tmr_cb: only in the steady state, committing each stored offset
+// that is above its committed one, so again at every tick until a commit of it is answered:
+// simConsumer). Its threads run on while goneli's poll loop is paused, and stop only when the
+// whole process does (simMember.do).
 //
 // Simplified: the coordinator never moves, so there is no FindCoordinator, NOT_COORDINATOR or
 // coordinator reload (a reload gives every member a fresh session from the load, which only keeps
