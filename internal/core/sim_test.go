@@ -140,6 +140,11 @@ var simRegressions = []struct {
 	// heard of, and its commit renewed (lease.heldAnswers).
 	{"ht1s-session2s", 9721931, "answers of a slow link still held after the hold ended: an automatic commit late in a rebalance renews"},
 	{"ht500ms", 9281300, "answers of a slow link still held after the hold ended: an automatic commit late in a rebalance renews"},
+	// Issue 48's demonstration (base seed 2000000, several roles drawn): with the assignment judged
+	// before the rebalance callback's wait (heldAssignment at the start of Assign, the tails-wait
+	// fix reverted), a callback stalled 596 ms before the assign call while a rebalance began; the
+	// member auto-committed into it once the assignment was taken, and led on after it was removed.
+	{"ht500ms", 2010794, "an assignment taken late after the callback's judgement: two leaders with the judgement before the wait"},
 }
 
 func TestSimReplay(t *testing.T) {
