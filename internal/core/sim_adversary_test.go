@@ -43,6 +43,9 @@ type simFault struct {
 	err     simErr
 	link    int
 	pick    int // which other member, when it aims at another
+	// asker is the member whose ask for the ends fired a fault triggered so, which a fault aimed
+	// at another member hits: the one that asks leads nothing, so it is never "the leader".
+	asker   *simMember
 	fired   bool
 	planned bool // its firing is scheduled
 }
@@ -209,10 +212,11 @@ func (a *simAdversary) draw() *simFault {
 	} else {
 		f.target = targetOther
 	}
-	f.trigger = simTrigger(w.pick(40, 20, 10, 15, 10, 5, 8))
-	if f.trigger == trigEndsAsked && w.roles == 1 {
-		f.trigger = trigRebalance // a single partition's end is never read
+	ends := 0
+	if w.roles > 1 {
+		ends = 15 // a single partition's end is never read
 	}
+	f.trigger = simTrigger(w.pick(40, 20, 10, 15, 10, 5, ends))
 	f.pick = w.rng.IntN(16)
 	if w.chance(0.7) {
 		f.delay = w.between(0, 2*p.minPoll)
@@ -319,7 +323,9 @@ func (a *simAdversary) triggered(t simTrigger, m *simMember) {
 		if f.planned || f.trigger != t || a.w.now < f.armAt {
 			continue
 		}
-		if m != nil && t != trigAcquired && a.resolve(f) != m {
+		if t == trigEndsAsked {
+			f.asker = m
+		} else if m != nil && t != trigAcquired && a.resolve(f) != m {
 			continue
 		}
 		a.schedule(f, a.w.now)
@@ -355,6 +361,9 @@ func (a *simAdversary) leader() *simMember {
 }
 
 func (a *simAdversary) resolve(f *simFault) *simMember {
+	if f.target == targetOther && f.asker != nil && f.asker.alive {
+		return f.asker
+	}
 	l := a.leader()
 	if f.target == targetLeader && l != nil {
 		return l
