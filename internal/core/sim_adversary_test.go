@@ -136,17 +136,11 @@ func (a *simAdversary) plan() {
 	// The roles every member contends for (NewRoles; one is New's single leader): as often one as
 	// several, so that both the single leader's paths and those of several roles (the ends read in
 	// the rebalance callback, partitions that move between members) are searched.
-	w.roles = 1
+	roles := 1
 	if w.chance(0.5) {
-		w.roles = 2 + w.rng.IntN(3)
+		roles = 2 + w.rng.IntN(3)
 	}
-	w.roleNames = []string{""}
-	if w.roles > 1 {
-		w.roleNames = make([]string, w.roles)
-		for i := range w.roleNames {
-			w.roleNames[i] = fmt.Sprintf("role%d", i)
-		}
-	}
+	w.setRoles(roles)
 	ppm := func() int64 {
 		if w.chance(0.4) {
 			return 0
@@ -190,6 +184,18 @@ func (a *simAdversary) plan() {
 	}
 	// Until the first leader is elected the schedule only warms up; if none is, it ends here.
 	w.end = 3*p.session + 2*p.maxPoll + 2*time.Second
+}
+
+// setRoles makes every member contend for n roles: New's single one, or n named ones (NewRoles).
+func (w *simWorld) setRoles(n int) {
+	w.roles = n
+	w.roleNames = []string{""}
+	if n > 1 {
+		w.roleNames = make([]string, n)
+		for i := range w.roleNames {
+			w.roleNames[i] = fmt.Sprintf("role%d", i)
+		}
+	}
 }
 
 func (a *simAdversary) name() string {

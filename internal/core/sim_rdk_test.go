@@ -122,10 +122,15 @@ func (r *simRdk) serve() {
 		r.join()
 	case rdkSteady, rdkWaitAssignCall, rdkWaitUnassignCall:
 		if !r.hbInFlight {
-			if !r.hbSet || now-r.hbLast > p.hbInterval {
+			if !r.hbSet || now-r.hbLast >= p.hbInterval {
 				r.heartbeat()
 			}
-			r.serveAt(r.hbLast + p.hbInterval + time.Microsecond)
+			// The heartbeat goes out when the main thread next serves the group once the interval
+			// is over (rd_kafka_cgrp_join_state_serve, rd_interval from the last one sent): at an
+			// event, or at the latest at the next tick of the auto-commit timer, which runs from the
+			// client's creation; so its phase drifts by a few milliseconds with each one.
+			iv := p.commitInterval
+			r.serveAt((r.hbLast + p.hbInterval + iv - 1) / iv * iv)
 		}
 		if r.state == rdkSteady && r.sessionAt != 0 {
 			r.serveAt(r.sessionAt)
