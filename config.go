@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/kprobe"
@@ -44,7 +45,7 @@ const (
 	// MinHeartbeatTimeout is the smallest HeartbeatTimeout Validate accepts. librdkafka cannot hold
 	// a group session shorter than about a second without spurious rebalances (SessionTimeout), and
 	// a lease must outlast a few group heartbeats and renewals.
-	MinHeartbeatTimeout = 500 * time.Millisecond
+	MinHeartbeatTimeout = core.MinHeartbeatTimeout
 
 	// MaxHeartbeatTimeout is the largest HeartbeatTimeout Validate accepts. The rebalance timeout is
 	// twice the lease, and at such leases the group session is about 1.05 times it plus 6 s
@@ -196,12 +197,10 @@ func Duration(d time.Duration) *time.Duration {
 	return &d
 }
 
-var unsafeNameChars = regexp.MustCompile(`[^a-zA-Z0-9._\-]`)
-
 // Sanitise replaces every character of name outside [a-zA-Z0-9._-] with an underscore, giving a
 // string that Kafka accepts as a topic name or group ID.
 func Sanitise(name string) string {
-	return unsafeNameChars.ReplaceAllString(name, "_")
+	return driver.Sanitise(name)
 }
 
 // SetDefaults fills the unset optional fields with their defaults.
@@ -503,7 +502,7 @@ func (c Config) groupTiming() (core.GroupTiming, error) {
 // at the shortest lease, 500 ms. A crashed or cut-off leader is replaced about this long after its last group
 // heartbeat. The package doc gives the argument. Brokers refuse sessions below their
 // group.min.session.timeout.ms (6 s by default in Apache Kafka); New raises a derived session to
-// it where it can read it.
+// it where it can read it, and to that default where it cannot.
 func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
 	return core.SessionTimeout(heartbeatTimeout)
 }
@@ -522,8 +521,9 @@ func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
 //
 // New may raise the bound: where the brokers' group.min.session.timeout.ms is longer than the
 // derived session and the rebalance timeout (leases under 3 s against Kafka's default minimum of
-// 6 s), New raises both to that minimum, and Close's bound is then that minimum plus one
-// HeartbeatTimeout. CloseBound returns Validate's error for a configuration that New would refuse.
+// 6 s), New raises both to that minimum (to Kafka's default, 6 s, where it cannot read the
+// brokers'), and Close's bound is then that minimum plus one HeartbeatTimeout. CloseBound returns
+// Validate's error for a configuration that New would refuse.
 func (c Config) CloseBound() (time.Duration, error) {
 	// SetDefaults adds bootstrap.servers to the map, which is the caller's.
 	c.KafkaConfig = maps.Clone(c.KafkaConfig)
@@ -536,6 +536,76 @@ func (c Config) CloseBound() (time.Duration, error) {
 		return 0, err
 	}
 	return t.CloseBound(*c.HeartbeatTimeout), nil
+}
+
+// derived is what New derives from a Config, once, for every part of the instance that needs it:
+// the Config with its defaults, the group timing, what the machine needs (internal/core.Settings),
+// the client configurations (the consumer's client.id naming the role list by digest, as the group
+// check tells role lists apart), and whether librdkafka's log lines go to the Scribe.
+type derived struct {
+	config Config
+	// shell is what the driver needs (internal/driver), the timing, the settings and the client
+	// configurations included.
+	shell driver.Setup
+}
+
+// derive prepares c (prepare) and derives the rest from it; digest names the role list (NewRoles),
+// empty for New.
+func (c Config) derive(digest string) (derived, error) {
+	c, timing, err := c.prepare()
+	if err != nil {
+		return derived{}, err
+	}
+	s := driver.Setup{Config: c.shellConfig(), Timing: timing, Settings: c.settings(), ForwardLogs: c.forwardsLogs(),
+		Observe: c.ObserveLeader || c.OnLeaderChange != nil}
+	s.Consumer, s.Producer, s.Admin = c.clientConfigs(timing)
+	if digest != "" {
+		// The group check tells members with another role list by this suffix (internal/driver,
+		// groupcheck.go).
+		s.Consumer["client.id"] = fmt.Sprint(s.Consumer["client.id"]) + core.RolesSuffix + digest
+	}
+	return derived{config: c, shell: s}, nil
+}
+
+// shellConfig is what the driver needs of a Config that prepare has filled in: its fields, the
+// principal that authorization errors name, and the client providers for the driver's interfaces,
+// which have the same methods as this package's.
+func (c Config) shellConfig() driver.Config {
+	return driver.Config{
+		Name:                         c.Name,
+		Address:                      c.Address,
+		LeaderTopic:                  c.LeaderTopic,
+		LeaderGroupID:                c.LeaderGroupID,
+		Priority:                     c.Priority,
+		LeaderTopicReplicationFactor: c.LeaderTopicReplicationFactor,
+		HeartbeatTimeout:             c.HeartbeatTimeout,
+		MinPollInterval:              c.MinPollInterval,
+		PollDuration:                 c.PollDuration,
+		RenewInterval:                c.RenewInterval,
+		Scribe:                       c.Scribe,
+		Errors:                       shellErrors{c},
+		KafkaConsumerProvider: func(conf *driver.KafkaConfigMap) (driver.KafkaConsumer, error) {
+			kc, err := c.KafkaConsumerProvider((*KafkaConfigMap)(conf))
+			if kc == nil {
+				return nil, err
+			}
+			return kc, err
+		},
+		KafkaProducerProvider: func(conf *driver.KafkaConfigMap) (driver.KafkaProducer, error) {
+			kp, err := c.KafkaProducerProvider((*KafkaConfigMap)(conf))
+			if kp == nil {
+				return nil, err
+			}
+			return kp, err
+		},
+		KafkaAdminProvider: func(conf *driver.KafkaConfigMap) (driver.KafkaAdmin, error) {
+			ka, err := c.KafkaAdminProvider((*KafkaConfigMap)(conf))
+			if ka == nil {
+				return nil, err
+			}
+			return ka, err
+		},
+	}
 }
 
 // prepare applies the defaults to a copy of c, leaving the caller's KafkaConfig map untouched,
@@ -634,9 +704,9 @@ func (c Config) clientConfigs(t core.GroupTiming) (consumer, producer, admin kaf
 	for k, v := range c.KafkaConfig {
 		base[k] = v
 	}
-	// The log forwarder sets it on the clients whose logs it takes (logs.go).
+	// The log forwarder sets it on the clients whose logs it takes (internal/driver, logs.go).
 	delete(base, "go.logs.channel.enable")
-	setDefault(base, "client.id", clientIDFor(c.Name, c.Priority))
+	setDefault(base, "client.id", driver.ClientIDFor(c.Name, c.Priority))
 	setDefault(base, "enable.metrics.push", false)
 	// librdkafka backs off reconnects up to 10 s by default, which would add seconds to recovery
 	// after a network cut; leadership decisions are only as fast as the reconnect.
@@ -727,4 +797,40 @@ func cloneConfig(m kafka.ConfigMap) kafka.ConfigMap {
 		out[k] = v
 	}
 	return out
+}
+
+// MaxPriority and MinPriority bound Config.Priority.
+const (
+	MaxPriority = driver.MaxPriority
+	MinPriority = driver.MinPriority
+)
+
+// validatePriority checks Priority, and the Name and client.id it goes with.
+func (c Config) validatePriority(bad func(field string, value interface{}, format string, args ...interface{})) {
+	switch {
+	case c.Priority > MaxPriority || c.Priority < MinPriority:
+		bad("Priority", c.Priority, "must be %d to %d (0, the default, for no preference)", MinPriority, MaxPriority)
+		return
+	case c.Priority != 0:
+		if id, ok := c.KafkaConfig["client.id"]; ok {
+			bad("Priority", c.Priority, "needs the client.id goneli derives from Name, which carries it to the group (client.id %q is set in KafkaConfig): "+
+				"unset KafkaConfig[\"client.id\"], or leave Priority 0", fmt.Sprint(id))
+		}
+		return
+	}
+	if _, ok := c.KafkaConfig["client.id"]; ok || c.Name == "" {
+		return
+	}
+	if p, _ := driver.SplitPriority(Sanitise(c.Name)); p != 0 {
+		bad("Name", c.Name, "reads as priority %d in the client.id goneli derives from it (%s): a Name may not begin with "+
+			"a dash, three digits and a dash, or with zz, three digits and a dash", p, driver.ClientIDFor(c.Name, 0))
+	}
+}
+
+// ClientID is the Kafka client.id of an instance whose Config.Name is name and Config.Priority
+// priority, unless its KafkaConfig sets one (NewRoles then adds a digest of the role list). Quotas
+// and ACLs given to a client.id, and tools that pick a member out by it, need the one with the
+// priority in it.
+func ClientID(name string, priority int) string {
+	return driver.ClientIDFor(name, priority)
 }

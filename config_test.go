@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -421,7 +422,8 @@ func TestLogsForwardedOnlyWhenAsked(t *testing.T) {
 				}
 				r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: km})
 				defer r.close()
-				for name, conf := range map[string]*KafkaConfigMap{"consumer": r.n.d.confs.consumer, "producer": r.n.d.confs.producer, "admin": r.n.d.confs.admin} {
+				consumer, producer, admin := r.n.d.ClientConfigs()
+				for name, conf := range map[string]*driver.KafkaConfigMap{"consumer": consumer, "producer": producer, "admin": admin} {
 					_, channel := (*conf)["go.logs.channel"]
 					on, set := (*conf)["go.logs.channel.enable"]
 					want := tc.forward && name != "admin"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -113,8 +114,8 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	bound := max(time.Until(deadline), time.Millisecond)
 
 	consumerConf, _, adminConf := config.clientConfigs(timing)
-	logs := startLogForwarder(config.Scribe, config.Name, config.forwardsLogs())
-	defer logs.close()
+	logs := driver.StartLogForwarder(config.Scribe, config.Name, config.forwardsLogs())
+	defer logs.Close()
 	admin, err := config.KafkaAdminProvider(fromKafkaConfigMap(adminConf))
 	if err != nil {
 		return GroupStatus{}, fmt.Errorf("goneli: cannot create admin client: %w", err)
@@ -128,7 +129,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 		defer c.Close()
 		side, client = c, c
 	}
-	desc, err := describeGroup(ctx, sideFirst{side, admin}, config.LeaderGroupID, bound)
+	desc, err := driver.DescribeGroup(ctx, driver.SideFirst{Side: side, Admin: admin}, config.LeaderGroupID, bound)
 	switch {
 	case err != nil && desc.Error.Code() == kafka.ErrGroupIDNotFound:
 		return status, fmt.Errorf("%w: %q (check --group, or LeaderGroupID)", ErrNoSuchGroup, config.LeaderGroupID)
@@ -148,7 +149,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	status.Protocol = strings.ToLower(desc.Type.String())
 	owners := map[int32]string{}
 	for _, m := range desc.Members {
-		name, priority, _ := parseClientID(m.ClientID)
+		name, priority, _ := driver.ParseClientID(m.ClientID)
 		gm := GroupMember{Name: name, ClientID: m.ClientID, Host: m.Host, MemberID: m.ConsumerID, Priority: priority}
 		for _, tp := range m.Assignment.TopicPartitions {
 			if tp.Topic == nil || *tp.Topic == "" || *tp.Topic == config.LeaderTopic {
@@ -177,7 +178,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 		status.At = time.Now()
 		return status, nil
 	}
-	conf := statusConfig(observerConfig(consumerConf))
+	conf := statusConfig(driver.ObserverConfig(consumerConf))
 	// The consumer that reads the newest records needs Describe on its group, as librdkafka looks
 	// up the group's coordinator, but it reports the broker's refusal only when that lookup is
 	// answered (rdkafka_cgrp.c, rd_kafka_cgrp_handle_FindCoordinator), which can be after the
@@ -188,7 +189,7 @@ func Describe(ctx context.Context, config Config) (GroupStatus, error) {
 	defer stopCheck()
 	denied := make(chan error, 1)
 	go func() {
-		_, err := describeGroup(checkCtx, sideFirst{side, admin}, statusGroup, max(time.Until(deadline), time.Millisecond))
+		_, err := driver.DescribeGroup(checkCtx, driver.SideFirst{Side: side, Admin: admin}, statusGroup, max(time.Until(deadline), time.Millisecond))
 		if ke := (kafka.Error{}); errors.As(err, &ke) && ke.Code() == kafka.ErrGroupAuthorizationFailed {
 			denied <- authorizationError(config, "observer", ke)
 			return
@@ -259,9 +260,9 @@ func statusConfig(observer kafka.ConfigMap) kafka.ConfigMap {
 // is assigned them directly. It asks for each partition's high watermark first and stops once it
 // has read the record just below it: a partition that a leader writes to every few milliseconds
 // has no quiet end to wait for.
-func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partitions int, logs *logForwarder) ([]*newestRecord, error) {
+func readNewest(ctx context.Context, config Config, conf kafka.ConfigMap, partitions int, logs *driver.LogForwarder) ([]*newestRecord, error) {
 	conf["enable.partition.eof"] = true
-	logs.attach(conf)
+	logs.Attach(conf)
 	c, err := config.KafkaConsumerProvider(fromKafkaConfigMap(conf))
 	if err != nil {
 		return nil, fmt.Errorf("goneli: cannot create a consumer to read %s: %w", config.LeaderTopic, err)

@@ -2,7 +2,6 @@ package goneli
 
 import (
 	"sync"
-	"time"
 
 	"github.com/goneli/goneli/internal/core"
 )
@@ -67,35 +66,6 @@ func (d *dispatcher) inCall() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.busy
-}
-
-// awaitDelivery waits until dl has been delivered, limit has passed, or abort is closed, and
-// reports whether it was delivered. A nil dl counts as delivered.
-func awaitDelivery(dl *core.Delivery, limit time.Duration, abort <-chan struct{}) bool {
-	if dl == nil {
-		return true
-	}
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case <-dl.Wait():
-		return true
-	case <-t.C:
-	case <-abort:
-	}
-	return false
-}
-
-// awaitDeliveries is awaitDelivery for several deliveries under one limit, measured on the clock
-// that now reads.
-func awaitDeliveries(dls []*core.Delivery, limit time.Duration, abort <-chan struct{}, now func() time.Duration) bool {
-	deadline := now() + limit
-	for _, dl := range dls {
-		if !awaitDelivery(dl, deadline-now(), abort) {
-			return false
-		}
-	}
-	return true
 }
 
 // stop lets the goroutine exit once everything posted so far has been delivered; Done is closed

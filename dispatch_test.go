@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 )
 
 // Calls run one at a time, in the order posted, even when posted from several goroutines at once
@@ -29,7 +30,7 @@ func TestDispatcherOrderAndExclusion(t *testing.T) {
 	for i := range 100 {
 		last = d.post(call(i))
 	}
-	if !awaitDelivery(last, awaitLimit, nil) {
+	if !driver.AwaitDelivery(last, awaitLimit, nil) {
 		t.Fatal("the last call was never delivered")
 	}
 	d.stop()
@@ -50,12 +51,12 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	blocked := d.post(func() { <-release })
 	var ran atomic.Bool
 	after := d.post(func() { ran.Store(true) })
-	if awaitDelivery(blocked, time.Millisecond, nil) {
+	if driver.AwaitDelivery(blocked, time.Millisecond, nil) {
 		t.Fatal("await reported a call that is still running as delivered")
 	}
 	abort := make(chan struct{})
 	close(abort)
-	if awaitDelivery(after, awaitLimit, abort) {
+	if driver.AwaitDelivery(after, awaitLimit, abort) {
 		t.Fatal("await ignored its abort channel")
 	}
 	if !d.inCall() {
@@ -70,7 +71,7 @@ func TestDispatcherAwaitAndStop(t *testing.T) {
 	if d.post() != nil {
 		t.Fatal("posting nothing must return no delivery")
 	}
-	if !awaitDeliveries([]*core.Delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
+	if !driver.AwaitDeliveries([]*core.Delivery{blocked, after, nil}, time.Millisecond, nil, sinceStart()) {
 		t.Fatal("awaitAll of delivered calls must succeed")
 	}
 }

@@ -99,10 +99,10 @@
 //     the partitions' ends), or that followed as long without a commit, the leases hold their
 //     renewals back the same way until the answer bound has passed since it was taken, and no
 //     offset stored meanwhile anchors the window, whenever its heartbeat was sent
-//     (driver.heldAssignment).
+//     (internal/core, Machine.heldAssignment).
 //     Explicit commits also stop after one of
 //     them waited longer than an interval for its answer, until an automatic commit is accepted
-//     outside such a hold. At the default timing the window is 2.748 s (348 ms at a 1 s lease), which
+//     outside such a hold. At the default timing the window is 2.748 s (476 ms at a 1 s lease), which
 //     rode out librdkafka's wait of up to a second to rejoin at leases from about 0.8 s up before
 //     the commit gate narrowed it (not measured since); at
 //     shorter leases that wait can still fence a leader, which leads again once the rebalance ends.
@@ -123,7 +123,8 @@
 // tenth of HeartbeatTimeout (within 100 ms and 3 s) and the session timeout as HeartbeatTimeout
 // plus two heartbeat intervals plus a margin of a twentieth of HeartbeatTimeout (SessionTimeout:
 // 6.25 s at the default lease, 1.25 s at 1 s), raised to the broker's group.min.session.timeout.ms
-// where New can read it, and refuses overrides that leave less than HeartbeatTimeout plus two
+// where New can read it and to Kafka's default minimum, 6 s, where it cannot (a longer session only
+// keeps the leader longer after its lease ran out), and refuses overrides that leave less than HeartbeatTimeout plus two
 // heartbeat intervals, so a lease always runs out before a successor can be assigned. One interval
 // covers the time between the member's last group heartbeat and the heartbeat's send time, one is
 // slack for the group heartbeat on the wire; delivery delays only help (a renewal is measured from
@@ -137,8 +138,11 @@
 // group.consumer.heartbeat.interval.ms) plus the margin, or New fails with a ConfigError naming
 // the values. Since an operator can lower them while instances run, every tenure reads them again
 // before it leads, and again after each fence, and does not lead while they no longer cover the
-// lease. Where they cannot be read (DescribeConfigs refused, say), goneli logs a warning and goes
-// on unchecked. Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
+// lease. What cannot be told is not guessed: a group whose config resource the principal may not
+// describe may set a session far shorter than the brokers' default, so where the broker refuses
+// what would tell (DescribeConfigs on the group, or on the cluster for a group that sets none of
+// its own), New fails with an error naming the grant, and where it merely could not be read New
+// warns and no tenure leads until it can be (internal/driver, session848.go, "Unknown means unknown"). Commits renew no session under KIP-848 (only ConsumerGroupHeartbeat does, in
 // Apache Kafka; kfake renews it on commits too, which kafkatest.AsKafka corrects), so the argument
 // above rests on the group heartbeats alone, which librdkafka sends whatever the rebalance.
 //
@@ -250,11 +254,15 @@
 // a moment later) therefore lasts until a second after the previous one for every member, and
 // librdkafka auto-commits nothing meanwhile. The leader renews through it on explicit commits, for
 // heartbeats sent within the window above after its last automatic commit's offset was stored
-// (2.748 s at the default lease, 348 ms at 1 s), which outlasted the wait at leases from about 0.8 s
+// (2.748 s at the default lease, 476 ms at 1 s), which outlasted the wait at leases from about 0.8 s
 // up before the commit gate narrowed it (not measured since); below that the leader can be fenced, and renews again once the rebalance completes. (Before
 // the window was anchored at the offset's store time and measured against the rebalance timeout it
 // was the session's margin, a twentieth of the lease, and the benchmark at HeartbeatTimeout=1s saw
-// such a fence in about one trial in five.)
+// such a fence in about one trial in five.) That is when the wait is the leader's own. When it is
+// another member's (one that joined a moment before), the coordinator holds the leader's
+// JoinGroup, and the explicit commits behind it on the same connection, until that member's
+// JoinGroup comes, and no commit renews meanwhile: a 1 s lease ran out 143 times in 160 such joins
+// (docs/safety.md gives the bound).
 //
 // librdkafka keeps, for a client's life, the highest leader epoch it has seen for each partition
 // and ignores metadata that names an older one (confluentinc/librdkafka#4898). A leader topic that
@@ -278,9 +286,15 @@
 // settings (PLAINTEXT; SSL with PEM certificates and unencrypted keys; SASL PLAIN, SCRAM-SHA-256
 // and SCRAM-SHA-512). A connection that drops fails that check, which is retried. Settings it
 // cannot follow (GSSAPI, OAUTHBEARER, a keystore, an encrypted key, an engine, a revocation list)
-// leave the check to librdkafka's admin client, and New logs so; so does a broker certificate that
-// Go refuses and OpenSSL may accept (a host named only in the subject's CN), from the first
-// description that meets it, for the instance's life. There the check is sent once per membership
+// leave the check to librdkafka's admin client, and New logs so; so does a TLS handshake that
+// fails for a reason of TLS rather than of the network, as with brokers whose TLS OpenSSL accepts
+// and Go's crypto/tls does not (a host named only in the subject's CN, a certificate Go cannot
+// parse such as one with a negative serial number, a listener offering only TLS_RSA_* suites), from
+// the first connection that meets it, for the instance's life; and so does any other way in which
+// the connection cannot do what librdkafka does: when its group checks, or whole rounds of its
+// heartbeats, have failed for a HeartbeatTimeout while librdkafka's commits were accepted
+// (internal/driver, sidefail.go), the session reads of KIP-848, the heartbeats and the tails go through librdkafka
+// too from then on. There the check is sent once per membership
 // and not within a second of a failed broker connection (for at most ten seconds), and an abort
 // stays possible. The group handles an abort as a crash, so it costs a failover, not safety: run
 // contenders under a supervisor that restarts them, as Kubernetes and systemd do.

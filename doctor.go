@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -24,11 +25,12 @@ import (
 // Describe will need of it, before anything contends: a team learns of a broker that refuses the
 // lease's session, a missing ACL or a leader topic with one replica at deployment, not at the first
 // outage. It sends only requests that change nothing: ApiVersions, Metadata, DescribeConfigs,
-// FindCoordinator, DescribeGroups (or ConsumerGroupDescribe) and a CreateTopics that only
-// validates. (A broker creates its internal offsets and transaction topics when a coordinator is
-// first looked up on a cluster that has none yet, as it does for the first group or transactional
-// producer of any client.) It never joins the group, commits or writes a heartbeat, so it can run
-// beside a live group. It speaks over goneli's own connection (internal/sidechan) rather than
+// FindCoordinator for groups, DescribeGroups (or ConsumerGroupDescribe), DescribeTransactions and a
+// CreateTopics that only validates. It looks up no transaction coordinator: Kafka creates
+// __transaction_state at the first such lookup of a cluster that has none, which an application
+// without a FencedProducer never needs. (A group's lookup creates __consumer_offsets on a cluster
+// where no consumer group was ever looked up; the contenders' first lookup would.) It never joins
+// the group, commits or writes a heartbeat, so it can run beside a live group. It speaks over goneli's own connection (internal/sidechan) rather than
 // librdkafka's admin client, whose coordinator-bound requests can abort the process while a broker
 // restarts (confluentinc/librdkafka#4605).
 
@@ -132,7 +134,7 @@ const checkDialTimeout = 5 * time.Second
 //
 // Check connects with the TLS and SASL settings of KafkaConfig as goneli's own connection follows
 // them (PLAINTEXT, SSL with PEM files, SASL PLAIN and SCRAM); with other settings (GSSAPI,
-// OAUTHBEARER, a keystore), or a broker certificate that only librdkafka accepts, it checks the
+// OAUTHBEARER, a keystore), or a broker whose TLS handshake only librdkafka completes, it checks the
 // configuration only, and says so in a warning that names what New logs for the same settings.
 func Check(ctx context.Context, config Config, roles ...string) (CheckReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
@@ -273,11 +275,11 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 	// Each bootstrap server gets checkDialTimeout to answer, by the context of its request; the
 	// client's own bound is the whole check's, so that a silent server's answer is awaited until
 	// that context ends rather than given up on, and redialled, just before it.
-	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: d.kip848(), Limit: CheckTimeout, MetadataV10: true})
+	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: d.kip848(), Limit: CheckTimeout, Operations: true})
 	if err != nil {
 		d.add("reach", CheckWarn, "run the doctor where the cluster can be reached with PLAINTEXT, SSL (PEM) or SASL PLAIN/SCRAM, "+
 			"or check the cluster by hand against the production notes of docs/operations.md",
-			"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
+			"cannot check the cluster: %s; only the configuration was checked", driver.ViaLibrdkafka(err))
 		return false
 	}
 	d.side = side
@@ -293,8 +295,9 @@ func (d *doctor) checkReach(ctx context.Context) bool {
 		cancel()
 		if sidechan.IsFallback(err) {
 			d.add("reach", CheckWarn, "check the cluster by hand against the production notes of docs/operations.md, or give the brokers "+
-				"certificates that name them in a subject alternative name",
-				"cannot check the cluster: %s; only the configuration was checked", viaLibrdkafka(err))
+				"TLS that Go accepts as well (certificates that name them in a subject alternative name and that Go can parse, "+
+				"cipher suites with an ECDHE key exchange)",
+				"cannot check the cluster: %s; only the configuration was checked", driver.ViaLibrdkafka(err))
 			return false
 		}
 		if err == nil {
@@ -524,38 +527,47 @@ func (d *doctor) checkSession(ctx context.Context) {
 	cd := d.side
 	ht := *d.config.HeartbeatTimeout
 	if !d.timing.Classic {
-		t := readConsumerGroupTiming(ctx, cd, d.config.LeaderGroupID, ids, ht)
-		warning, err := t.judge(d.config.LeaderGroupID, ht)
+		t := driver.ReadConsumerGroupTiming(ctx, cd, shellErrors{d.config}, d.config.LeaderGroupID, ids, ht)
+		warning, err := t.Judge(d.config.LeaderGroupID, ht)
+		var unknown *driver.SessionUnknownError
+		var refused *AuthorizationError
 		switch {
+		case errors.As(err, &unknown) && errors.As(unknown.Refused, &refused):
+			// New fails on it (internal/driver, session848.go, "Unknown means unknown").
+			d.add("session", CheckFail, d.grant("DescribeConfigs", refused.Resource, refused.Name),
+				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
+		case errors.As(err, &unknown):
+			d.add("session", CheckWarn, "check that the brokers answer DescribeConfigs: no tenure leads while the session cannot be read",
+				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
 		case err != nil:
 			d.add("session", CheckFail, "lower the lease (--heartbeat-timeout) or raise the broker's group.consumer.session.timeout.ms",
 				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
 		case warning != "":
-			d.add("session", CheckWarn, "grant DescribeConfigs on the cluster and the group, or check the broker's settings by hand", "%s", warning)
+			d.add("session", CheckWarn, "check that every broker answers DescribeConfigs, or compare its settings by hand", "%s", warning)
 		default:
 			d.add("session", CheckOK, "", "the broker's KIP-848 session for group %s, %v (%s), covers the lease %v and its heartbeat interval %v",
-				d.config.LeaderGroupID, t.session.value, t.session.from, ht, t.interval.value)
+				d.config.LeaderGroupID, t.Session.Value, t.Session.From, ht, t.Interval.Value)
 		}
 		return
 	}
-	lo, hi, problems := brokerSessionBounds(ctx, cd, ids)
+	lo, hi, problems := driver.BrokerSessionBounds(ctx, cd, ids)
 	session := d.timing.Session
 	switch {
-	case lo.from != "" && session < lo.value && d.timing.UserSession:
-		d.add("session", CheckFail, fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.value.Milliseconds()),
-			"the group session, %v (session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused", session, lo.value, lo.from)
-	case lo.from != "" && session < lo.value:
+	case lo.From != "" && session < lo.Value && d.timing.UserSession:
+		d.add("session", CheckFail, fmt.Sprintf("raise session.timeout.ms to at least %d, or lower group.min.session.timeout.ms", lo.Value.Milliseconds()),
+			"the group session, %v (session.timeout.ms), is below the broker's minimum, %v (%s): every join is refused", session, lo.Value, lo.From)
+	case lo.From != "" && session < lo.Value:
 		d.add("session", CheckWarn, fmt.Sprintf("lower group.min.session.timeout.ms to %d or less for failover in about a lease", session.Milliseconds()),
 			"the group session that the lease %v implies, %v, is below the broker's minimum, %v (%s): New raises it to that, so a crashed leader is replaced after about %v",
-			ht, session, lo.value, lo.from, lo.value)
-	case hi.from != "" && session > hi.value:
+			ht, session, lo.Value, lo.From, lo.Value)
+	case hi.From != "" && session > hi.Value:
 		d.add("session", CheckFail, "lower the lease (--heartbeat-timeout), or raise group.max.session.timeout.ms",
-			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.value, hi.from)
-	case lo.from == "" || hi.from == "":
+			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.Value, hi.From)
+	case lo.From == "" || hi.From == "":
 		d.add("session", CheckWarn, "grant DescribeConfigs on the cluster to check it, or compare by hand",
 			"could not read the broker's group.min/max.session.timeout.ms (%s); the group session is %v", strings.Join(problems, "; "), session)
 	default:
-		d.add("session", CheckOK, "", "the group session, %v, lies within the broker's %v to %v", session, lo.value, hi.value)
+		d.add("session", CheckOK, "", "the group session, %v, lies within the broker's %v to %v", session, lo.Value, hi.Value)
 	}
 }
 
@@ -606,7 +618,7 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 	if rf := d.config.LeaderTopicReplicationFactor; rf > 0 {
 		rt.ReplicationFactor = int16(rf)
 	}
-	for k, v := range leaderTopicConfig {
+	for k, v := range driver.LeaderTopicConfig {
 		c := kmsg.NewCreateTopicsRequestTopicConfig()
 		c.Name, c.Value = k, kmsg.StringPtr(v)
 		rt.Configs = append(rt.Configs, c)
@@ -743,7 +755,7 @@ func (d *doctor) checkTopicOps(t topicInfo) {
 func (d *doctor) checkGroupACLs(ctx context.Context) {
 	group := d.config.LeaderGroupID
 	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, group); err != nil {
-		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
+		if driver.IsCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
 				"%s may not describe group %s (FindCoordinator: GROUP_AUTHORIZATION_FAILED): a contender needs Read and Describe on it, and Describe needs Describe", d.who(), group)
 		} else {
@@ -754,7 +766,7 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	}
 	observer := group + ".observer"
 	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, observer); err != nil {
-		if isCode(err, kafka.ErrGroupAuthorizationFailed) {
+		if driver.IsCode(err, kafka.ErrGroupAuthorizationFailed) {
 			d.add("acl-observer", CheckFail, d.grant("Describe", "group", observer)+" (or on the groups prefixed "+observer+")",
 				"%s may not describe group %s, which every observer (Watch, neli watch, ObserveLeader) and Describe (neli status) looks up", d.who(), observer)
 			return
@@ -765,7 +777,8 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	d.add("acl-observer", CheckOK, "", "%s may describe group %s, for observers and Describe", d.who(), observer)
 	if d.kip848() && !d.mayDescribeClusterConfigs(ctx) {
 		d.add("acl-cluster", CheckWarn, d.grant("DescribeConfigs", "cluster", "kafka-cluster"),
-			"%s may not describe the cluster's configs, so New cannot check the broker's KIP-848 session timeout against the lease (it warns and goes on)", d.who())
+			"%s may not describe the cluster's configs, so New cannot read the brokers' KIP-848 session timeout: it refuses to start unless the group "+
+				"sets its own consumer.session.timeout.ms and consumer.heartbeat.interval.ms", d.who())
 	}
 }
 
@@ -779,13 +792,7 @@ func (d *doctor) mayDescribeClusterConfigs(ctx context.Context) bool {
 		return d.clusterOps&opBit(kmsg.ACLOperationDescribeConfigs) != 0
 	}
 	d.readBrokerConfig(ctx)
-	return !isCode(d.brokerConfigErr, kafka.ErrClusterAuthorizationFailed)
-}
-
-// isCode reports whether err is, or wraps, the Kafka error code.
-func isCode(err error, code kafka.ErrorCode) bool {
-	var ke kafka.Error
-	return errors.As(err, &ke) && ke.Code() == code
+	return !driver.IsCode(d.brokerConfigErr, kafka.ErrClusterAuthorizationFailed)
 }
 
 // groupOps asks the group's coordinator for the principal's operations on the group.
@@ -823,9 +830,17 @@ func (d *doctor) groupOps(ctx context.Context) {
 			ops, code = r.Groups[0].AuthorizedOperations, r.Groups[0].ErrorCode
 		}
 	}
-	if kafka.ErrorCode(code) == kafka.ErrGroupAuthorizationFailed {
+	switch kafka.ErrorCode(code) {
+	case kafka.ErrGroupAuthorizationFailed:
 		d.add("acl-group", CheckFail, d.grant("Read and Describe", "group", group),
 			"%s may not describe group %s: a contender needs Read and Describe on it, and Describe (neli status) needs Describe", d.who(), group)
+		return
+	case kafka.ErrGroupIDNotFound:
+		// Asked at DescribeGroups v5, Kafka answers a group that does not exist as Dead, with the
+		// operations; a broker that answers GROUP_ID_NOT_FOUND tells none (KafkaApis fills them in
+		// only for results without an error), but it checked Describe first.
+		d.add("acl-group", CheckOK, "", "%s may describe group %s, which does not exist yet; the broker tells whether it may read it, "+
+			"which a contender needs, only once it does", d.who(), group)
 		return
 	}
 	if ops == noOps {
@@ -861,10 +876,19 @@ func (d *doctor) grant(ops, kind, name string) string {
 
 // checkTransactionalID asks whether the principal may use the transactional id that a
 // FencedProducer of the group would (goneli-fenced.<group>, or goneli-fenced.<group>.<role> for
-// roles). A FencedProducer needs Write on it; Kafka's FindCoordinator for a transactional id
-// checks Describe, which Write implies (KafkaApis.handleFindCoordinatorRequest), and nothing short
-// of initialising a producer, which would fence a live one, checks Write. Applications that use no
-// FencedProducer need no grant, so a refusal is a warning.
+// roles). A FencedProducer needs Write on it; what the doctor can see is Describe, which Write
+// implies, and nothing short of initialising a producer, which would fence a live one, checks
+// Write. Applications that use no FencedProducer need no grant, so a refusal is a warning.
+//
+// It asks with DescribeTransactions (KIP-664, Kafka 3.0), sent to one broker as it is: Kafka
+// answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for an id the principal may not describe, and
+// otherwise whatever the transaction coordinator says (NOT_COORDINATOR from a broker that does
+// not coordinate it, TRANSACTIONAL_ID_NOT_FOUND for an id never used), creating nothing
+// (KafkaApis.handleDescribeTransactionsRequest, TransactionCoordinator.handleDescribeTransactions).
+// A FindCoordinator for the id, which kgo would send first for a request it routes to the
+// coordinator, creates __transaction_state on a cluster that has none
+// (KafkaApis.getCoordinator): an application that uses no FencedProducer never needs that topic,
+// and the doctor promises to change nothing.
 func (d *doctor) checkTransactionalID(ctx context.Context) {
 	id := fencedPrefix + d.config.LeaderGroupID
 	prefixed := len(d.roles) > 0
@@ -873,17 +897,48 @@ func (d *doctor) checkTransactionalID(ctx context.Context) {
 	}
 	grant := fmt.Sprintf("if the application uses a FencedProducer, grant Write on the transactional ids it uses: %s",
 		aclGrantCommand(grantee(d.principal), []string{"Write"}, "transactional-id", fencedPrefix+d.config.LeaderGroupID, true))
-	_, err := d.side.FindCoordinator(ctx, sidechan.TransactionCoordinator, id)
+	if r, ok := d.versions[kmsg.DescribeTransactions.Int16()]; !ok || r[1] < 0 {
+		d.add("acl-transactional-id", CheckWarn, grant, "not checked: the broker offers no DescribeTransactions (Kafka 3.0 or later), "+
+			"and looking up the coordinator of transactional id %s instead would create __transaction_state on a cluster that has none", id)
+		return
+	}
+	err := d.describeTransactionalID(ctx, id)
 	switch {
-	case isCode(err, kafka.ErrTransactionalIDAuthorizationFailed):
+	case driver.IsCode(err, kafka.ErrTransactionalIDAuthorizationFailed):
 		d.add("acl-transactional-id", CheckWarn, grant,
 			"%s may not use transactional id %s (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), which a FencedProducer of the group needs Write on", d.who(), id)
 	case err != nil:
-		d.add("acl-transactional-id", CheckWarn, "check the broker's health", "could not find transactional id %s's coordinator: %v", id, err)
+		d.add("acl-transactional-id", CheckWarn, "check the broker's health", "could not describe transactional id %s: %v", id, err)
 	default:
 		d.add("acl-transactional-id", CheckOK, "", "%s may describe transactional id %s; a FencedProducer needs Write on it, which implies that "+
 			"and which only a producer's initialisation could show", d.who(), id)
 	}
+}
+
+// describeTransactionalID describes id with DescribeTransactions, sent to the known brokers in turn
+// until one answers, and returns the id's error: nil, or a kafka.Error, of which only
+// TRANSACTIONAL_ID_AUTHORIZATION_FAILED says anything of the principal's rights.
+func (d *doctor) describeTransactionalID(ctx context.Context, id string) error {
+	var last error = errors.New("no broker is known")
+	for _, node := range slices.Sorted(maps.Keys(d.brokers)) {
+		req := kmsg.NewPtrDescribeTransactionsRequest()
+		req.TransactionalIDs = []string{id}
+		resp, err := d.side.BrokerRequest(ctx, node, req)
+		if err != nil {
+			last = fmt.Errorf("broker %d: %w", node, err)
+			continue
+		}
+		states := resp.(*kmsg.DescribeTransactionsResponse).TransactionStates
+		if len(states) != 1 {
+			last = fmt.Errorf("broker %d answered for %d transactional ids, asked for one", node, len(states))
+			continue
+		}
+		if code := states[0].ErrorCode; code == kerr.TransactionalIDAuthorizationFailed.Code {
+			return sidechan.KafkaError(code, nil)
+		}
+		return nil
+	}
+	return last
 }
 
 func (d *doctor) close() {

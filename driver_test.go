@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
@@ -456,6 +457,19 @@ func (a *scriptAdmin) DescribeConsumerGroups(context.Context, []string, ...kafka
 	return kafka.DescribeConsumerGroupsResult{ConsumerGroupDescriptions: []kafka.ConsumerGroupDescription{{GroupID: scriptGroup, Members: members}}}, nil
 }
 
+// DescribeConfigs describes the brokers as the embedded broker of the tests is set up
+// (kafkatest.DefaultGroupMinSessionTimeout): a session as short as a 1 s lease derives is accepted.
+func (a *scriptAdmin) DescribeConfigs(_ context.Context, rs []kafka.ConfigResource, _ ...kafka.DescribeConfigsAdminOption) ([]kafka.ConfigResourceResult, error) {
+	out := make([]kafka.ConfigResourceResult, len(rs))
+	for i, r := range rs {
+		out[i] = kafka.ConfigResourceResult{Type: r.Type, Name: r.Name, Config: map[string]kafka.ConfigEntryResult{}}
+		if r.Type == kafka.ResourceBroker {
+			out[i].Config["group.min.session.timeout.ms"] = kafka.ConfigEntryResult{Name: "group.min.session.timeout.ms", Value: "500"}
+		}
+	}
+	return out, nil
+}
+
 func (a *scriptAdmin) Close() {}
 
 // scriptRig is an instance assembled on the scripted clients, with the events its barrier saw.
@@ -496,18 +510,17 @@ func newScriptRigFor(t *testing.T, roles []string, digest string, tweak Config) 
 		RenewInterval:         tweak.RenewInterval,
 		KafkaConfig:           tweak.KafkaConfig,
 	}
-	config, timing, err := config.prepare()
+	n, err := assemble(config, digest, roles, []Barrier{r.barrier}, core.SystemClock{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.consumer.auto.tick = time.Duration(timing.Commit.Milliseconds()) * time.Millisecond
-	r.n = assemble(config, timing, roles, digest, []Barrier{r.barrier}, core.SystemClock{})
+	r.n = n
+	l.consumer.auto.tick = time.Duration(n.d.Timing().Commit.Milliseconds()) * time.Millisecond
 	// The group is described, and heartbeats written, through the scripted clients, not goneli's
 	// own connections.
-	r.n.d.closeSide()
-	r.n.d.check.wire, r.n.d.wire = nil, nil
-	admin.clientID = r.n.d.clientID
-	if err := r.n.d.join(); err != nil {
+	r.n.d.UseWire(nil)
+	admin.clientID = r.n.d.ClientID()
+	if err := r.n.d.Join(); err != nil {
 		t.Fatal(err)
 	}
 	r.n.startDispatchers()
@@ -613,7 +626,7 @@ func TestDriverSequences(t *testing.T) {
 			if !r.pulse(scriptLease, true) {
 				t.Fatalf("no leadership within a lease; events %s", r.seen())
 			}
-			if got := r.n.d.m.Check.Count.Load(); got < 2 {
+			if got := r.n.d.Machine().Check.Count.Load(); got < 2 {
 				t.Errorf("%d group checks, want New's and the tenure's", got)
 			}
 			r.close()
@@ -622,10 +635,10 @@ func TestDriverSequences(t *testing.T) {
 			}
 		}},
 		{"no leadership while the group does not name the member", func(t *testing.T, r *scriptRig) {
-			r.n.d.confs.admin = nil
-			r.n.config.KafkaAdminProvider = func(*KafkaConfigMap) (KafkaAdmin, error) { return nil, errors.New("no admin") }
-			r.n.d.config.KafkaAdminProvider = r.n.config.KafkaAdminProvider
-			r.n.d.m.Check.Alone = true
+			r.n.d.Inspect(func(c *driver.Config, m *core.Machine, _ []*core.Role) {
+				c.KafkaAdminProvider = func(*driver.KafkaConfigMap) (driver.KafkaAdmin, error) { return nil, errors.New("no admin") }
+				m.Check.Alone = true
+			})
 			r.assign()
 			if r.pulse(3*scriptLease, true) {
 				t.Fatal("led without a group check")
@@ -793,16 +806,12 @@ func TestDriverSequences(t *testing.T) {
 			}
 			// An offset stored and not committed yet is withdrawn: the revocation commits nothing,
 			// and the LeaveGroup waits for no commit's answer.
-			d := r.n.d
-			d.mu.Lock()
 			stored := []core.OffsetRef{{Partition: 0, Offset: 1 << 40}} // above any committed offset
-			d.mm.Lock()
-			_, _, _, err := d.m.Gate.Store(stored, 0)
-			d.mm.Unlock()
+			var err error
+			r.n.d.Inspect(func(_ *driver.Config, m *core.Machine, _ []*core.Role) { _, _, _, err = m.Gate.Store(stored, 0) })
 			if err != nil {
 				t.Fatal(err)
 			}
-			d.mu.Unlock()
 			r.close()
 			r.consumer.mu.Lock()
 			owed := r.consumer.owed
@@ -861,7 +870,7 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 			// The next role acquires a third of an interval later, off this one's renewals.
 			r.pulse(interval/3, false)
 		}
-		from := r.n.d.now()
+		from := r.n.d.Now()
 		r.pulse(6*interval, false)
 		sent := map[time.Duration][]string{}
 		r.producer.mu.Lock()
@@ -880,7 +889,7 @@ func TestDriverRolesRenewTogether(t *testing.T) {
 				t.Errorf("at %v the heartbeats of %v went out, want every role's", at, rs)
 			}
 		}
-		for _, p := range r.n.d.parts {
+		for _, p := range r.n.parts {
 			if s := r.n.statsOf(p); s.Token == 0 {
 				t.Errorf("role %s: no token", p.Name)
 			}
@@ -897,7 +906,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// A session of twice the lease leaves a window of 0.8 leases for explicit commits.
 		r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: KafkaConfigMap{"session.timeout.ms": 2000}})
-		hb := r.n.d.timing.Heartbeat()
+		hb := r.n.d.Timing().Heartbeat()
 		r.assign()
 		if !r.pulse(scriptLease, true) {
 			t.Fatalf("no leadership within a lease; events %s", r.seen())
@@ -919,7 +928,7 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		if n := explicit(); n != 1 {
 			t.Fatalf("%d explicit commits, want the slow one alone", n)
 		}
-		if !r.n.d.m.CommitsHeld {
+		if !r.n.d.Machine().CommitsHeld {
 			t.Fatal("explicit commits not held after one waited three group heartbeat intervals")
 		}
 
@@ -927,11 +936,11 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		// commits go out again. The first offset stored may wait for the stores before it to be
 		// presumed unanswered (commitgate.go).
 		setAuto(true, 0)
-		resumed := r.n.d.now()
-		for end := time.Now().Add(scriptLease); r.n.d.m.CommitsHeld && time.Now().Before(end); {
+		resumed := r.n.d.Now()
+		for end := time.Now().Add(scriptLease); r.n.d.Machine().CommitsHeld && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if r.n.d.m.CommitsHeld {
+		if r.n.d.Machine().CommitsHeld {
 			t.Fatal("explicit commits still held a lease after librdkafka's commits came back")
 		}
 		// The first offset accepted after the slow answers may anchor the window at the first store
@@ -939,9 +948,9 @@ func TestDriverHoldsExplicitCommitsAfterASlowAnswer(t *testing.T) {
 		// the next accepted store anchors afresh, once a store is made after an answer settled the
 		// chain.
 		anchor := func() time.Duration {
-			r.n.d.mu.Lock()
-			defer r.n.d.mu.Unlock()
-			return r.n.d.parts[0].Lease.AutoAt
+			var at time.Duration
+			r.n.d.Inspect(func(_ *driver.Config, _ *core.Machine, roles []*core.Role) { at = roles[0].Lease.AutoAt })
+			return at
 		}
 		for end := time.Now().Add(scriptLease); anchor() < resumed && time.Now().Before(end); {
 			r.pulse(hb, false)
@@ -1010,14 +1019,14 @@ func TestDriverOneCommitInFlight(t *testing.T) {
 				r.consumer.mu.Lock()
 				a, explicit := r.consumer.auto, len(r.consumer.commits)
 				r.consumer.mu.Unlock()
-				counts := r.n.d.m.Gate.Snapshot()
+				counts := r.n.d.Machine().Gate.Snapshot()
 				t.Logf("%d automatic commits, %d explicit; at most %d in flight, %d sent again unanswered; gate %+v",
 					a.sent, explicit, a.maxFlying, a.resent, counts)
 				if a.maxFlying > tc.maxFlying || a.resent > 0 || counts.Strays > uint64(tc.maxFlying-1) {
 					t.Errorf("%d commits in flight at once, %d offsets sent again while unanswered, %d answers after their store was given up; want at most %d, 0, %d",
 						a.maxFlying, a.resent, counts.Strays, tc.maxFlying, tc.maxFlying-1)
 				}
-				if a.sent < 5 || (explicit == 0 && tc.delay < r.n.d.timing.Heartbeat()) {
+				if a.sent < 5 || (explicit == 0 && tc.delay < r.n.d.Timing().Heartbeat()) {
 					t.Errorf("%d automatic and %d explicit commits, want several and some", a.sent, explicit)
 				}
 				r.close()
@@ -1034,7 +1043,7 @@ func TestDriverOneCommitInFlight(t *testing.T) {
 func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newScriptRigFor(t, []string{""}, "", Config{KafkaConfig: KafkaConfigMap{"session.timeout.ms": 2000}})
-		hb := r.n.d.timing.Heartbeat()
+		hb := r.n.d.Timing().Heartbeat()
 		// Far more records than the test's leases write, so that the restarted log does not grow
 		// past the committed offset while it runs.
 		r.consumer.log.mu.Lock()
@@ -1047,10 +1056,10 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		r.consumer.mu.Lock()
 		r.consumer.noAuto, r.consumer.commitDelay = true, 3*hb
 		r.consumer.mu.Unlock()
-		for end := time.Now().Add(scriptLease); !r.n.d.m.CommitsHeld && time.Now().Before(end); {
+		for end := time.Now().Add(scriptLease); !r.n.d.Machine().CommitsHeld && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if !r.n.d.m.CommitsHeld {
+		if !r.n.d.Machine().CommitsHeld {
 			t.Fatal("explicit commits not held after a slow one")
 		}
 		// The broker comes back with an empty log, and the heartbeats written to it come back;
@@ -1062,12 +1071,12 @@ func TestDriverResetsCommittedOffsetWhileHeld(t *testing.T) {
 		r.consumer.mu.Lock()
 		r.consumer.noAuto, r.consumer.commitDelay = false, 0
 		r.consumer.mu.Unlock()
-		for end := time.Now().Add(2 * scriptLease); (r.n.d.m.CommitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
+		for end := time.Now().Add(2 * scriptLease); (r.n.d.Machine().CommitsHeld || !r.n.IsLeader()) && time.Now().Before(end); {
 			r.pulse(hb, false)
 		}
-		if r.n.d.m.CommitsHeld || !r.n.IsLeader() {
+		if r.n.d.Machine().CommitsHeld || !r.n.IsLeader() {
 			t.Fatalf("held %v, leader %v two leases after the log restarted; want a leader renewing on automatic commits; events %s",
-				r.n.d.m.CommitsHeld, r.n.IsLeader(), r.seen())
+				r.n.d.Machine().CommitsHeld, r.n.IsLeader(), r.seen())
 		}
 		r.close()
 	})

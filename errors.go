@@ -3,14 +3,16 @@ package goneli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 )
 
 // ErrNonLivePulse is returned by Pulse, PulseCtx, Background and Yield once Close has begun.
-var ErrNonLivePulse = errors.New("goneli: cannot pulse in non-live state")
+var ErrNonLivePulse = driver.ErrNonLivePulse
 
 // ErrCloseTimeout is wrapped by the error Close returns when a Kafka consumer did not finish
 // closing within the close bound: the rebalance timeout (max.poll.interval.ms, by default the
@@ -18,7 +20,7 @@ var ErrNonLivePulse = errors.New("goneli: cannot pulse in non-live state")
 // so the bound lies above the rebalance timeout; it is exceeded when the group coordinator cannot
 // be reached, for which librdkafka waits indefinitely. The consumer then finishes closing in the
 // background, and the group expels the instance after its session timeout, as after a crash.
-var ErrCloseTimeout = errors.New("goneli: Kafka client close timed out")
+var ErrCloseTimeout = driver.ErrCloseTimeout
 
 // SessionTimeoutError is the fatal error Pulse returns when the group coordinator refuses the
 // group session that goneli derives from HeartbeatTimeout (SessionTimeout), or session.timeout.ms, because it lies
@@ -33,9 +35,9 @@ type SessionTimeoutError struct {
 }
 
 func (e *SessionTimeoutError) Error() string {
-	advice := "raise HeartbeatTimeout (to at least 4.8s under Kafka's defaults) or KafkaConfig[\"session.timeout.ms\"], " +
-		"or lower the broker's group.min.session.timeout.ms; New raises a derived session to that minimum itself where " +
-		"it may describe the brokers' configs (DescribeConfigs on the cluster)"
+	advice := "raise KafkaConfig[\"session.timeout.ms\"], or leave it unset and raise HeartbeatTimeout, or lower the broker's " +
+		"group.min.session.timeout.ms; New raises a derived session to the brokers' minimum itself where it may describe the brokers' " +
+		"configs (DescribeConfigs on the cluster), and to Kafka's default minimum, 6s, where it may not"
 	if e.Session > 30*time.Minute {
 		advice = "lower HeartbeatTimeout (to at most 26m under Kafka's defaults) or raise the broker's group.max.session.timeout.ms"
 	}
@@ -155,3 +157,55 @@ type GroupConflictError = core.GroupConflictError
 // does not name (Unnamed: they may be partitions of another leader topic); ClientID and Host say who
 // it is.
 type ForeignMember = core.ForeignMember
+
+// NotKafkaError is returned by New when no bootstrap server answers as a Kafka broker and at least
+// one accepts connections and then answers otherwise, or not at all: a port of some other service,
+// which librdkafka would retry for ever. Servers that refuse connections do not cause it, as a
+// broker may be on its way up; New then succeeds and Stats reports Kafka unreachable.
+type NotKafkaError struct {
+	// Servers are bootstrap.servers as configured.
+	Servers string
+	// Answers say, for each server that accepted a connection, what it answered.
+	Answers []string
+}
+
+func (e *NotKafkaError) Error() string {
+	return fmt.Sprintf("goneli: no server in bootstrap.servers %q answers as Kafka (%s); check KafkaConfig[\"bootstrap.servers\"] "+
+		"and, for a TLS listener, KafkaConfig[\"security.protocol\"]", e.Servers, strings.Join(e.Answers, "; "))
+}
+
+// shellErrors makes this package's errors for the driver of an instance of config (driver.Errors),
+// so that what New, Pulse and TransferTo return is of the types documented here.
+type shellErrors struct{ config Config }
+
+func (e shellErrors) SessionTimeout(session, lease time.Duration, err error) error {
+	return &SessionTimeoutError{Session: session, HeartbeatTimeout: lease, Err: err}
+}
+
+func (e shellErrors) Authorization(client string, err error) error {
+	return authorizationError(e.config, client, err)
+}
+
+func (e shellErrors) Refused(operation, resource, name string, err error) error {
+	return &AuthorizationError{Operation: operation, Resource: resource, Name: name, Client: "admin", Err: err}
+}
+
+func (e shellErrors) Config(field string, value any, reason string) error {
+	return &ConfigError{Field: field, Value: value, Reason: reason}
+}
+
+func (e shellErrors) Topic(topic string, partitions int, err error) error {
+	return &TopicError{Topic: topic, Partitions: partitions, Err: err}
+}
+
+func (e shellErrors) Partitions(topic string, has, needs int, err error) error {
+	return &PartitionsError{Topic: topic, Has: has, Needs: needs, Err: err}
+}
+
+func (e shellErrors) NotKafka(servers string, answers []string) error {
+	return &NotKafkaError{Servers: servers, Answers: answers}
+}
+
+func (e shellErrors) Transfer(to, reason string, members []string, err error) error {
+	return &TransferError{To: to, Reason: reason, Members: members, Err: err}
+}

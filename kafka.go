@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/driver"
 )
 
 // KafkaConsumer is the part of *kafka.Consumer that goneli uses. Poll replaces goneli v0.5.0's
@@ -70,17 +71,9 @@ func StandardKafkaAdminProvider() KafkaAdminProvider {
 }
 
 func toKafkaConfigMap(conf *KafkaConfigMap) kafka.ConfigMap {
-	cm := kafka.ConfigMap{}
-	for k, v := range *conf {
-		cm[k] = v
-	}
-	return cm
+	return driver.ToKafkaConfigMap(*conf)
 }
 
 func fromKafkaConfigMap(cm kafka.ConfigMap) *KafkaConfigMap {
-	m := KafkaConfigMap{}
-	for k, v := range cm {
-		m[k] = v
-	}
-	return &m
+	return (*KafkaConfigMap)(driver.FromKafkaConfigMap(cm))
 }

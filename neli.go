@@ -4,11 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
-	"github.com/goneli/goneli/internal/sidechan"
 	"github.com/obsidiandynamics/libstdgo/concurrent"
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
@@ -92,7 +93,7 @@ type Neli interface {
 // neli is the instance behind the Neli, Curator and Roles interfaces. It keeps what the API needs:
 // the parts whose leases IsLeader, Token and Stats read, the dispatchers that call the application,
 // the pulse loop's throttle and wake-up, and the lifecycle that Close moves on. Everything Kafka is
-// the driver's (driver.go); the close sequence is in closer.go.
+// the driver's (internal/driver); the close sequence is in closer.go here and there.
 type neli struct {
 	config  Config
 	barrier Barrier
@@ -101,7 +102,7 @@ type neli struct {
 	// what the Neli and Curator methods report.
 	parts  []*part
 	events dispatchers // one per part, in the same order
-	d      *driver
+	d      *driver.Driver
 	life   *lifecycle
 
 	pollDeadline concurrent.Deadline
@@ -132,49 +133,37 @@ func New(config Config, barrier ...Barrier) (Neli, error) {
 // partition i of the leader topic. digest names the role list in the group (see rolesDigest); it
 // is empty for the single unnamed role of New.
 func newInstance(config Config, roles []string, digest string, barrier []Barrier) (*neli, error) {
-	config, timing, err := config.prepare()
+	n, err := assemble(config, digest, roles, barrier, core.SystemClock{})
 	if err != nil {
 		return nil, err
 	}
-	n := assemble(config, timing, roles, digest, barrier, core.SystemClock{})
-	if err := n.d.join(); err != nil {
-		n.d.check.checker.stop()
-		n.d.closeSide()
-		n.d.logs.close()
+	if err := n.d.Join(); err != nil {
+		n.d.Abandon()
 		return nil, err
 	}
 	n.startDispatchers()
-	if config.ObserveLeader || config.OnLeaderChange != nil {
-		o, err := newObserver(config, observerConfig(toKafkaConfigMap(n.d.confs.consumer)), len(n.parts), func(info LeaderInfo) {
-			if config.OnLeaderChange != nil {
-				n.parts[0].events.post(func() { config.OnLeaderChange(info) })
-			}
-		})
-		if err != nil {
-			n.events.stop()
-			n.events.wait()
-			_ = n.d.consumer.Close()
-			n.d.check.checker.stop()
-			n.d.closeSide()
-			n.d.logs.close()
-			return nil, err
-		}
-		n.d.observer = o
-	}
 	what := fmt.Sprintf("%d roles", len(n.parts))
 	if digest == "" {
 		what = "leadership"
 	}
 	// The driver's timing, not the one New was given: joining may have raised the session to the
 	// brokers' minimum (fitSession) or read KIP-848's from the brokers.
+	c := n.config
 	n.log.I()("goneli %s: contending for %s of group %s on topic %s (lease %v, %s)",
-		config.Name, what, config.LeaderGroupID, config.LeaderTopic, *config.HeartbeatTimeout, n.d.timing.Describe())
+		c.Name, what, c.LeaderGroupID, c.LeaderTopic, *c.HeartbeatTimeout, n.d.Timing().Describe())
 	return n, nil
 }
 
-// assemble builds an instance and its driver from a prepared config, without I/O: the driver joins
-// the group in join. Tests of the driver assemble one on clients of their own (driver_test.go).
-func assemble(config Config, timing core.GroupTiming, roles []string, digest string, barrier []Barrier, clk core.Clock) *neli {
+// assemble derives from config what every part of an instance needs, once (Config.derive), and
+// builds the instance and its driver from that, without I/O: the driver joins the group in Join.
+// digest names the role list (empty for New). Tests of the driver assemble one on clients of their
+// own (driver_test.go).
+func assemble(config Config, digest string, roles []string, barrier []Barrier, clk core.Clock) (*neli, error) {
+	dv, err := config.derive(digest)
+	if err != nil {
+		return nil, err
+	}
+	config = dv.config
 	n := &neli{
 		config:       config,
 		barrier:      NopBarrier(),
@@ -186,71 +175,48 @@ func assemble(config Config, timing core.GroupTiming, roles []string, digest str
 	if len(barrier) > 0 && barrier[0] != nil {
 		n.barrier = barrier[0]
 	}
+	shell := dv.shell
+	if config.OnLeaderChange != nil {
+		shell.OnLeader = n.leaderChanged
+	}
 	base := clk.Now()
-	n.parts = newParts(config, timing, roles, clk, base)
-	d := &driver{
-		config:    config,
-		timing:    timing,
-		log:       config.Scribe,
-		topic:     config.LeaderTopic,
-		key:       []byte(config.Name),
-		parts:     n.parts,
-		life:      n.life,
-		deliverTo: n.deliver,
-		clock:     clk,
-		base:      base,
+	var machineRoles []*core.Role
+	for _, r := range core.NewRoles(shell.Settings, shell.Timing, roles, clk, base) {
+		n.parts = append(n.parts, &part{Role: r, signal: make(chan struct{}, 1)})
+		machineRoles = append(machineRoles, r)
 	}
-	d.m = core.NewMachine(config.settings(), timing, rolesOf(n.parts), d, clk, base)
-	d.throttle.every = 10 * time.Second
-	consumerConf, producerConf, adminConf := config.clientConfigs(timing)
-	if digest != "" {
-		// The group check tells members with another role list by this suffix (groupcheck.go).
-		consumerConf["client.id"] = fmt.Sprint(consumerConf["client.id"]) + core.RolesSuffix + digest
-	}
-	d.logs = startLogForwarder(d.log, config.Name, config.forwardsLogs())
-	d.logs.attach(consumerConf)
-	d.logs.attach(producerConf)
-	// The admin client cannot forward its logs; its failures come back as errors anyway.
-	adminConf["log_level"] = 0
-	d.confs = clientConfs{consumer: fromKafkaConfigMap(consumerConf), producer: fromKafkaConfigMap(producerConf), admin: fromKafkaConfigMap(adminConf)}
-	d.clientID = fmt.Sprint(consumerConf["client.id"])
-	d.m.ClientID = d.clientID
-	d.check.checker = newGroupChecker()
-	side, err := sidechan.New(adminConf, sidechan.Options{ConsumerProtocol: !timing.Classic, Limit: *config.HeartbeatTimeout,
-		OnFallback: func(why error) { d.log.W()("goneli %s: %s", config.Name, viaLibrdkafka(why)) }})
-	if err == nil {
-		d.check.wire = side
-		if len(n.parts) > 1 {
-			d.wire = sidechan.NewBeats[wireBeat](side, d.topic, d.releaseFlush(), *config.MinPollInterval, &d.closers)
-		}
-	} else {
-		d.log.I()("goneli %s: %s", config.Name, viaLibrdkafka(err))
-	}
-	d.alarm = newWatchdog(d.now, d.ring, n.life.closing)
-	n.d = d
-	return n
+	n.d = driver.New(shell, machineRoles, n.life, n.deliverTenure, clk, base)
+	return n, nil
+}
+
+// leaderChanged takes a change of leader that the driver's observer saw to OnLeaderChange, on the
+// first role's dispatcher, which calls the application one call at a time.
+func (n *neli) leaderChanged(l driver.Leader) {
+	n.parts[0].events.post(func() { n.config.OnLeaderChange(LeaderInfo(l)) })
+}
+
+// deliverTenure takes what the machine delivers for role r (the driver's deliverTo) to its part.
+func (n *neli) deliverTenure(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
+	n.deliver(n.parts[r.ID], publicEvents(events), dl)
+}
+
+// part is one role as the API and the shell see it: the machine's role (its partition, its lease,
+// what the machine keeps beside it), the dispatcher that calls the barrier with its events, and
+// what the API keeps beside them. The driver finds roles by partition and walks them in order
+// (neli.parts holds them in the same order).
+type part struct {
+	*core.Role
+	events *dispatcher
+	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
+	signal chan struct{}
+	// acquiring is the epoch of the newest LeaderAcquired whose barrier call has begun
+	// (acquisitionStands). Written and read on the role's dispatcher goroutine.
+	acquiring atomic.Uint64
+	// hooks are the FencedProducers bound to the role, initialised at each LeaderAcquired.
+	hooks acquireHooks
 }
 
 // startDispatchers gives every part the goroutine that calls the application with its events.
-// newParts makes the parts of roles, each with its lease, for config and timing as New derived
-// them, on the clock clk from base.
-func newParts(config Config, timing core.GroupTiming, roles []string, clk core.Clock, base time.Time) []*part {
-	var parts []*part
-	for _, r := range core.NewRoles(config.settings(), timing, roles, clk, base) {
-		parts = append(parts, &part{Role: r, signal: make(chan struct{}, 1)})
-	}
-	return parts
-}
-
-// rolesOf returns the machine's roles of parts.
-func rolesOf(parts []*part) []*core.Role {
-	out := make([]*core.Role, len(parts))
-	for i, p := range parts {
-		out[i] = p.Role
-	}
-	return out
-}
-
 func (n *neli) startDispatchers() {
 	for _, p := range n.parts {
 		p.events = newDispatcher()
@@ -265,7 +231,7 @@ func (n *neli) IsLeader() bool {
 
 // isLeaderOf is IsLeader for one role.
 func (n *neli) isLeaderOf(p *part) bool {
-	return n.State() == Live && !n.d.yielding() && p.Lease.IsLeader()
+	return n.State() == Live && !n.d.Yielding() && p.Lease.IsLeader()
 }
 
 // leadsAny reports whether this instance leads at least one role.
@@ -297,7 +263,7 @@ func (n *neli) PulseCtx(ctx context.Context) (bool, error) {
 // pulse runs due cycles until this instance leads, the timeout (if not negative) passes, done is
 // closed, or the instance closes.
 func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Duration) (bool, error) {
-	start := n.d.now()
+	start := n.d.Now()
 	var timer *time.Timer
 	for {
 		if n.State() != Live {
@@ -312,7 +278,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		}
 		limit := time.Duration(-1)
 		if timeout >= 0 {
-			limit = max(timeout-(n.d.now()-start), 0)
+			limit = max(timeout-(n.d.Now()-start), 0)
 		}
 		if err := n.pulseOnce(limit); err != nil {
 			return false, err
@@ -322,7 +288,7 @@ func (n *neli) pulse(done <-chan struct{}, doneErr func() error, timeout time.Du
 		}
 		wait := n.cycleWait()
 		if timeout >= 0 {
-			left := timeout - (n.d.now() - start)
+			left := timeout - (n.d.Now() - start)
 			if left <= 0 {
 				return false, nil
 			}
@@ -364,15 +330,15 @@ func (n *neli) pulseOnce(limit time.Duration) error {
 	if n.pollDeadline.Expired() {
 		return n.runCycle(limit)
 	}
-	if n.d.proving() {
-		return n.d.step(*n.config.PollDuration, 0)
+	if n.d.Proving() {
+		return n.d.Step(*n.config.PollDuration, 0)
 	}
 	return nil
 }
 
 // cycleWait is how long a pulsing loop may wait before its next cycle is due.
 func (n *neli) cycleWait() time.Duration {
-	if n.d.proving() {
+	if n.d.Proving() {
 		return core.ProofPoll
 	}
 	return max(n.pollDeadline.Remaining(), time.Millisecond)
@@ -381,7 +347,7 @@ func (n *neli) cycleWait() time.Duration {
 // runCycle runs a cycle unless another goroutine has just claimed the poll deadline.
 func (n *neli) runCycle(limit time.Duration) (err error) {
 	n.pollDeadline.TryRun(func() {
-		err = n.d.step(-1, limit)
+		err = n.d.Step(-1, limit)
 	})
 	return err
 }
@@ -427,7 +393,7 @@ func (n *neli) acquisitionStands(role string) bool {
 	for _, p := range n.parts {
 		if p.Name == role {
 			v := p.Lease.Load()
-			return n.State() == Live && !n.d.yielding() && v.Leading && v.Epoch == p.acquiring.Load() && n.d.now() < v.End
+			return n.State() == Live && !n.d.Yielding() && v.Leading && v.Epoch == p.acquiring.Load() && n.d.Now() < v.End
 		}
 	}
 	return false

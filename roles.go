@@ -211,7 +211,7 @@ func (r *roleSet) State() State                               { return r.n.State
 func (r *roleSet) TransferTo(role, name string) error {
 	for _, p := range r.n.parts {
 		if p.Name == role {
-			return r.n.d.transferTo(p, name, r.n.events.inCall())
+			return r.n.d.TransferTo(p.Role, name, r.n.events.inCall())
 		}
 	}
 	return &TransferError{To: name, Reason: fmt.Sprintf("this instance does not contend for role %q", role)}

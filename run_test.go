@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/goneli/goneli/internal/testkit"
 )
@@ -157,8 +158,7 @@ type runRig struct {
 func newRunRig(t *testing.T) *runRig {
 	r := &runRig{leaseRig: newLeaseRig(t), calls: make(chan uint64, 4), entered: make(chan struct{}, 4), release: make(chan struct{}, 4)}
 	r.p = &part{Role: &core.Role{Lease: r.l}, events: newDispatcher(), signal: make(chan struct{}, 1)}
-	d := &driver{clock: r.clock, base: r.clock.now}
-	d.m = &core.Machine{Clock: r.clock, Base: r.clock.now}
+	d := driver.Detached(r.clock, r.clock.now)
 	r.n = &neli{config: Config{Name: "a"}, log: newTestLog(t).Scribe(), life: newLifecycle(), d: d,
 		parts: []*part{r.p}, events: dispatchers{r.p.events}, leaderSignal: make(chan struct{}, 1)}
 	r.tr = newTenureRunner(context.Background(), func(ctx context.Context, _ string) {

@@ -199,6 +199,7 @@ func (n *neli) statsOf(p *part) Stats {
 	v := l.Load()
 	now := l.Now()
 	c := v.Counts
+	m, dc := n.d.Machine(), n.d.Counters()
 	s := Stats{
 		Role:                p.Name,
 		State:               n.State(),
@@ -215,23 +216,22 @@ func (n *neli) statsOf(p *part) Stats {
 		StaleHeartbeats:     c.Stale,
 		LateHeartbeats:      c.Late,
 		CommitRejections:    c.Rejected,
-		GroupChecks:         n.d.m.Check.Count.Load(),
-		CommitStoresMissed:  n.d.m.GateCounts.Presumed.Load(),
-		LateWithdrawals:     n.d.m.GateCounts.Doubled.Load(),
-		HandOvers:           n.d.m.HandOvers.Load(),
-		GroupDescriptions:   n.d.prio.descriptions.Load(),
-		Transfers:           n.d.prio.transfers.Load(),
-		Standby:             n.d.prio.isStandby.Load(),
-	}
-	if since, reason, down := n.d.reach.state(); down {
-		s.UnreachableSince, s.UnreachableReason = n.d.base.Add(since), reason
+		GroupChecks:         m.Check.Count.Load(),
+		CommitStoresMissed:  m.GateCounts.Presumed.Load(),
+		LateWithdrawals:     m.GateCounts.Doubled.Load(),
+		HandOvers:           m.HandOvers.Load(),
+		GroupDescriptions:   dc.GroupDescriptions,
+		Transfers:           dc.Transfers,
+		Standby:             dc.Standby,
+		UnreachableSince:    dc.UnreachableSince,
+		UnreachableReason:   dc.UnreachableReason,
 	}
 	if s.Assigned {
 		s.Tenure = strconv.FormatUint(v.Tenure, 16)
 		s.GroupConflict = v.Conflict
 		s.Releasing = v.Releasing
 		if !v.Leading && !v.Excused {
-			s.NotLeadingSince = n.d.base.Add(v.Idle)
+			s.NotLeadingSince = n.d.Base().Add(v.Idle)
 		}
 	}
 	if s.Leading {
@@ -247,7 +247,7 @@ func (n *neli) statsOf(p *part) Stats {
 	if !s.Leader {
 		s.LeaseRemaining = 0
 	}
-	if y := time.Duration(n.d.m.Yield.Until.Load()); y > now {
+	if y := time.Duration(m.Yield.Until.Load()); y > now {
 		s.YieldRemaining = y - now
 	}
 	return s
@@ -285,10 +285,8 @@ func (n *neli) leaderOf(p *part) (LeaderInfo, bool) {
 			LastHeartbeat: time.Now(),
 		}, true
 	}
-	if o := n.d.observer; o != nil {
-		return o.current(p.ID)
-	}
-	return LeaderInfo{}, false
+	l, ok := n.d.Leader(p.ID)
+	return LeaderInfo(l), ok
 }
 
 func (n *neli) Yield(d time.Duration) error {
@@ -298,6 +296,6 @@ func (n *neli) Yield(d time.Duration) error {
 	if n.State() != Live {
 		return ErrNonLivePulse
 	}
-	n.d.requestYield(d, n.events.inCall())
+	n.d.RequestYield(d, n.events.inCall())
 	return nil
 }

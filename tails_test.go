@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/core"
+	"github.com/goneli/goneli/internal/driver"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/sidechan"
@@ -69,10 +70,8 @@ func (w *tailWire) Close()          {}
 func newTailRig(t *testing.T, n int, ends map[int32]int64, err error) (*scriptRig, *tailWire) {
 	roles := Shards(n)
 	r := newScriptRigFor(t, roles, core.RolesDigest(roles), Config{})
-	w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: n, clientID: r.n.d.clientID}, ends: ends, err: err}
-	r.n.d.mu.Lock()
-	r.n.d.check.wire = w
-	r.n.d.mu.Unlock()
+	w := &tailWire{admin: &scriptAdmin{log: r.consumer.log, partitions: n, clientID: r.n.d.ClientID()}, ends: ends, err: err}
+	r.n.d.UseWire(w)
 	return r, w
 }
 
@@ -167,23 +166,24 @@ func TestAssignmentTakenAfterTheWaitHoldsRenewals(t *testing.T) {
 		r, w := newTailRig(t, 3, nil, nil)
 		w.slow = true
 		r.consumer.push(rebalanceEvent{kafka.AssignedPartitions{Partitions: r.consumer.tps([]int32{0, 1, 2})}})
-		before := r.n.d.now()
+		before := r.n.d.Now()
 		r.pulse(*r.n.config.MinPollInterval, false)
-		d := r.n.d
-		d.mu.Lock()
-		taken := len(r.consumer.taken)
-		bound := d.timing.AnswerBound(d.config.settings())
+		var taken int
+		bound := r.n.d.Timing().AnswerBound(r.n.config.settings())
 		type hold struct{ from, until, storeFrom, storeUntil time.Duration }
 		var holds []hold
-		for _, p := range d.parts {
-			holds = append(holds, hold{p.Lease.HeldFrom, p.Lease.HeldUntil, p.Lease.StoreFrom, p.Lease.StoreUntil})
-		}
-		d.mu.Unlock()
+		r.n.d.Inspect(func(_ *driver.Config, _ *core.Machine, roles []*core.Role) {
+			taken = len(r.consumer.taken)
+			for _, p := range roles {
+				holds = append(holds, hold{p.Lease.HeldFrom, p.Lease.HeldUntil, p.Lease.StoreFrom, p.Lease.StoreUntil})
+			}
+		})
 		if taken != 1 {
 			t.Fatalf("%d assignments taken, want 1", taken)
 		}
 		// The Take came after the whole wait: the hold must reach an answer bound past it.
-		want := before + d.tailsWait() + bound
+		// The callback waits up to half a lease for the ends (internal/driver, tails.go).
+		want := before + *r.n.config.HeartbeatTimeout/2 + bound
 		for i, h := range holds {
 			if h.from > before || h.until < want || h.storeFrom > before || h.storeUntil < want {
 				t.Errorf("role %d: renewals held over (%v, %v], stores over (%v, %v]; want both from at most %v to at least %v",

@@ -33,6 +33,7 @@ func Example() {
 		defer func() {
 			_ = n.Close()
 			_ = p.Await()
+			n.Await() // its Kafka clients too, which may finish closing after Close returns
 		}()
 		contenders = append(contenders, n)
 	}
@@ -56,6 +57,11 @@ func Example() {
 	// its lease has run out: it no longer leads, though nothing told it of the successor.
 	fmt.Println("the cut one still leads:", contenders[first].IsLeader())
 	broker.Heal(names[first])
+	// Closed only once it is back in the group: closing a contender in the middle of a rebalance can
+	// crash librdkafka 2.11.1 (see WaitSettled).
+	if err := broker.WaitSettled(ctx, len(names)); err != nil {
+		panic(err)
+	}
 
 	// Output:
 	// one of the two leads

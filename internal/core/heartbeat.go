@@ -44,7 +44,7 @@ type Heartbeat struct {
 	Kind     RecordKind
 	Role     string
 	Address  string
-	To       string // version 4: the transfer's target (transfer.go)
+	To       string // version 4: the transfer's target (internal/driver, transfer.go)
 }
 
 // recordKind tells heartbeats from the markers a tenure writes when it gives its partition up.
@@ -59,7 +59,7 @@ const (
 	// kindReleased says that the barrier has returned from the tenure's LeaderRevoked.
 	KindReleased
 	// kindTransfer asks the partition's leader to hand over to the member named in the record's
-	// target (goneli.Transfer, `neli transfer`). Any client may write one; see transfer.go.
+	// target (goneli.Transfer, `neli transfer`). Any client may write one; see internal/driver, transfer.go.
 	KindTransfer
 )
 

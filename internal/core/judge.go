@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// Judging a description of the group, for the group check (groupcheck.go describes it).
+// Judging a description of the group, for the group check (internal/driver, groupcheck.go describes it).
 
 // groupCheck is the result of one check of the group for one tenure.
 type GroupCheck struct {

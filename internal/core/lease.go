@@ -13,7 +13,7 @@ import (
 // (the partition was assigned or revoked, time passed, an own heartbeat came back at an offset, the
 // group coordinator accepted or refused a commit, the group check finished) and answers what
 // follows: events for the barrier, a heartbeat to produce, an offset to store or commit, a group
-// check to start. It does no I/O, starts no goroutine and logs nothing; the driver (driver.go)
+// check to start. It does no I/O, starts no goroutine and logs nothing; the driver (internal/driver, driver.go)
 // does all of that. Its methods are called with the driver's lock held. What other goroutines may
 // read (IsLeader, Token, Stats) is published as an immutable leaseView after every change.
 //
@@ -251,7 +251,7 @@ func (t *tenure) name() string {
 // assign starts a tenure when the group assigns the partition: a random id, and heartbeats
 // numbered from 1. Its first heartbeat is due at once, and so is its group check unless vouched
 // says that this membership of the group passed one already and has held a partition of the
-// leader topic ever since (membership in groupcheck.go): then any member that joined with another
+// leader topic ever since (membership in internal/driver, groupcheck.go): then any member that joined with another
 // topic since was shown this one by its own check.
 func (l *Lease) Assign(vouched bool) LeaseOut {
 	if l.t.active {
@@ -376,8 +376,8 @@ func commitStall(poll time.Duration) time.Duration {
 // result late, and a window measured from that moment reached past R + expel (issue 38: two
 // leaders for up to 693 ms). goneli's default rebalance timeout, twice the lease, leaves a window of
 // 0.8 x HeartbeatTimeout less an answer bound and the longer of an answer bound and a renewal
-// interval: 2.748 s at the default lease and 348 ms at 1 s (2.875 s and 475 ms before the commit
-// gate), which still rides out librdkafka's wait of up to a second to rejoin at 1 s (from leases of
+// interval: 2.748 s at the default lease and 476 ms at 1 s with its default 50 ms MinPollInterval
+// (348 ms with a 100 ms one; 2.875 s and 475 ms before the commit gate), which still rides out librdkafka's wait of up to a second to rejoin at 1 s (from leases of
 // about 0.8 s up with the window before the gate; the bound has not been measured again since).
 func commitWindow(rebalance, lease, hb, answer, renew time.Duration) time.Duration {
 	return max(0, rebalance-lease-2*hb-answer-max(renew, answer))
@@ -584,7 +584,7 @@ func (l *Lease) Foreign(h Heartbeat) LeaseOut {
 	var out LeaseOut
 	if !l.t.active || h.Tenure == l.t.id || (h.Kind == KindReleasing && l.t.confirmedSeq > 0) {
 		// A releasing marker that lands after this tenure's own first heartbeat was not written
-		// in time, and its writer held its revocation back instead (driver.go, endTenures).
+		// in time, and its writer held its revocation back instead (internal/driver, driver.go, endTenures).
 		return out
 	}
 	switch h.Kind {
@@ -747,7 +747,7 @@ func (l *Lease) oldestPending() (time.Duration, bool) {
 }
 
 // holdRenewals holds back, as heldAnswers does, the renewals of heartbeats sent after from, until
-// a renewal of one sent after until (driver.heldAssignment).
+// a renewal of one sent after until (Machine.heldAssignment).
 func (l *Lease) holdRenewals(from, until time.Duration) {
 	if l.HeldUntil <= from || from < l.HeldFrom {
 		l.HeldFrom = from
@@ -859,7 +859,7 @@ func (l *Lease) heldAnswers(hb confirmed) bool {
 // partition: the coordinator checks no ownership, and members of the group that subscribe to
 // another topic are assigned "partition 0" of that topic, whose commits pass as well. So a tenure
 // leads only once a check made after its assignment found no member holding partitions of another
-// topic (groupcheck.go). Renewals that come first are held back until then.
+// topic (internal/driver, groupcheck.go). Renewals that come first are held back until then.
 func (l *Lease) Checked(tenure uint64, r GroupCheck) LeaseOut {
 	var out LeaseOut
 	if !l.t.active || tenure != l.t.id {

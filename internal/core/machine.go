@@ -10,7 +10,7 @@ import (
 // hand-over means for each role, and when to produce, store, commit, describe the group, read the
 // ends of partitions or call the barrier. It holds the leases (lease.go), the commit gate
 // (commitgate.go) and the bookkeeping between them, and it is the same code under the driver
-// (driver.go), which carries librdkafka's and kgo's events in and its Effects out, and under the
+// (internal/driver, driver.go), which carries librdkafka's and kgo's events in and its Effects out, and under the
 // simulation (sim_*_test.go), whose models of librdkafka, the coordinator and the network do.
 //
 // It starts no goroutine, takes no lock and reads the time only through the clock it is given:
@@ -67,7 +67,7 @@ type Machine struct {
 	handover  handover      // when to hand the roles over (handover.go)
 	HandOvers atomic.Uint64 // hand-overs so far (Stats.HandOvers)
 	renewals  consumerRenewals
-	// tagging is the member a hand-over of the single leader goes to (transfer.go): its release
+	// tagging is the member a hand-over of the single leader goes to (internal/driver, transfer.go): its release
 	// markers name it.
 	Tagging string
 	// assignment is the assignment the rebalance callback is taking (assign, takeAt, taken).
@@ -112,7 +112,7 @@ type Effects interface {
 	// unsubscribe leaves the group, subscribe joins it again.
 	Unsubscribe() error
 	Subscribe() error
-	// left says that this instance left the group as member (groupwatch.go checks it is gone).
+	// left says that this instance left the group as member (internal/driver, groupwatch.go checks it is gone).
 	Left(member string)
 	// live reports whether Close has yet to begin.
 	Live() bool
@@ -141,6 +141,10 @@ type checkBook struct {
 	Troubled              bool
 	TroubleAt, deferSince time.Duration
 	deferring             bool
+	// inconclusive counts the checks in a row that could not see this instance's assignment, and
+	// retryAt is when the next may start (backOffInconclusive).
+	inconclusive int
+	retryAt      time.Duration
 }
 
 // newRoles makes the roles, each with its lease, for config and timing as New derived them, on the

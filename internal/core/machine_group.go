@@ -13,7 +13,7 @@ type groupState struct {
 	// owedCommit is set when a revocation took partitions with stored offsets, which librdkafka
 	// commits once more, until that commit's result has been polled.
 	OwedCommit bool
-	// member says whether this membership of the group passed a group check (groupcheck.go).
+	// member says whether this membership of the group passed a group check (internal/driver, groupcheck.go).
 	member Membership
 }
 
@@ -323,13 +323,17 @@ type TopicPart struct {
 // time and serves every part that asked before it began.
 //
 // While a client has just seen a broker connection fail, the check waits for a quiet checkQuiet
-// (groupcheck.go), though never longer than checkQuietMax: a description sent as the
+// (internal/driver, groupcheck.go), though never longer than checkQuietMax: a description sent as the
 // coordinator's connection drops can abort the process.
 func (m *Machine) StartGroupCheck() {
 	if m.Check.busy || !slices.ContainsFunc(m.roles, func(p *Role) bool { return p.wantCheck }) {
 		return
 	}
 	now := m.now()
+	if now < m.Check.retryAt {
+		// An inconclusive check waits its back-off (backOffInconclusive).
+		return
+	}
 	if m.Check.Troubled && now-m.Check.TroubleAt < CheckQuiet {
 		if !m.Check.deferring {
 			m.Check.deferring, m.Check.deferSince = true, now
@@ -378,11 +382,14 @@ func (m *Machine) Checked(tenures map[int32]uint64, desc GroupDesc, err error, f
 			m.fx.Note(LevelError, "conflict", "goneli %s: not leading: %v", m.name, conflict)
 		}
 	}
+	inconclusive := false
+	defer func() { m.backOffInconclusive(inconclusive) }()
 	for _, id := range sortedKeys(tenures) {
 		p := m.roles[id]
 		c := GroupCheck{err: err}
 		if err == nil {
 			c.Verdict = JudgeGroup(desc, m.topic, m.ClientID, p.member, id)
+			inconclusive = inconclusive || c.Verdict.Conflict == nil && !c.Verdict.SawSelf
 		}
 		if sessionErr != nil {
 			c.err = sessionErr
@@ -392,6 +399,26 @@ func (m *Machine) Checked(tenures map[int32]uint64, desc GroupDesc, err error, f
 			m.Group.member.Passed(p.member)
 		}
 	}
+}
+
+// backOffInconclusive spaces the checks that cannot see this instance's assignment. The lease asks
+// again inconclusiveCheckRetry after each, which under the classic protocol, whose coordinator
+// describes no assignment while the group rebalances (GroupMetadataManager.describeGroups gives
+// members without metadata outside Stable), made about fifty descriptions a second per waiting
+// instance for as long as a rebalance lasted (issue 46). The members rejoin at their next group
+// heartbeats, so looking more often than once a group heartbeat interval learns nothing sooner: the
+// pause doubles from inconclusiveCheckRetry up to that interval (and a tenth of the lease), which is
+// all it can delay a tenure by. A conclusive check, or a failed one, which the lease spaces itself,
+// ends it.
+func (m *Machine) backOffInconclusive(inconclusive bool) {
+	if !inconclusive {
+		m.Check.inconclusive, m.Check.retryAt = 0, 0
+		return
+	}
+	limit := min(m.timing.Heartbeat(), m.config.Lease/10)
+	pause := min(inconclusiveCheckRetry<<min(m.Check.inconclusive, 16), limit)
+	m.Check.inconclusive++
+	m.Check.retryAt = m.now() + pause
 }
 
 // trouble marks now as a moment when the brokers' connections were unsettled (startGroupCheck).

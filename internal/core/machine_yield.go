@@ -13,7 +13,7 @@ import (
 // A yield takes the instance out of the group for a while: every tenure ends, as in a revocation,
 // and the consumer unsubscribes, which makes librdkafka leave the group; when the yield is over it
 // subscribes again and joins as a new member. Yield (stats.go), the hand-over of a role the
-// instance cannot renew (checkHandOver), a transfer and a priority hand-over (transfer.go,
+// instance cannot renew (checkHandOver), a transfer and a priority hand-over (internal/driver, transfer.go,
 // groupwatch.go) all come here.
 
 // yieldState is whether, and until when, the instance yields.

@@ -22,7 +22,7 @@ type GroupTiming struct {
 	userInterval bool
 
 	// brokerSession and brokerInterval are the broker's KIP-848 session timeout and group
-	// heartbeat interval for the group, as New read them (session848.go); zero if not read.
+	// heartbeat interval for the group, as New read them (internal/driver, session848.go); zero if not read.
 	BrokerSession, BrokerInterval time.Duration
 }
 
@@ -138,7 +138,7 @@ func DefaultRenewInterval(lease, poll time.Duration) time.Duration {
 	return max(poll, lease/RenewalsPerLease)
 }
 
-// The loop's bounds (neli.go, driver.go), which the simulation's loop keeps too.
+// The loop's bounds (the root package's neli.go; internal/driver, driver.go), which the simulation's loop keeps too.
 const (
 	// maxEventsPerCycle bounds the work one Pulse does when a backlog has built up in the
 	// consumer.
@@ -158,6 +158,8 @@ const (
 	MinPollCap = 100 * time.Millisecond
 	// renewalsPerLease sets the default RenewInterval: the lease divided by it.
 	RenewalsPerLease = 10
+	// MinHeartbeatTimeout is Config.MinHeartbeatTimeout, the shortest lease Validate accepts.
+	MinHeartbeatTimeout = 500 * time.Millisecond
 )
 
 // defaultMinPollInterval is the MinPollInterval that SetDefaults derives for a lease of ht.

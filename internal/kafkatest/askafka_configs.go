@@ -131,6 +131,27 @@ func (k *Kafka) groupDefaults(x *exchange, node int32, req *kmsg.DescribeConfigs
 	return changed
 }
 
+// DenyGroupConfigs refuses DESCRIBE_CONFIGS on every GROUP resource to the SASL users named
+// ("ANONYMOUS" for a connection without SASL) from now on, in place of those GroupConfigsDeniedTo or
+// an earlier call named; with none, to nobody. It stands in for an ACL removed, or granted, while a
+// test runs.
+func (k *Kafka) DenyGroupConfigs(users ...string) {
+	denied := map[string]bool{}
+	for _, u := range users {
+		denied[u] = true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.cfg.groupConfigsDenied = denied
+}
+
+// groupConfigsDenied reports whether user may not describe GROUP resources.
+func (k *Kafka) groupConfigsDenied(user string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cfg.groupConfigsDenied[user]
+}
+
 // denyGroupConfigs refuses the GROUP resources to a user that GroupConfigsDeniedTo names, as
 // ConfigHelper does without DESCRIBE_CONFIGS on the group: GROUP_AUTHORIZATION_FAILED, no configs.
 func (k *Kafka) denyGroupConfigs(x *exchange, r *kmsg.DescribeConfigsResponse) bool {
@@ -138,7 +159,7 @@ func (k *Kafka) denyGroupConfigs(x *exchange, r *kmsg.DescribeConfigsResponse) b
 	if user == "" {
 		user = "ANONYMOUS"
 	}
-	if !k.cfg.groupConfigsDenied[user] {
+	if !k.groupConfigsDenied(user) {
 		return false
 	}
 	changed := false

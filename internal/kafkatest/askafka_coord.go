@@ -28,6 +28,7 @@ type coordinators struct {
 
 	mu        sync.Mutex
 	offsetsAt time.Time            // when the first FindCoordinator for a group came; zero before
+	txnAt     time.Time            // when the first FindCoordinator for a transactional id came; zero before
 	ready     time.Time            // when the coordinators have loaded the new partitions
 	loading   map[string]time.Time // group -> end of its load on the coordinator it moved to
 	known     map[string]struct{}  // every group a request named, to tell which ones a move moved
@@ -46,6 +47,35 @@ func (co *coordinators) creating(now time.Time) bool {
 		co.offsetsAt, co.ready = now, now.Add(co.create+co.load)
 	}
 	return now.Before(co.offsetsAt.Add(co.create))
+}
+
+// creatingTxn reports whether __transaction_state is being created, starting its creation on the
+// first call.
+func (co *coordinators) creatingTxn(now time.Time) bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if co.txnAt.IsZero() {
+		co.txnAt = now
+	}
+	return now.Before(co.txnAt.Add(co.create))
+}
+
+// InternalTopics names the internal topics that the cluster would have created by now, in the
+// order Kafka would have: __consumer_offsets after the first FindCoordinator for a group,
+// __transaction_state after the first for a transactional id, each only for a principal allowed to
+// describe the key (KafkaApis.getCoordinator, getOrCreateInternalTopic). kfake creates neither, so
+// a test that must change nothing on a cluster (the doctor) asks this instead.
+func (k *Kafka) InternalTopics() []string {
+	k.coord.mu.Lock()
+	defer k.coord.mu.Unlock()
+	var out []string
+	if !k.coord.offsetsAt.IsZero() {
+		out = append(out, "__consumer_offsets")
+	}
+	if !k.coord.txnAt.IsZero() {
+		out = append(out, "__transaction_state")
+	}
+	return out
 }
 
 // status is the coordinator error that node gives for group now, or 0 to let kfake answer.
@@ -101,18 +131,26 @@ func (k *Kafka) isCoordinator(node int32) func(string) bool {
 }
 
 // findCoordinator answers COORDINATOR_NOT_AVAILABLE for groups while __consumer_offsets is
-// created. Kafka checks Describe on the group first (KafkaApis.getCoordinator): a group that the
-// principal may not describe is refused with GROUP_AUTHORIZATION_FAILED, as kfake refuses it, and
+// created, and for transactional ids while __transaction_state is: KafkaApis.getCoordinator
+// creates the internal topic of the key's type on the first lookup of a cluster that lacks it
+// (getOrCreateInternalTopic) and answers so meanwhile. Kafka checks Describe on the group or the
+// transactional id first: a key that the principal may not describe is refused with
+// GROUP_AUTHORIZATION_FAILED or TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as kfake refuses it, and
 // creates nothing.
 func (k *Kafka) findCoordinator(x *exchange) ([]byte, bool) {
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
 		q, r := req.(*kmsg.FindCoordinatorRequest), resp.(*kmsg.FindCoordinatorResponse)
-		if q.CoordinatorType != 0 {
+		creating := k.coord.creating
+		switch q.CoordinatorType {
+		case 0:
+		case 1:
+			creating = k.coord.creatingTxn
+		default:
 			return false
 		}
 		code := kerr.CoordinatorNotAvailable.Code
 		if q.Version < 4 {
-			if r.ErrorCode != 0 || !k.coord.creating(time.Now()) {
+			if r.ErrorCode != 0 || !creating(time.Now()) {
 				return false
 			}
 			r.ErrorCode, r.NodeID, r.Host, r.Port = code, -1, "", -1
@@ -121,7 +159,7 @@ func (k *Kafka) findCoordinator(x *exchange) ([]byte, bool) {
 		patched := false
 		for i := range r.Coordinators {
 			c := &r.Coordinators[i]
-			if c.ErrorCode != 0 || !k.coord.creating(time.Now()) {
+			if c.ErrorCode != 0 || !creating(time.Now()) {
 				continue
 			}
 			c.ErrorCode, c.NodeID, c.Host, c.Port = code, -1, "", -1

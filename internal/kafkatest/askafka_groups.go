@@ -10,21 +10,42 @@ import (
 
 // describeGroups changes kfake's answers to DescribeGroups, ConsumerGroupDescribe and OffsetFetch
 // where Kafka's differ: the coordinator's errors per group (askafka_coord.go), consumer-protocol
-// groups in DescribeGroups, and topics in ConsumerGroupDescribe.
+// groups in DescribeGroups, topics in ConsumerGroupDescribe, and the authorized operations of a
+// group's result that carries an error.
 func (k *Kafka) describeGroups(x *exchange, node int32) ([]byte, bool) {
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
 		changed := len(k.refuseGroups(node, req, resp)) > 0
 		switch r := resp.(type) {
 		case *kmsg.DescribeGroupsResponse:
 			changed = k.deadConsumerGroups(x, r) || changed
+			for i := range r.Groups {
+				changed = unsetOperations(r.Groups[i].ErrorCode, &r.Groups[i].AuthorizedOperations) || changed
+			}
 		case *kmsg.ConsumerGroupDescribeResponse:
 			changed = k.nameTopics(r) || changed
 			if k.cfg.version == Kafka40 {
 				changed = authorizeTopics(x, r) || changed
 			}
+			for i := range r.Groups {
+				changed = unsetOperations(r.Groups[i].ErrorCode, &r.Groups[i].AuthorizedOperations) || changed
+			}
 		}
 		return changed
 	})
+}
+
+// unsetOperations leaves a group's authorized operations unset (the schema's default,
+// -2147483648) where its result carries an error, and reports whether it changed them: Kafka fills
+// them in only for results without one (KafkaApis.handleDescribeGroupsRequest and
+// handleConsumerGroupDescribe: "if (groupResult.errorCode == Errors.NONE.code)"), so a group that
+// does not exist, which DescribeGroups answers with GROUP_ID_NOT_FOUND from v6 (KIP-1043), comes
+// without them. kfake fills them in for such a group too.
+func unsetOperations(code int16, ops *int32) bool {
+	if code == 0 || *ops == math.MinInt32 {
+		return false
+	}
+	*ops = math.MinInt32
+	return true
 }
 
 // deadConsumerGroups answers a consumer-protocol (KIP-848) group as Kafka's DescribeGroups does.

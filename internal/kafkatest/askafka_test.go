@@ -63,6 +63,72 @@ func TestAsKafkaDescribeGroupsConsumerGroupIsDead(t *testing.T) {
 	})
 }
 
+// 1a. A group's result that carries an error comes without the principal's operations on the group:
+// KafkaApis fills them in only for results without one. DescribeGroups v6 answers a group that
+// does not exist with GROUP_ID_NOT_FOUND (KIP-1043), as ConsumerGroupDescribe does; kfake fills
+// them in for both.
+func TestAsKafkaOperationsOnlyWithoutError(t *testing.T) {
+	eachBroker(t, instant, []kfake.Opt{kfake.SeedTopics(1, "t"), kip848}, func(t *testing.T, b *Broker, asKafka bool) {
+		cl := newClient(t, b)
+		findCoordinator(t, cl, "nobody")
+		dg := kmsg.NewPtrDescribeGroupsRequest()
+		dg.Groups, dg.IncludeAuthorizedOperations = []string{"nobody"}, true
+		g := routed[*kmsg.DescribeGroupsResponse](t, cl, dg).Groups[0]
+		cgd := kmsg.NewPtrConsumerGroupDescribeRequest()
+		cgd.Groups, cgd.IncludeAuthorizedOperations = []string{"nobody"}, true
+		cg := routed[*kmsg.ConsumerGroupDescribeResponse](t, cl, cgd).Groups[0]
+		if g.ErrorCode != kerr.GroupIDNotFound.Code || cg.ErrorCode != kerr.GroupIDNotFound.Code {
+			t.Fatalf("a group that does not exist: DescribeGroups error %d, ConsumerGroupDescribe error %d; want GROUP_ID_NOT_FOUND from both",
+				g.ErrorCode, cg.ErrorCode)
+		}
+		for what, ops := range map[string]int32{"DescribeGroups": g.AuthorizedOperations, "ConsumerGroupDescribe": cg.AuthorizedOperations} {
+			if unset := ops == math.MinInt32; unset != asKafka {
+				t.Errorf("%s: operations %d on a group that does not exist; want them unset: %v", what, ops, asKafka)
+			}
+		}
+	})
+}
+
+// 1b. FindCoordinator for a transactional id creates __transaction_state on a cluster that lacks
+// it, and answers COORDINATOR_NOT_AVAILABLE meanwhile, as one for a group creates
+// __consumer_offsets (KafkaApis.getCoordinator, getOrCreateInternalTopic); only for a principal
+// that may describe the key, which DescribeTransactions, sent to any broker, tells without
+// creating anything.
+func TestAsKafkaTransactionStateCreated(t *testing.T) {
+	opts := aclBroker(allow(kmsg.ACLResourceTypeTransactionalId, "mine", kmsg.ACLOperationDescribe))
+	eachBroker(t, []KafkaOpt{OffsetsTopicCreation(time.Hour)}, opts, func(t *testing.T, b *Broker, asKafka bool) {
+		cl := newClient(t, b, user("alice", "alice-pw"))
+		created := func() []string {
+			if !asKafka {
+				return nil
+			}
+			return b.Kafka.InternalTopics()
+		}
+		dt := kmsg.NewPtrDescribeTransactionsRequest()
+		dt.TransactionalIDs = []string{"theirs", "mine"}
+		states := direct[*kmsg.DescribeTransactionsResponse](t, cl, 0, dt).TransactionStates
+		if len(states) != 2 || states[0].ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code || states[1].ErrorCode == kerr.TransactionalIDAuthorizationFailed.Code {
+			t.Fatalf("DescribeTransactions: %+v; want theirs refused and mine not", states)
+		}
+		fc := kmsg.NewPtrFindCoordinatorRequest()
+		fc.CoordinatorType, fc.CoordinatorKeys = 1, []string{"theirs"}
+		if c := direct[*kmsg.FindCoordinatorResponse](t, cl, 0, fc).Coordinators[0]; c.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
+			t.Errorf("FindCoordinator for a transactional id alice may not describe: error %d", c.ErrorCode)
+		}
+		if got := created(); len(got) != 0 {
+			t.Fatalf("created %v before any lookup a principal was allowed", got)
+		}
+		fc.CoordinatorKeys = []string{"mine"}
+		c := direct[*kmsg.FindCoordinatorResponse](t, cl, 0, fc).Coordinators[0]
+		if want := map[bool]int16{true: kerr.CoordinatorNotAvailable.Code}[asKafka]; c.ErrorCode != want {
+			t.Errorf("FindCoordinator for a transactional id: error %d, want %d", c.ErrorCode, want)
+		}
+		if asKafka && !slices.Equal(created(), []string{"__transaction_state"}) {
+			t.Errorf("created %v, want __transaction_state", created())
+		}
+	})
+}
+
 // aclBroker is a broker with SASL PLAIN users: admin, a superuser, and alice, with acls.
 func aclBroker(acls ...kfake.ACL) []kfake.Opt {
 	return []kfake.Opt{kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-pw"),

@@ -44,12 +44,16 @@ type Options struct {
 	// Limit bounds each request: a connection that does not answer within it is closed rather
 	// than used again (kgo's RequestTimeoutOverhead), and retries stop after it.
 	Limit time.Duration
-	// OnFallback is called once, when a broker's certificate makes the connection give way to
-	// librdkafka; it must not block.
+	// OnFallback is called once, when the connection gives way to librdkafka for good (a failed
+	// TLS handshake, or GiveWay); it must not block.
 	OnFallback func(error)
-	// MetadataV10 caps Metadata at version 10, the last that reports the principal's operations
-	// on the cluster (the doctor reads them).
-	MetadataV10 bool
+	// Operations caps Metadata at version 10, the last that reports the principal's operations
+	// on the cluster, and DescribeGroups at version 5, the last that answers a group that does not
+	// exist (or is of the consumer protocol) as Dead without an error, and so with the principal's
+	// operations on it (the doctor reads them): from version 6 (KIP-1043) Kafka answers such a
+	// group GROUP_ID_NOT_FOUND, and fills in operations only for results without an error
+	// (KafkaApis.handleDescribeGroupsRequest).
+	Operations bool
 }
 
 // Client is goneli's own connection to a cluster: one kgo client (franz-go), which finds
@@ -63,9 +67,14 @@ type Client struct {
 	// opened and closed count connections, for tests and measurements.
 	opened, closed atomic.Int64
 	closing        sync.Once
+	// abandoned counts the requests still running that bounded stopped waiting for.
+	abandoned sync.WaitGroup
 
 	mu      sync.Mutex
 	leaders map[string]topicLeaders // by topic: where Produce sends each partition
+	// coordinators are the brokers that last answered a description of each group, by group: a
+	// GROUP config resource of the group goes there (DescribeConfigs).
+	coordinators map[string]int32
 }
 
 // New makes a client from a librdkafka configuration, or returns an error wrapping ErrUnsupported
@@ -75,7 +84,7 @@ func New(conf kafka.ConfigMap, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}}
+	c := &Client{settings: s, opts: o, leaders: map[string]topicLeaders{}, coordinators: map[string]int32{}}
 	cl, err := kgo.NewClient(c.kgoOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("goneli's own connection: %w", err)
@@ -125,41 +134,90 @@ func (c *Client) kgoOptions() []kgo.Opt {
 	// by ID alone (KIP-516), which a heartbeat has no use for.
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 12)
-	if c.opts.MetadataV10 {
+	if c.opts.Operations {
 		v.SetMaxKeyVersion(kmsg.Metadata.Int16(), 10)
+		v.SetMaxKeyVersion(kmsg.DescribeGroups.Int16(), 5)
 	}
 	return append(opts, kgo.MaxVersions(v))
 }
 
-// dialer connects, over TLS where configured, and notes a certificate that Go refuses.
+// dialer connects, over TLS where configured, and makes the connection give way to librdkafka for
+// good when a TLS handshake fails for what the broker sent or refused rather than for the network
+// (handshakeRefused).
 func (c *Client) dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	nd := &net.Dialer{Timeout: timeout}
+	nd := &net.Dialer{}
 	return func(ctx context.Context, _, addr string) (net.Conn, error) {
 		if err := c.Fallback(); err != nil {
 			return nil, err
 		}
-		if c.settings.TLS == nil {
-			return nd.DialContext(ctx, c.settings.Network, addr)
+		// As tls.Dialer does, the timeout covers the handshake too.
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		raw, err := nd.DialContext(ctx, c.settings.Network, addr)
+		if err != nil || c.settings.TLS == nil {
+			return raw, err
 		}
-		// tls.Dialer names the server after addr's host where the configuration names none.
-		td := &tls.Dialer{NetDialer: nd, Config: c.settings.TLS}
-		conn, err := td.DialContext(ctx, c.settings.Network, addr)
-		var refused *tls.CertificateVerificationError
-		if errors.As(err, &refused) {
-			return nil, c.giveWay(addr, err)
+		cfg := c.settings.TLS
+		if cfg.ServerName == "" {
+			// tls.Dialer names the server after addr's host where the configuration names none.
+			host, _, _ := net.SplitHostPort(addr)
+			cfg = cfg.Clone()
+			cfg.ServerName = host
 		}
-		return conn, err
+		conn := tls.Client(raw, cfg)
+		if err := conn.HandshakeContext(ctx); err != nil {
+			_ = raw.Close()
+			if handshakeRefused(err) {
+				return nil, c.giveWay(addr, err)
+			}
+			return nil, err
+		}
+		return conn, nil
 	}
+}
+
+// handshakeRefused reports whether a TLS handshake failed for what one end made of the other's
+// messages (an alert either end sent, a certificate that Go cannot parse or does not trust, a
+// record that is not TLS) rather than for the connection (closed, reset, timed out), which a
+// broker that restarts causes too and which the next connection may not meet.
+//
+// Go's crypto/tls and OpenSSL do not accept the same handshakes. Go 1.22 and later offer no
+// TLS_RSA_* (RSA key exchange) cipher suites, which OpenSSL 3 still offers, so a broker that
+// accepts only those answers Go's hello with a handshake_failure alert; crypto/x509 refuses to
+// parse certificates that OpenSSL accepts (a negative serial number since Go 1.23, malformed or
+// duplicate extensions, RSA keys over 8192 bits), and reports that as a plain error, before any
+// verification. Whatever such a failure is, it is a property of the broker's TLS setup and of
+// Go's, which no retry changes; librdkafka, which connects with OpenSSL, may well succeed, and if
+// it fails as well nothing is lost by leaving the work to it.
+func handshakeRefused(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) && (oe.Op == "remote error" || oe.Op == "local error") {
+		// crypto/tls reports an alert, received or sent, as a *net.OpError with these operations
+		// (conn.go), which is no failure of the network.
+		return true
+	}
+	var ne net.Error
+	return !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, net.ErrClosed) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &ne)
 }
 
 // FallbackError says why goneli's own connection gave way to librdkafka for good.
 type FallbackError struct {
+	// Broker is the address of the broker whose TLS handshake failed; empty when the connection
+	// gave way for another reason (GiveWay), which Err then gives.
 	Broker string
 	Err    error
 }
 
 func (e *FallbackError) Error() string {
-	return fmt.Sprintf("goneli's own connection cannot verify the certificate of broker %s (%v), which librdkafka (OpenSSL) verifies by its own rules", e.Broker, e.Err)
+	var unverified *tls.CertificateVerificationError
+	switch {
+	case e.Broker == "":
+		return fmt.Sprintf("goneli's own connection gave way to librdkafka: %v", e.Err)
+	case errors.As(e.Err, &unverified):
+		return fmt.Sprintf("goneli's own connection cannot verify the certificate of broker %s (%v), which librdkafka (OpenSSL) verifies by its own rules", e.Broker, e.Err)
+	}
+	return fmt.Sprintf("goneli's own connection cannot complete a TLS handshake with broker %s (%v), which librdkafka (OpenSSL) completes by its own rules", e.Broker, e.Err)
 }
 
 func (e *FallbackError) Unwrap() error { return e.Err }
@@ -170,22 +228,33 @@ func IsFallback(err error) bool {
 	return errors.As(err, &fe)
 }
 
-// giveWay records the first certificate that Go's crypto/x509 refuses, and returns the
-// *FallbackError that every request returns from then on.
+// giveWay records the first TLS handshake that failed for a reason of TLS (handshakeRefused), and
+// returns the *FallbackError that every request returns from then on.
 //
-// A certificate that Go refuses is either one that librdkafka refuses as well, and nothing is lost
-// by leaving the work to it, or one that OpenSSL accepts and Go does not (a host named only in the
-// subject's CN, a SHA-1 signature, a negative serial number): then librdkafka is what reaches the
-// broker. Nothing is ever sent over a connection that failed verification, and librdkafka
-// verifies the certificate itself. The decision is for the client's life, so that no request
-// tries the refused handshake again: a certificate that librdkafka alone accepts does not change
-// while the instance runs.
+// Such a failure is either one that librdkafka meets as well, and nothing is lost by leaving the
+// work to it, or one that OpenSSL gets past and Go does not (a host named only in the subject's
+// CN, a SHA-1 signature, a negative serial number, a broker that offers only TLS_RSA_* suites):
+// then librdkafka is what reaches the broker. Nothing is ever sent over a connection whose
+// handshake failed, and librdkafka verifies the certificate itself. The decision is for the
+// client's life, so that no request tries the failed handshake again: a broker's TLS setup that
+// librdkafka alone gets past does not change while the instance runs.
 func (c *Client) giveWay(addr string, err error) error {
 	fe := &FallbackError{Broker: addr, Err: err}
 	if c.fallback.CompareAndSwap(nil, fe) && c.opts.OnFallback != nil {
 		c.opts.OnFallback(fe)
 	}
 	return c.fallback.Load()
+}
+
+// GiveWay makes the connection give way to librdkafka for good, for the reason why, as a failed
+// handshake does: the instance calls it when the connection keeps failing at what librdkafka does
+// (internal/driver, sidefail.go). Requests under way end with their own results; from then on every
+// request returns the *FallbackError. Only the first call counts.
+func (c *Client) GiveWay(why error) {
+	fe := &FallbackError{Err: why}
+	if c.fallback.CompareAndSwap(nil, fe) && c.opts.OnFallback != nil {
+		c.opts.OnFallback(fe)
+	}
 }
 
 // Fallback is nil until the connection has given way to librdkafka, and then the
@@ -208,7 +277,36 @@ func (c *Client) Settings() Settings { return c.settings }
 
 // Close closes every connection and stops the client's goroutines; it is idempotent.
 func (c *Client) Close() {
-	c.closing.Do(c.cl.Close)
+	c.closing.Do(func() {
+		c.cl.Close()
+		// Closing kgo's client ends the requests that bounded left behind.
+		c.abandoned.Wait()
+	})
+}
+
+// bounded runs fn, a request, and returns its result, or ctx's error once ctx ends, whichever comes
+// first. kgo honours a request's context while the request waits to be sent, but not while its
+// answer is awaited on a connection: a broker that went silent after the request was written
+// (a zone outage, a black-holed link) holds it until kgo's own timeout, a lease. What outlives ctx
+// finishes on its own, by that timeout or Close.
+func (c *Client) bounded(ctx context.Context, fn func() (kmsg.Response, error)) (kmsg.Response, error) {
+	type result struct {
+		resp kmsg.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	c.abandoned.Add(1)
+	go func() {
+		defer c.abandoned.Done()
+		resp, err := fn()
+		done <- result{resp, err}
+	}()
+	select {
+	case r := <-done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // Request sends req where it belongs (kgo routes group requests to their coordinator, admin
@@ -227,6 +325,53 @@ func (c *Client) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 		resp, err = c.cl.Request(ctx, req)
 		return err
 	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
+}
+
+// requestGroup is Request for a request that kgo sends to group's coordinator, noting which broker
+// answered it.
+func (c *Client) requestGroup(ctx context.Context, group string, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	var resp kmsg.Response
+	err := c.retry(ctx, func() error {
+		shards := c.cl.RequestSharded(ctx, req)
+		if len(shards) != 1 {
+			return fmt.Errorf("a request for one group went to %d brokers", len(shards))
+		}
+		if shards[0].Err == nil {
+			c.mu.Lock()
+			c.coordinators[group] = shards[0].Meta.NodeID
+			c.mu.Unlock()
+		}
+		resp = shards[0].Resp
+		return shards[0].Err
+	})
+	if fe := c.Fallback(); fe != nil && err != nil {
+		return nil, fe
+	}
+	return resp, err
+}
+
+// coordinatorOf is the broker that last answered a description of group, if one did.
+func (c *Client) coordinatorOf(group string) (int32, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	node, ok := c.coordinators[group]
+	return node, ok
+}
+
+// BrokerRequest sends req to the broker node as it is, without routing or retries, bounded by ctx
+// even while the answer is awaited.
+func (c *Client) BrokerRequest(ctx context.Context, node int32, req kmsg.Request) (kmsg.Response, error) {
+	if err := c.Fallback(); err != nil {
+		return nil, err
+	}
+	resp, err := c.bounded(ctx, func() (kmsg.Response, error) { return c.cl.Broker(int(node)).Request(ctx, req) })
 	if fe := c.Fallback(); fe != nil && err != nil {
 		return nil, fe
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -95,9 +94,9 @@ func (c *Client) describeConsumer(ctx context.Context, group string) (kafka.Cons
 	desc := newDescription(group)
 	req := kmsg.NewPtrConsumerGroupDescribeRequest()
 	req.Groups = []string{group}
-	resp, err := c.Request(ctx, req)
+	resp, err := c.requestGroup(ctx, group, req)
 	if err != nil {
-		if isTooOld(err) {
+		if c.notOffered(ctx, group, kmsg.ConsumerGroupDescribe, err) {
 			return desc, errNoConsumerGroupDescribe
 		}
 		return desc, asKafkaError(err)
@@ -139,15 +138,37 @@ func (c *Client) describeConsumer(ctx context.Context, group string) (kafka.Cons
 	return desc, nil
 }
 
-// isTooOld reports whether kgo refused to send a request that the broker does not offer.
-func isTooOld(err error) bool {
+// notOffered reports whether a request of key for group failed with err because group's
+// coordinator does not offer key: the broker answered UNSUPPORTED_VERSION, or kgo did not send it.
+// kgo refuses to send a request that the broker's ApiVersions does not list with an error of its
+// own that it does not export (errBrokerTooOld, pkg/kgo/errors.go and broker.go), and whose text
+// may change, so for any error that is no broker's answer the coordinator is asked what it offers.
+func (c *Client) notOffered(ctx context.Context, group string, key kmsg.Key, err error) bool {
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
 		return ke.Code == kerr.UnsupportedVersion.Code
 	}
-	// kgo's own error for a request that the broker's ApiVersions does not list is unexported
-	// (errBrokerTooOld, pkg/kgo/errors.go); its text is what tells it.
-	return err != nil && strings.Contains(err.Error(), "broker is too old")
+	if ctx.Err() != nil || IsFallback(err) {
+		return false
+	}
+	node, err := c.FindCoordinator(ctx, GroupCoordinator, group)
+	if err != nil {
+		return false
+	}
+	av := kmsg.NewPtrApiVersionsRequest()
+	// From version 3 a broker refuses an ApiVersions request that does not name its software
+	// (KIP-511).
+	av.ClientSoftwareName, av.ClientSoftwareVersion = "goneli", "1"
+	resp, err := c.BrokerRequest(ctx, node, av)
+	if err != nil || resp.(*kmsg.ApiVersionsResponse).ErrorCode != 0 {
+		return false
+	}
+	for _, k := range resp.(*kmsg.ApiVersionsResponse).ApiKeys {
+		if k.ApiKey == key.Int16() {
+			return k.MaxVersion < 0
+		}
+	}
+	return true
 }
 
 // describeClassic describes a classic group, in librdkafka's form.
@@ -155,7 +176,7 @@ func (c *Client) describeClassic(ctx context.Context, group string) (kafka.Consu
 	desc := newDescription(group)
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{group}
-	resp, err := c.Request(ctx, req)
+	resp, err := c.requestGroup(ctx, group, req)
 	if err != nil {
 		return desc, asKafkaError(err)
 	}

@@ -8,7 +8,9 @@
 // librdkafka's producer puts one partition in a request (confluentinc/librdkafka#1700). Its
 // guarantee is availability, not safety: the lease's argument rests on librdkafka's consumer alone.
 // So it is never less available than librdkafka: where it cannot follow the instance's settings
-// (Translate says which) it is not made, and where a broker's certificate is one that Go refuses
-// it gives way to librdkafka for good (FallbackError); in both cases the callers use librdkafka,
-// as before this package existed.
+// (Translate says which) it is not made; where a TLS handshake fails for a reason of TLS rather
+// than of the network (a certificate Go refuses to parse or trust, cipher suites Go does not offer)
+// it gives way to librdkafka for good (FallbackError); and an instance that finds it failing for
+// about a lease while librdkafka's commits are accepted makes it give way too (GiveWay). In each
+// case the callers use librdkafka, as before this package existed.
 package sidechan

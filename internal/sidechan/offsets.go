@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -41,8 +42,17 @@ func (c *Client) EndOffsets(ctx context.Context, topic string, partitions []int3
 	}
 	out := make(map[int32]int64, len(partitions))
 	var first error
+	// Bounded by ctx even while the answers are awaited (bounded): the caller waits for them in
+	// the rebalance callback.
+	var shards []kgo.ResponseShard
+	if _, err := c.bounded(ctx, func() (kmsg.Response, error) {
+		shards = c.cl.RequestSharded(ctx, req)
+		return nil, nil
+	}); err != nil {
+		return nil, err
+	}
 	// Shard by shard, so that a broker that cannot be reached costs only its own partitions.
-	for _, shard := range c.cl.RequestSharded(ctx, req) {
+	for _, shard := range shards {
 		if shard.Err != nil {
 			if first == nil {
 				first = shard.Err

@@ -157,7 +157,8 @@ func (c *Client) produceAt(ctx context.Context, node int32, topic string, record
 		rt.Partitions = append(rt.Partitions, rp)
 	}
 	req.Topics = []kmsg.ProduceRequestTopic{rt}
-	resp, err := c.cl.Broker(int(node)).Request(ctx, req)
+	// Bounded by ctx even while the answer is awaited (bounded): a round is the caller's to bound.
+	resp, err := c.bounded(ctx, func() (kmsg.Response, error) { return c.cl.Broker(int(node)).Request(ctx, req) })
 	if err != nil {
 		if fe := c.Fallback(); fe != nil {
 			err = fe

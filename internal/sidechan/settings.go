@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -197,30 +196,25 @@ func tlsConfig(get func(string) (string, bool)) (*tls.Config, error) {
 	return cfg, nil
 }
 
-// appendCAs adds the certificates of a PEM file, or of every file in a directory, to pool.
+// appendCAs adds the certificates of a PEM file to pool, or those that OpenSSL would find in a
+// directory (cahash.go): only hash-named entries, <subject hash>.0 and on.
 func appendCAs(pool *x509.CertPool, location string) error {
-	files := []string{location}
 	if st, err := os.Stat(location); err == nil && st.IsDir() {
-		entries, err := os.ReadDir(location)
-		if err != nil {
+		found, err := appendHashedCAs(pool, location)
+		switch {
+		case err != nil:
 			return unsupported("ssl.ca.location: %v", err)
+		case !found:
+			return unsupported("ssl.ca.location: no certificate in directory %s under its subject's hash (<hash>.0, as openssl rehash names it), "+
+				"the only entries OpenSSL reads there", location)
 		}
-		files = files[:0]
-		for _, e := range entries {
-			if !e.IsDir() {
-				files = append(files, filepath.Join(location, e.Name()))
-			}
-		}
+		return nil
 	}
-	found := false
-	for _, f := range files {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return unsupported("ssl.ca.location: %v", err)
-		}
-		found = pool.AppendCertsFromPEM(pem) || found
+	pem, err := os.ReadFile(location)
+	if err != nil {
+		return unsupported("ssl.ca.location: %v", err)
 	}
-	if !found {
+	if !pool.AppendCertsFromPEM(pem) {
 		return unsupported("ssl.ca.location: no PEM certificate in %s", location)
 	}
 	return nil

@@ -1,12 +1,16 @@
 package testkit
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
 	"math/big"
 	"net"
@@ -29,11 +33,38 @@ func (p PKI) ServerTLS() *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{p.Server}}
 }
 
+// RSAKeyExchangeOnly is a server configuration with the PKI's server certificate, which must have
+// an RSA key (PKIOpts.RSA), that accepts TLS 1.2 with the TLS_RSA_* (RSA key exchange) cipher
+// suites only: OpenSSL 3 (librdkafka) offers them by default, Go's crypto/tls does not since Go
+// 1.22, so a Go client's handshake fails with a handshake_failure alert.
+func (p PKI) RSAKeyExchangeOnly() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{p.Server}, MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{
+		tls.TLS_RSA_WITH_AES_128_GCM_SHA256, tls.TLS_RSA_WITH_AES_256_GCM_SHA384,
+		tls.TLS_RSA_WITH_AES_128_CBC_SHA, tls.TLS_RSA_WITH_AES_256_CBC_SHA,
+	}}
+}
+
+// PKIOpts change the server certificate that NewPKIOf makes.
+type PKIOpts struct {
+	// RSA gives the server a 2048-bit RSA key instead of an ECDSA P-256 one: the TLS_RSA_* suites
+	// need one.
+	RSA bool
+	// NegativeSerial gives the server certificate a negative serial number, which OpenSSL accepts
+	// and Go's crypto/x509 refuses to parse since Go 1.23 ("x509: negative serial number").
+	NegativeSerial bool
+}
+
 // NewPKI makes a certificate authority and a server certificate for the host cn. With sans, the
 // certificate names the server in subject alternative names too (DNS names, or IP addresses where
 // they parse); without, it names it only in its subject's common name, which OpenSSL (librdkafka)
 // matches against the host it connects to and Go's crypto/x509 does not.
 func NewPKI(t testing.TB, cn string, sans ...string) PKI {
+	t.Helper()
+	return NewPKIOf(t, PKIOpts{}, cn, sans...)
+}
+
+// NewPKIOf is NewPKI with a server certificate changed as o says.
+func NewPKIOf(t testing.TB, o PKIOpts, cn string, sans ...string) PKI {
 	t.Helper()
 	key := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -42,7 +73,15 @@ func NewPKI(t testing.TB, cn string, sans ...string) PKI {
 		}
 		return k
 	}
-	caKey, srvKey := key(), key()
+	caKey := key()
+	var srvKey crypto.Signer = key()
+	if o.RSA {
+		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srvKey = k
+	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "goneli test CA"},
@@ -66,13 +105,60 @@ func NewPKI(t testing.TB, cn string, sans ...string) PKI {
 			srvTmpl.DNSNames = append(srvTmpl.DNSNames, s)
 		}
 	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, srvKey.Public(), caKey)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.NegativeSerial {
+		srvDER = negateSerial(t, srvDER, caKey)
 	}
 	file := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return PKI{CA: ca, Server: tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}, CAFile: file}
+}
+
+// negateSerial re-signs der, a certificate that caKey signed with ECDSA and SHA-256, with its serial
+// number negated: crypto/x509 refuses to make such a certificate, so its fields are rewritten here.
+func negateSerial(t testing.TB, der []byte, caKey *ecdsa.PrivateKey) []byte {
+	t.Helper()
+	var cert struct {
+		TBS       asn1.RawValue
+		Algorithm asn1.RawValue
+		Signature asn1.BitString
+	}
+	if _, err := asn1.Unmarshal(der, &cert); err != nil {
+		t.Fatal(err)
+	}
+	// TBSCertificate: [0] version, serialNumber, signature, issuer, validity, subject, ...
+	var fields []asn1.RawValue
+	if _, err := asn1.Unmarshal(cert.TBS.FullBytes, &fields); err != nil {
+		t.Fatal(err)
+	}
+	var serial *big.Int
+	if _, err := asn1.Unmarshal(fields[1].FullBytes, &serial); err != nil {
+		t.Fatal(err)
+	}
+	negative, err := asn1.Marshal(new(big.Int).Neg(serial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields[1] = asn1.RawValue{FullBytes: negative}
+	tbs, err := asn1.Marshal(fields)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256(tbs)
+	sig, err := ecdsa.SignASN1(rand.Reader, caKey, digest[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert.TBS = asn1.RawValue{FullBytes: tbs}
+	cert.Signature = asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)}
+	out, err := asn1.Marshal(cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ package testkit
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -191,4 +192,33 @@ func DirectRequirements(t *testing.T, goMod string) []string {
 	}
 	slices.Sort(paths)
 	return paths
+}
+
+// ListenLocal accepts connections on a loopback port until tb ends, and hands each to answer on a
+// goroutine of its own, closing it once answer returns. It returns the port's address.
+func ListenLocal(tb testing.TB, answer func(net.Conn)) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer func() { _ = c.Close() }()
+				answer(c)
+			}()
+		}
+	}()
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+	})
+	return ln.Addr().String()
 }

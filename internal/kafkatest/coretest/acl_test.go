@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
@@ -62,14 +63,14 @@ func readmeGrantsWithout(t *testing.T, group, topic, removed string) []aclGrant 
 }
 
 // aclBroker starts a broker that enforces ACLs, with the superuser "admin" and the user "alice"
-// holding grants.
-func aclBroker(t *testing.T, grants []aclGrant) *kafkatest.Broker {
+// holding grants, and opts.
+func aclBroker(t *testing.T, grants []aclGrant, opts ...kfake.Opt) *kafkatest.Broker {
 	var acls []kfake.ACL
 	for _, g := range grants {
 		acls = append(acls, g.acl)
 	}
-	return startKafka(t, kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-secret"),
-		kfake.User("PLAIN", "alice", "alice-secret", acls...))
+	return startKafka(t, append([]kfake.Opt{kfake.EnableSASL(), kfake.EnableACLs(), kfake.Superuser("PLAIN", "admin", "admin-secret"),
+		kfake.User("PLAIN", "alice", "alice-secret", acls...)}, opts...)...)
 }
 
 func saslConfig(b *kafkatest.Broker, group, name, user, password string, log *testLog) Config {
@@ -204,6 +205,25 @@ func TestACLsOfTheREADME(t *testing.T) {
 				t.Errorf("Check: %v; want a failure naming %q (empty: none); report: %+v", err, tc.want.check, report)
 			}
 		})
+	}
+}
+
+// The classic protocol, a lease under about 4.8 s (so a derived session under Apache Kafka's
+// default minimum, 6 s), a broker that keeps that minimum, and a principal granted the list of
+// docs/operations.md, which may not describe the cluster's configs, as an application's principal
+// on a managed cluster usually may not: New cannot read the brokers' minimum. Before, it kept the
+// derived session, 1.25 s, which the broker refused at every JoinGroup, and Pulse returned a fatal
+// SessionTimeoutError. Now it raises the session to Kafka's default minimum, says so once, and
+// leads.
+func TestShortLeaseJoinsWithoutDescribeConfigs(t *testing.T) {
+	const group, topic = "minsession", "minsession.neli"
+	b := aclBroker(t, readmeGrants(group, topic), kafkatest.MinSession(6*time.Second)...)
+	log := newTestLog(t)
+	if err := contendOrFail(t, saslConfig(b, group, "alice", "alice", "alice-secret", log)); err != nil {
+		t.Fatalf("a 1 s lease on a broker whose minimum session is 6 s, unread: %v", err)
+	}
+	if n := log.Count("raised from 1.25s to Apache Kafka's default minimum, 6s"); n != 1 {
+		t.Errorf("the raised session was logged %d times, want once", n)
 	}
 }
 

@@ -214,17 +214,23 @@ func TestConsumerProtocolSessionMustCoverLease(t *testing.T) {
 		r.await(t, "a to lead", has[LeaderAcquired]("a"))
 	})
 
+	// New cannot read it through a KafkaAdmin that cannot describe configs: it warns, and the
+	// tenure, which reads it over goneli's own connection, finds it too short and does not lead.
 	t.Run("session cannot be read", func(t *testing.T) {
 		_, c := start(t, "2000")
-		log := newTestLog(t)
+		log, r := newTestLog(t), newRecorder()
 		c.Scribe = log.Scribe()
 		c.KafkaAdminProvider = func(conf *KafkaConfigMap) (KafkaAdmin, error) {
 			a, err := StandardKafkaAdminProvider()(conf)
 			return adminWithoutConfigs{a}, err
 		}
-		newNeli(t, c, newRecorder())
-		if !log.Contains("could not read the session timeout that the broker applies to group") {
+		contender(t, c, r)
+		if !log.Contains("cannot tell the session timeout that the broker applies to group") || !log.Contains("no tenure leads until it can be read") {
 			t.Error("New let an unchecked lease through without a warning")
+		}
+		awaitLog(t, log, "not leading: goneli: invalid HeartbeatTimeout")
+		if i, _ := first[LeaderAcquired](r.snapshot(), "a", 0); i >= 0 {
+			t.Fatalf("a led on a session too short for its lease: %s", describe(r.snapshot()))
 		}
 	})
 }
@@ -271,4 +277,115 @@ func awaitLog(t *testing.T, log *testLog, s string) {
 	if !log.Await(s, awaitLimit) {
 		t.Fatalf("no log line says %q within %v", s, awaitLimit)
 	}
+}
+
+// Issue 46 C2: under KIP-848 a group's own consumer.session.timeout.ms (Kafka 4.0) is what its
+// coordinator applies, however long the brokers' default (GroupMetadataManager). A principal that
+// may not describe the group's config resource (GROUP_AUTHORIZATION_FAILED) cannot tell it, and
+// before, the brokers' default was taken instead with no warning: a 20 s lease passed against a
+// 45 s default on a group whose session is 2 s, in New, in every tenure's check and in the doctor.
+// Now unknown means unknown: New fails, naming the grant; a tenure does not lead while the group's
+// resource is refused; the doctor FAILs its session line.
+func TestConsumerProtocolGroupSessionRefusedIsUnknown(t *testing.T) {
+	t.Run("New and the doctor", func(t *testing.T) {
+		b := startBroker(t, kafkatest.AsKafka(kafkatest.GroupConfigsDeniedTo("ANONYMOUS")), kfake.BrokerConfigs(map[string]string{
+			"group.consumer.heartbeat.interval.ms": "100",
+			"group.consumer.session.timeout.ms":    "45000",
+		}))
+		group := groupName(t)
+		b.SetGroupConfigs(group, map[string]string{"consumer.session.timeout.ms": "2000"})
+		c := kip848Config(b, group, "a", newTestLog(t))
+		c.HeartbeatTimeout = Duration(20 * time.Second)
+		n, err := New(c)
+		if err == nil {
+			_ = n.Close()
+			awaitClientsClosed(t, n)
+		}
+		var refused *AuthorizationError
+		if !errors.As(err, &refused) || refused.Operation != "DescribeConfigs" || refused.Resource != "group" || refused.Name != group {
+			t.Fatalf("New with a 20 s lease, the group's resource refused: %v; want an error naming DescribeConfigs on group %s", err, group)
+		}
+		c.Name = "doctor"
+		r, _ := Check(context.Background(), c)
+		wantCheck(t, r, "session", CheckFail, "cannot tell the session timeout that the broker applies to group "+group)
+		if fix := resultOf(t, r, "session").Fix; !strings.Contains(fix, "--operation DescribeConfigs --group "+group) {
+			t.Errorf("session fix %q; want the grant of DescribeConfigs on the group", fix)
+		}
+	})
+
+	t.Run("tenure", func(t *testing.T) {
+		b := startBroker(t, kafkatest.AsKafka(), kfake.BrokerConfigs(kip848Broker))
+		log, r, group := newTestLog(t), newRecorder(), groupName(t)
+		contender(t, kip848Config(b, group, "a", log), r)
+		r.await(t, "a to lead", has[LeaderAcquired]("a"))
+
+		// The group's grant goes while a leads; a fence makes its tenure check the session again.
+		b.Kafka.DenyGroupConfigs("ANONYMOUS")
+		refuse := b.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: group + ".neli", Err: kerr.NotEnoughReplicas, Count: -1})
+		r.await(t, "a to be fenced", has[LeaderFenced]("a"))
+		refuse.Remove()
+		awaitLog(t, log, "not leading: goneli: cannot tell the session timeout that the broker applies to group "+group)
+		if i, _ := first[LeaderAcquired](r.snapshot(), "a", 1); i >= 0 {
+			t.Fatalf("a led again while its group's session could not be read: %s", describe(r.snapshot()))
+		}
+
+		b.Kafka.DenyGroupConfigs()
+		events := r.await(t, "a to lead again", func(events []stamped) bool {
+			i, _ := first[LeaderAcquired](events, "a", 1)
+			return i >= 0
+		})
+		checkGrammar(t, events)
+	})
+}
+
+// Issue 46 C3: under KIP-848 every tenure reads the session the brokers apply before it leads.
+// Before, it asked every broker and waited for every answer, bounded only by the lease: one broker
+// cut off from the instance (a zone outage) held every new leader back by about a lease. Now a
+// broker that answered before is waited for a tenth of a lease and then counts with its last
+// answer, and the group's own resource goes to its coordinator: a successor takes over well within
+// half a lease of the leader's leaving, the cut-off broker notwithstanding.
+func TestConsumerProtocolSuccessorNotHeldByACutOffBroker(t *testing.T) {
+	const lease = 4 * time.Second
+	b := startKafka(t, kfake.NumBrokers(3), kfake.BrokerConfigs(map[string]string{
+		"group.consumer.heartbeat.interval.ms": "100",
+		"group.consumer.session.timeout.ms":    "6000",
+	}))
+	log, r, group := newTestLog(t), newRecorder(), groupName(t)
+	config := func(name string) Config {
+		c := kip848Config(b, group, name, log)
+		c.KafkaConfig["bootstrap.servers"] = strings.Join(b.Addrs, ",")
+		c.HeartbeatTimeout = Duration(lease)
+		return c
+	}
+	a := contender(t, config("a"), r)
+	r.await(t, "a to lead", has[LeaderAcquired]("a"))
+	contender(t, config("c"), r)
+	awaitStable(t, b, group, 2)
+
+	// A broker that neither coordinates the group nor leads partition 0 goes silent.
+	coordinator, leader := b.CoordinatorFor(group), int32(-1)
+	for _, p := range b.PartitionInfos(group + ".neli") {
+		if p.Partition == 0 {
+			leader = p.Leader
+		}
+	}
+	cut := slices.IndexFunc(b.Addrs, func(addr string) bool {
+		id := int32(slices.Index(b.Addrs, addr))
+		return id != coordinator && id != leader
+	})
+	b.Net.CutBroker(b.Addrs[cut], kafkatest.Blackhole)
+	t.Cleanup(func() { b.Net.HealBroker(b.Addrs[cut]) })
+
+	left := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	events := r.await(t, "c to take over", has[LeaderAcquired]("c"))
+	_, took := first[LeaderAcquired](events, "c", 0)
+	t.Logf("c led %v after a left, broker %d cut off (coordinator %d, partition 0's leader %d)",
+		took.at.Sub(left).Round(time.Millisecond), cut, coordinator, leader)
+	if took.at.Sub(left) > lease/2 {
+		t.Errorf("c led %v after a left: a broker cut off held the successor back by half a lease or more", took.at.Sub(left))
+	}
+	checkExclusive(t, events)
 }

@@ -2,6 +2,7 @@ package coretest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"strconv"
@@ -114,6 +115,73 @@ func TestLeadsWithCertificateNamingItsHostOnlyInCN(t *testing.T) {
 			t.Errorf("reach: %q; want it to name the certificate", c.Detail)
 		}
 	})
+}
+
+// Brokers whose TLS only OpenSSL (librdkafka) gets past, and Go's crypto/tls does not, without any
+// *tls.CertificateVerificationError: a certificate with a negative serial number, which
+// crypto/x509 refuses to parse (Go 1.23 and later) and OpenSSL accepts, and a listener that accepts
+// only the TLS_RSA_* suites, which Go 1.22 and later do not offer and OpenSSL 3 does (the handshake
+// fails with a handshake_failure alert). Before, the first gave way to librdkafka only on a failed
+// verification: every group check failed, and the instance never led while librdkafka joined and
+// committed. Now a TLS handshake that fails for a reason of TLS makes goneli's own connection give
+// way to librdkafka, which New logs once, and the instance leads within about a lease of a broker
+// with a certificate Go accepts; Check says so on its reach line.
+func TestLeadsWhereOnlyOpenSSLCompletesTheHandshake(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		server func(t *testing.T) (*tls.Config, string) // the listener's configuration and its CA's file
+		cause  string                                   // in the fallback's log line
+	}{
+		{"negative serial", func(t *testing.T) (*tls.Config, string) {
+			p := testkit.NewPKIOf(t, testkit.PKIOpts{NegativeSerial: true}, "localhost", "localhost")
+			return p.ServerTLS(), p.CAFile
+		}, "negative serial number"},
+		{"TLS_RSA only", func(t *testing.T) (*tls.Config, string) {
+			p := testkit.NewPKIOf(t, testkit.PKIOpts{RSA: true}, "localhost", "localhost")
+			return p.RSAKeyExchangeOnly(), p.CAFile
+		}, "handshake failure"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, roles := range []int{1, 3} {
+				t.Run(map[int]string{1: "New", 3: "NewRoles"}[roles], func(t *testing.T) {
+					healthy := testkit.NewPKI(t, "localhost", "localhost")
+					lead := func(server *tls.Config, ca string, log *testLog) time.Duration {
+						b := startBroker(t, kfake.TLS(server), listenAs("localhost"))
+						config := testConfig(b, groupName(t), "a", log)
+						config.KafkaConfig["security.protocol"] = "SSL"
+						config.KafkaConfig["ssl.ca.location"] = ca
+						return timeToLead(t, config, roles)
+					}
+					server, ca := tc.server(t)
+					healthyLog, log := newTestLog(t), newTestLog(t)
+					base := lead(healthy.ServerTLS(), healthy.CAFile, healthyLog)
+					took := lead(server, ca, log)
+					t.Logf("led after %v with a certificate Go accepts, %v here", base.Round(time.Millisecond), took.Round(time.Millisecond))
+					if healthyLog.Contains(viaLibrdkafka) {
+						t.Errorf("with a certificate Go accepts, goneli's own connection gave way to librdkafka")
+					}
+					if n := log.Count(viaLibrdkafka); n != 1 || !log.Contains(tc.cause) {
+						t.Errorf("the fallback to librdkafka was logged %d times (want once, naming %q)", n, tc.cause)
+					}
+					if took > base+2*testLease {
+						t.Errorf("led %v after start, %v with a certificate Go accepts: more than two leases later", took, base)
+					}
+				})
+			}
+			t.Run("Check", func(t *testing.T) {
+				server, ca := tc.server(t)
+				b := startBroker(t, kfake.TLS(server), listenAs("localhost"))
+				config := testConfig(b, groupName(t), "doctor", newTestLog(t))
+				config.KafkaConfig["security.protocol"] = "SSL"
+				config.KafkaConfig["ssl.ca.location"] = ca
+				r, _ := Check(context.Background(), config)
+				wantCheck(t, r, "reach", CheckWarn, viaLibrdkafka)
+				if c := resultOf(t, r, "reach"); !strings.Contains(c.Detail, tc.cause) {
+					t.Errorf("reach: %q; want it to name %q", c.Detail, tc.cause)
+				}
+			})
+		})
+	}
 }
 
 // bootstrap.servers=localhost, the broker on 9092: librdkafka takes the missing port as 9092, and

@@ -5,6 +5,7 @@ package sidechantest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/goneli/goneli/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 	"go.uber.org/goleak"
 )
 
@@ -332,5 +334,71 @@ func TestEndOffsetsOfEveryLeader(t *testing.T) {
 	}
 	if _, err := c.EndOffsets(ctx, topic, []int32{9}); err == nil {
 		t.Error("no error for a partition the topic does not have")
+	}
+}
+
+// A broker before Kafka 3.7 offers no ConsumerGroupDescribe, and kgo does not send a request that
+// the broker's ApiVersions does not list, with an error it does not export: the connection asks
+// the coordinator what it offers, and describes the group with DescribeGroups, as it describes
+// a group that ConsumerGroupDescribe does not know (issue 46 C5: the error's text was matched).
+func TestDescribesWithoutConsumerGroupDescribe(t *testing.T) {
+	b := start(t, kfake.MaxVersions(kversion.V3_6_0()), kfake.SeedTopics(1, "t"))
+	all := kafka.ConfigMap{"bootstrap.servers": b.Addr, "client.id": "side"}
+	c, err := sidechan.New(all, sidechan.Options{ConsumerProtocol: true, Limit: testkit.AwaitLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	res, err := c.DescribeConsumerGroups(context.Background(), []string{"g"})
+	if err != nil {
+		t.Fatalf("describing a group on a broker without ConsumerGroupDescribe: %v", err)
+	}
+	if d := res.ConsumerGroupDescriptions[0]; d.Error.Code() != kafka.ErrNoError || d.State != kafka.ConsumerGroupStateDead {
+		t.Errorf("the group is %v (error %v); want Dead, as librdkafka describes a group that does not exist", d.State, d.Error)
+	}
+}
+
+// kgo honours a request's context while the request is queued or its answer awaited, but not
+// while it opens the connection the request needs: a broker that went silent before the instance
+// had a connection to it held EndOffsets (waited for in the rebalance callback, for at most half a
+// lease) and DescribeConfigs (a tenure's check, for a tenth of one) for kgo's own timeout, a lease,
+// on the connection's first request. They return when their context ends.
+func TestRequestsEndWithTheirContext(t *testing.T) {
+	const topic = "beats"
+	b := start(t, kfake.NumBrokers(3), kfake.SeedTopics(3, topic))
+	for p := range int32(3) {
+		if err := b.MoveTopicPartition(topic, p, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := newClient(t, b, nil, testkit.AwaitLimit)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.AwaitLimit)
+	defer cancel()
+	// The topic's leaders known, and a connection to broker 1, none to broker 2.
+	if _, err := c.EndOffsets(ctx, topic, []int32{1}); err != nil {
+		t.Fatal(err)
+	}
+	b.Net.CutBroker(b.Addrs[2], kafkatest.Blackhole)
+	t.Cleanup(func() { b.Net.HealBroker(b.Addrs[2]) })
+	for _, tc := range []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"EndOffsets", func(ctx context.Context) error { _, err := c.EndOffsets(ctx, topic, []int32{2}); return err }},
+		{"DescribeConfigs", func(ctx context.Context) error {
+			_, err := c.DescribeConfigs(ctx, []kafka.ConfigResource{{Type: kafka.ResourceBroker, Name: "2"}})
+			return err
+		}},
+	} {
+		short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		start := time.Now()
+		err := tc.call(short)
+		took := time.Since(start)
+		cancel()
+		// The client's own bound is testkit.AwaitLimit, a hundred times the context's: what
+		// separates the two is far beyond a loaded machine's noise.
+		if !errors.Is(err, context.DeadlineExceeded) || took > testkit.AwaitLimit/2 {
+			t.Errorf("%s of a broker that went silent: %v after %v; want its context's end, 300ms", tc.name, err, took)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"errors"
@@ -44,11 +44,11 @@ type heartbeatProducer struct {
 // than it would have from the back of that queue. librdkafka reports every record within
 // message.timeout.ms, which is HeartbeatTimeout (clientConfigs), and a replaced producer
 // (recycleProducer) starts again from none. Called with mu held.
-func (d *driver) mayProduce() bool {
+func (d *Driver) mayProduce() bool {
 	if d.heart.unreported > 0 && d.now()-d.heart.produced > *d.config.HeartbeatTimeout+*d.config.MinPollInterval {
 		// A producer of the application's that reports nothing, say: not worth a lease without
 		// heartbeats.
-		d.throttle.log(d.log.W(), "unreported", "goneli %s: %d heartbeats without a delivery report for longer than HeartbeatTimeout; producing again",
+		d.throttle.Log(d.log.W(), "unreported", "goneli %s: %d heartbeats without a delivery report for longer than HeartbeatTimeout; producing again",
 			d.config.Name, d.heart.unreported)
 		d.heart.unreported = 0
 	}
@@ -60,11 +60,11 @@ func (d *driver) mayProduce() bool {
 
 // ensureProducer opens the heartbeat producer on the first heartbeat or group check; it is kept from
 // then on.
-func (d *driver) ensureProducer() bool {
+func (d *Driver) ensureProducer() bool {
 	if d.heart.p == nil {
 		p, err := d.config.KafkaProducerProvider(d.confs.producer)
 		if err != nil {
-			d.throttle.log(d.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", d.config.Name, err)
+			d.throttle.Log(d.log.E(), "producer", "goneli %s: cannot create heartbeat producer: %v", d.config.Name, err)
 			return false
 		}
 		d.heart.p = p
@@ -83,7 +83,7 @@ func (d *driver) ensureProducer() bool {
 
 // noteDelivery records a heartbeat or marker's delivery report, and replaces the producer when
 // nothing has been delivered for longer than a lease (recycleProducer).
-func (d *driver) noteDelivery(err error) {
+func (d *Driver) noteDelivery(err error) {
 	now := d.now()
 	if err == nil {
 		d.heart.ok, d.heart.delivered = now, now
@@ -98,7 +98,7 @@ func (d *driver) noteDelivery(err error) {
 }
 
 // recycleProducer closes the producer, in the background, and lets the next heartbeat open another.
-func (d *driver) recycleProducer(reason string) {
+func (d *Driver) recycleProducer(reason string) {
 	old := d.heart.p
 	if old == nil {
 		return
@@ -116,7 +116,7 @@ func (d *driver) recycleProducer(reason string) {
 
 // sendHeartbeats writes the heartbeats the leases produced in this cycle: those of several roles
 // in one request per broker where it can (sidechan.Beats), and otherwise each through librdkafka.
-func (d *driver) sendHeartbeats() {
+func (d *Driver) sendHeartbeats() {
 	beats := d.beats
 	d.beats = d.beats[:0]
 	defer clear(beats)
@@ -152,7 +152,7 @@ func (d *driver) sendHeartbeats() {
 // collectHeartbeats takes the results of a round of heartbeats written over goneli's own
 // connection. A heartbeat it failed to write goes to librdkafka now, with its own send time, and
 // the next lease's heartbeats go there too.
-func (d *driver) collectHeartbeats() {
+func (d *Driver) collectHeartbeats() {
 	if d.wire == nil {
 		return
 	}
@@ -161,7 +161,11 @@ func (d *driver) collectHeartbeats() {
 		return
 	}
 	var failed error
+	answered, began := false, d.now()
 	for _, r := range res {
+		began = min(began, r.Beat.Made)
+		var ke kafka.Error
+		answered = answered || r.Err == nil || errors.As(r.Err, &ke) && ke.Code() > 0
 		if r.Err == nil {
 			// The heartbeats are delivered, which is what the consumer's read-back check asks
 			// (mayRenewConsumer); whether librdkafka's handle delivers stays its own deliveries'
@@ -174,12 +178,20 @@ func (d *driver) collectHeartbeats() {
 			failed = r.Err
 		}
 		if err := d.produceRecord(r.Beat.Of.p, r.Beat.Of.h); err != nil {
-			d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
+			d.throttle.Log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		}
+	}
+	if answered {
+		// A broker answered, if only to refuse: the connection works. Only a round of which no
+		// broker answered anything counts against it (sidefail.go), so that a broker that
+		// neither connection reaches costs only its own partitions' heartbeats.
+		d.check.sideBeats.worked()
+	} else {
+		d.sideFailed(&d.check.sideBeats, began, failed)
 	}
 	if failed != nil {
 		d.wire.Fail(d.now())
-		d.throttle.log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
+		d.throttle.Log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
 			d.config.Name, failed, *d.config.HeartbeatTimeout)
 	}
 }
@@ -187,7 +199,7 @@ func (d *driver) collectHeartbeats() {
 // awaitHeartbeats waits for the rounds of heartbeats on goneli's own connection to end, within
 // the bound of a release marker's write, and returns what is left of that bound for the markers:
 // the two waits together take no longer than the markers' alone did.
-func (d *driver) awaitHeartbeats() time.Duration {
+func (d *Driver) awaitHeartbeats() time.Duration {
 	limit := d.releaseFlush()
 	if d.wire == nil {
 		return limit
@@ -197,9 +209,9 @@ func (d *driver) awaitHeartbeats() time.Duration {
 	return max(limit-(d.now()-start), 0)
 }
 
-func (d *driver) sendOne(p *core.Role, h *core.Heartbeat) {
+func (d *Driver) sendOne(p *core.Role, h *core.Heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
-		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
+		d.throttle.Log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		return
 	}
 	d.machine(func(*core.Machine) { p.Lease.Sent() })
@@ -207,12 +219,12 @@ func (d *driver) sendOne(p *core.Role, h *core.Heartbeat) {
 
 // produceRecord hands a heartbeat or marker for p's partition to the producer; its delivery report
 // comes through the producer's events.
-func (d *driver) produceRecord(p *core.Role, h *core.Heartbeat) error {
+func (d *Driver) produceRecord(p *core.Role, h *core.Heartbeat) error {
 	return d.produceRecordTo(p, h, nil)
 }
 
 // produceRecordTo is produceRecord with the delivery report sent to reports, if not nil.
-func (d *driver) produceRecordTo(p *core.Role, h *core.Heartbeat, reports chan kafka.Event) error {
+func (d *Driver) produceRecordTo(p *core.Role, h *core.Heartbeat, reports chan kafka.Event) error {
 	if !d.ensureProducer() {
 		return errors.New("no producer")
 	}
@@ -231,8 +243,8 @@ func (d *driver) produceRecordTo(p *core.Role, h *core.Heartbeat, reports chan k
 }
 
 // drainProducer takes the producer's delivery reports and errors, and returns the first
-// authorization failure among the reports, which no retry can mend (authz.go).
-func (d *driver) drainProducer() (denied error) {
+// authorization failure among the reports, which no retry can mend (authz.go in the root package).
+func (d *Driver) drainProducer() (denied error) {
 	if d.heart.p == nil {
 		return nil
 	}
@@ -244,9 +256,9 @@ func (d *driver) drainProducer() (denied error) {
 				d.heart.unreported = max(d.heart.unreported-1, 0)
 				if e.TopicPartition.Error != nil {
 					if denied == nil {
-						denied = authorizationError(d.config, "producer", e.TopicPartition.Error)
+						denied = d.config.Errors.Authorization("producer", e.TopicPartition.Error)
 					}
-					d.throttle.log(d.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", d.config.Name, e.TopicPartition.Error)
+					d.throttle.Log(d.log.W(), "delivery", "goneli %s: heartbeat not delivered: %v", d.config.Name, e.TopicPartition.Error)
 				} else {
 					d.reachable("producer", "a heartbeat delivered")
 				}
@@ -271,7 +283,7 @@ func (d *driver) drainProducer() (denied error) {
 // writeMarkers produces the release markers and waits up to limit for the broker to have them
 // all, reporting whether it did. Their delivery reports come on a channel of their own, which the
 // producer's own goroutine serves, so the wait needs no poll of ours.
-func (d *driver) writeMarkers(rs []core.Release, limit time.Duration) bool {
+func (d *Driver) writeMarkers(rs []core.Release, limit time.Duration) bool {
 	if limit <= 0 || !d.ensureProducer() {
 		return false
 	}
@@ -297,6 +309,6 @@ func (d *driver) writeMarkers(rs []core.Release, limit time.Duration) bool {
 }
 
 // releaseFlush bounds the wait for release markers to reach the broker.
-func (d *driver) releaseFlush() time.Duration {
+func (d *Driver) releaseFlush() time.Duration {
 	return *d.config.HeartbeatTimeout / 2
 }

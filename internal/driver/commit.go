@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"sync"

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 )
 
-// leaderTopicConfig keeps the topic small: only the last few seconds of heartbeats matter.
-var leaderTopicConfig = map[string]string{
+// LeaderTopicConfig keeps the topic small: only the last few seconds of heartbeats matter.
+var LeaderTopicConfig = map[string]string{
 	"cleanup.policy": "delete",
 	"retention.ms":   "600000",
 	"segment.ms":     "600000",
@@ -29,7 +29,7 @@ type partitionCreator interface {
 
 // join makes sure that the leader topic and the group are fit to lead in (prepareGroup), and
 // subscribes a new consumer to the topic.
-func (d *driver) join() error {
+func (d *Driver) join() error {
 	if err := d.prepareGroup(); err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (d *driver) join() error {
 
 // prepareGroup makes sure that the leader topic exists with a partition for every role and that
 // the group has no members on other leader topics or with other role lists.
-func (d *driver) prepareGroup() error {
+func (d *Driver) prepareGroup() error {
 	admin, err := d.config.KafkaAdminProvider(d.confs.admin)
 	if err != nil {
 		return fmt.Errorf("goneli: cannot create Kafka admin client: %w", err)
@@ -65,7 +65,7 @@ func (d *driver) prepareGroup() error {
 		// Not reached: New has spent its HeartbeatTimeout, and the first tenure checks again anyway.
 		// A broker may be on its way up, but a port of another service will never answer.
 		if err == nil {
-			err = checkSpeaksKafka(*d.confs.admin, reachTimeout)
+			err = checkSpeaksKafka(*d.confs.admin, reachTimeout, d.config.Errors)
 		}
 		if err == nil && len(d.parts) > 1 {
 			d.log.W()("goneli %s: could not make sure that leader topic %s has a partition for each of the %d roles; "+
@@ -74,7 +74,12 @@ func (d *driver) prepareGroup() error {
 		}
 		if err == nil && !d.timing.Classic {
 			d.log.W()("goneli %s: could not reach the broker to read the session timeout it applies to group %s under KIP-848, "+
-				"so cannot check that it covers HeartbeatTimeout (%v)", d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+				"so cannot check yet that it covers HeartbeatTimeout (%v); no tenure leads until it can be read",
+				d.config.Name, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+		}
+		if err == nil {
+			// Nothing was reached to read the brokers' minimum session from.
+			d.fitSession(admin, nil)
 		}
 		return err
 	}
@@ -86,7 +91,7 @@ func (d *driver) prepareGroup() error {
 			return err
 		}
 	}
-	desc, err := describeGroup(context.Background(), sideFirst{d.check.wire, admin}, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+	desc, err := DescribeGroup(context.Background(), SideFirst{d.check.wire, admin}, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 	if err != nil {
 		// The first tenure checks again before it leads; this check only refuses early.
 		d.log.W()("goneli %s: could not describe group %s (%v); its members are checked before this instance leads",
@@ -114,7 +119,7 @@ func (d *driver) prepareGroup() error {
 // topic made meanwhile (TOPIC_ALREADY_EXISTS), or a growth that finds it grown (INVALID_PARTITIONS),
 // looks again rather than taking the other's topic for one that fits, or failing: a topic that
 // something else made, with fewer partitions, is grown like any other.
-func (d *driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, err error) {
+func (d *Driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, err error) {
 	timeout := *d.config.HeartbeatTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
@@ -129,7 +134,7 @@ func (d *driver) ensureTopic(admin KafkaAdmin) (brokers []int32, reached bool, e
 
 // ensureTopicOnce is one look at the leader topic, and one change to it if it needs one; again
 // says that another client changed the topic meanwhile, and a second look may find it fit.
-func (d *driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout time.Duration) (brokers []int32, reached, again bool, err error) {
+func (d *Driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout time.Duration) (brokers []int32, reached, again bool, err error) {
 	need := len(d.parts)
 	md, err := admin.GetMetadata(&d.topic, false, int(timeout.Milliseconds()))
 	if err != nil {
@@ -150,7 +155,7 @@ func (d *driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout 
 		case has < need:
 			pc, ok := admin.(partitionCreator)
 			if !ok {
-				return brokers, true, false, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: errors.New("the KafkaAdmin cannot add partitions")}
+				return brokers, true, false, d.config.Errors.Partitions(d.topic, has, need, errors.New("the KafkaAdmin cannot add partitions"))
 			}
 			res, err := pc.CreatePartitions(ctx, []kafka.PartitionsSpecification{{Topic: d.topic, IncreaseTo: need}},
 				kafka.SetAdminOperationTimeout(timeout))
@@ -166,18 +171,18 @@ func (d *driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout 
 					again = true
 				}
 			}
-			return brokers, true, again, &PartitionsError{Topic: d.topic, Has: has, Needs: need, Err: err}
+			return brokers, true, again, d.config.Errors.Partitions(d.topic, has, need, err)
 		}
 		return brokers, true, false, nil
 	}
 	if ok && tm.Error.Code() != kafka.ErrUnknownTopicOrPart && tm.Error.Code() != kafka.ErrUnknownTopic {
-		return brokers, true, false, &TopicError{Topic: d.topic, Err: tm.Error}
+		return brokers, true, false, d.config.Errors.Topic(d.topic, 0, tm.Error)
 	}
-	spec := kafka.TopicSpecification{Topic: d.topic, NumPartitions: need, ReplicationFactor: -1, Config: leaderTopicConfig}
+	spec := kafka.TopicSpecification{Topic: d.topic, NumPartitions: need, ReplicationFactor: -1, Config: LeaderTopicConfig}
 	if rf := d.config.LeaderTopicReplicationFactor; rf > 0 {
 		spec.ReplicationFactor = rf
 		if rf >= 2 {
-			spec.Config = maps.Clone(leaderTopicConfig)
+			spec.Config = maps.Clone(LeaderTopicConfig)
 			spec.Config["min.insync.replicas"] = strconv.Itoa(min(2, rf-1))
 		}
 	}
@@ -194,5 +199,5 @@ func (d *driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout 
 			return brokers, true, true, nil
 		}
 	}
-	return brokers, true, false, &TopicError{Topic: d.topic, Partitions: need, Err: err}
+	return brokers, true, false, d.config.Errors.Topic(d.topic, need, err)
 }

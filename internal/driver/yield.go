@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"time"
@@ -6,21 +6,21 @@ import (
 	"github.com/goneli/goneli/internal/core"
 )
 
-// The shell's side of a yield (machine_yield.go decides it).
+// The shell's side of a yield (internal/core, machine_yield.go, decides it).
 
 // yielding reports whether a Yield keeps this instance from leading now. Safe without mu.
-func (d *driver) yielding() bool {
+func (d *Driver) yielding() bool {
 	return d.m.Yielding()
 }
 
 // extendYield keeps the instance out of the group for at least dur from now. Safe without mu.
-func (d *driver) extendYield(dur time.Duration) {
+func (d *Driver) extendYield(dur time.Duration) {
 	d.m.ExtendYield(dur)
 }
 
 // requestYield keeps the instance out of the group for d from now (Curator.Yield). inCall says
 // whether the application is being called, perhaps the barrier making this very call.
-func (d *driver) requestYield(dur time.Duration, inCall bool) {
+func (d *Driver) requestYield(dur time.Duration, inCall bool) {
 	// However briefly it lasts, a yield leaves the group once: the time may be up before the next
 	// cycle, and a yield that then did nothing would hand nothing over. IsLeader is false from
 	// here on.
@@ -41,7 +41,7 @@ func (d *driver) requestYield(dur time.Duration, inCall bool) {
 // it. A failed unsubscribe leaves the instance in the group, perhaps still owning partition 0 with
 // no tenure: the next cycle tries again, and the machine contends again if the yield ends first.
 // Called with mu held.
-func (d *driver) applyYield() {
+func (d *Driver) applyYield() {
 	var w *core.ReleaseWait
 	var then func()
 	d.machine(func(m *core.Machine) { w, then = m.ApplyYield() })
@@ -49,7 +49,7 @@ func (d *driver) applyYield() {
 }
 
 // finishYield makes the waits a yield leaves, then what follows them.
-func (d *driver) finishYield(w *core.ReleaseWait, then func()) {
+func (d *Driver) finishYield(w *core.ReleaseWait, then func()) {
 	d.waitReleases(w)
 	if then != nil {
 		d.machine(func(*core.Machine) { then() })
@@ -57,7 +57,7 @@ func (d *driver) finishYield(w *core.ReleaseWait, then func()) {
 }
 
 // checkHandOver lets the machine hand the roles over (machine.checkHandOver). Called with mu held.
-func (d *driver) checkHandOver() {
+func (d *Driver) checkHandOver() {
 	if !d.Live() {
 		return
 	}

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"sync"
@@ -7,11 +7,11 @@ import (
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// logThrottle keeps a broker outage from flooding the logs: each kind of problem is logged at most
+// LogThrottle keeps a broker outage from flooding the logs: each kind of problem is logged at most
 // once per interval, with a count of what was held back. The loop and the alarm both log through
 // it.
-type logThrottle struct {
-	every time.Duration
+type LogThrottle struct {
+	Every time.Duration
 	mu    sync.Mutex
 	seen  map[string]*throttled
 }
@@ -21,7 +21,7 @@ type throttled struct {
 	suppressed int
 }
 
-func (t *logThrottle) log(logger scribe.Logger, kind, format string, args ...interface{}) {
+func (t *LogThrottle) Log(logger scribe.Logger, kind, format string, args ...interface{}) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.seen == nil {
@@ -32,7 +32,7 @@ func (t *logThrottle) log(logger scribe.Logger, kind, format string, args ...int
 	if s == nil {
 		s = &throttled{}
 		t.seen[kind] = s
-	} else if now.Sub(s.last) < t.every {
+	} else if now.Sub(s.last) < t.Every {
 		s.suppressed++
 		return
 	}

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// logForwarder passes librdkafka's log lines to scribe from a goroutine of its own, when the
+// LogForwarder passes librdkafka's log lines to scribe from a goroutine of its own, when the
 // application asked for that (Config.forwardsLogs). Clients write to its channel, which their config
 // names (attach); it runs until stopped, which must wait until every client writing to it has
 // finished closing, since a client logs until then.
@@ -19,18 +19,18 @@ import (
 // about a third of an idle follower's CPU (docs/performance.md). Left off, librdkafka prints its
 // lines on stderr itself, as it does for any confluent-kafka-go client, and as it did under goneli
 // v0.5.0.
-type logForwarder struct {
+type LogForwarder struct {
 	ch      chan kafka.LogEvent
 	stop    chan struct{}
 	running sync.WaitGroup
 	off     bool
 }
 
-func startLogForwarder(log scribe.Scribe, name string, on bool) *logForwarder {
+func StartLogForwarder(log scribe.Scribe, name string, on bool) *LogForwarder {
 	if !on {
-		return &logForwarder{off: true}
+		return &LogForwarder{off: true}
 	}
-	f := &logForwarder{ch: make(chan kafka.LogEvent, 64), stop: make(chan struct{})}
+	f := &LogForwarder{ch: make(chan kafka.LogEvent, 64), stop: make(chan struct{})}
 	f.running.Add(1)
 	go func() {
 		defer f.running.Done()
@@ -56,7 +56,7 @@ func startLogForwarder(log scribe.Scribe, name string, on bool) *logForwarder {
 }
 
 // attach makes a client built from cm log through the forwarder, if it forwards.
-func (f *logForwarder) attach(cm kafka.ConfigMap) {
+func (f *LogForwarder) Attach(cm kafka.ConfigMap) {
 	if f.off {
 		return
 	}
@@ -65,7 +65,7 @@ func (f *logForwarder) attach(cm kafka.ConfigMap) {
 }
 
 // close stops the goroutine and waits for it.
-func (f *logForwarder) close() {
+func (f *LogForwarder) Close() {
 	if f.off {
 		return
 	}

@@ -1,9 +1,8 @@
-package goneli
+package driver
 
 import (
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -112,7 +111,7 @@ func (r *reachability) probed(now time.Duration, every time.Duration, err error)
 
 // probeReach starts a probe if the instance is marked unreachable and one is due; the result is
 // applied from the probe's goroutine, which Close's clients-closed wait covers. Called with mu held.
-func (d *driver) probeReach() {
+func (d *Driver) probeReach() {
 	if !d.Live() || !d.reach.startProbe(d.now()) {
 		return
 	}
@@ -128,14 +127,14 @@ func (d *driver) probeReach() {
 }
 
 // reachable records an answer to client from Kafka, seen by the driver.
-func (d *driver) reachable(client, what string) {
+func (d *Driver) reachable(client, what string) {
 	if d.reach.ok(client) {
 		d.log.I()("goneli %s: Kafka answers again (%s)", d.config.Name, what)
 	}
 }
 
 // probeOnce asks a new admin client for the leader topic's metadata.
-func (d *driver) probeOnce(timeout time.Duration) error {
+func (d *Driver) probeOnce(timeout time.Duration) error {
 	admin, err := d.config.KafkaAdminProvider(d.confs.admin)
 	if err != nil {
 		return err
@@ -146,7 +145,7 @@ func (d *driver) probeOnce(timeout time.Duration) error {
 }
 
 // unreachable records that a Kafka client reports every broker down.
-func (d *driver) unreachable(client, reason string) {
+func (d *Driver) unreachable(client, reason string) {
 	if d.reach.fail(d.now(), client, reason) {
 		d.log.W()("goneli %s: cannot reach Kafka (%s: %s); Stats reports it until a broker answers", d.config.Name, client, reason)
 	}
@@ -157,27 +156,11 @@ func (d *driver) unreachable(client, reason string) {
 // server that is silent to it has been silent for HeartbeatTimeout plus this.
 const reachTimeout = 2 * time.Second
 
-// NotKafkaError is returned by New when no bootstrap server answers as a Kafka broker and at least
-// one accepts connections and then answers otherwise, or not at all: a port of some other service,
-// which librdkafka would retry for ever. Servers that refuse connections do not cause it, as a
-// broker may be on its way up; New then succeeds and Stats reports Kafka unreachable.
-type NotKafkaError struct {
-	// Servers are bootstrap.servers as configured.
-	Servers string
-	// Answers say, for each server that accepted a connection, what it answered.
-	Answers []string
-}
-
-func (e *NotKafkaError) Error() string {
-	return fmt.Sprintf("goneli: no server in bootstrap.servers %q answers as Kafka (%s); check KafkaConfig[\"bootstrap.servers\"] "+
-		"and, for a TLS listener, KafkaConfig[\"security.protocol\"]", e.Servers, strings.Join(e.Answers, "; "))
-}
-
-// checkSpeaksKafka returns a *NotKafkaError if no bootstrap server answers an ApiVersions request
-// within timeout and some server accepted the connection, and nil otherwise. It only asks over plaintext
-// listeners: a TLS listener does not answer in the clear, and telling a TLS handshake failure from
-// another service is librdkafka's to do.
-func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration) error {
+// checkSpeaksKafka returns errs.NotKafka's error (goneli.NotKafkaError) if no bootstrap server
+// answers an ApiVersions request within timeout and some server accepted the connection, and nil
+// otherwise. It only asks over plaintext listeners: a TLS listener does not answer in the clear, and
+// telling a TLS handshake failure from another service is librdkafka's to do.
+func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration, errs Errors) error {
 	if !kprobe.InTheClear(config["security.protocol"]) {
 		return nil
 	}
@@ -198,5 +181,5 @@ func checkSpeaksKafka(config KafkaConfigMap, timeout time.Duration) error {
 	if len(answers) == 0 {
 		return nil
 	}
-	return &NotKafkaError{Servers: servers, Answers: answers}
+	return errs.NotKafka(servers, answers)
 }

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"bytes"
@@ -20,11 +20,11 @@ import (
 // assigned partition 0 of their own topic, and each one's heartbeat commits pass: two leaders at
 // once. So before an instance first leads in a membership of the group, it describes the group and
 // refuses to lead while any member holds a partition of another topic ("How often the group is
-// described", below, gives the argument). The lease (lease.go) decides what a check's result means;
+// described", below, gives the argument). The lease (internal/core, lease.go) decides what a check's result means;
 // this file only asks and reads.
 
-// groupDescriber is the part of *kafka.AdminClient that the check needs.
-type groupDescriber interface {
+// GroupDescriber is the part of *kafka.AdminClient that the check needs.
+type GroupDescriber interface {
 	DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error)
 }
 
@@ -51,38 +51,39 @@ func describedOf(d kafka.ConsumerGroupDescription) core.GroupDesc {
 }
 
 // viaSide reports whether the group check goes over goneli's own connection (internal/sidechan),
-// which librdkafka's admin client cannot abort the process on.
-func (d *driver) viaSide() bool {
-	return d.check.wire != nil && d.check.wire.Fallback() == nil
+// which librdkafka's admin client cannot abort the process on: it is there and has not given way
+// to librdkafka (sidefail.go).
+func (d *Driver) viaSide() bool {
+	return d.sideUsable()
 }
 
-// sideFirst describes the group over goneli's own connection, and through librdkafka's admin
+// SideFirst describes the group over goneli's own connection, and through librdkafka's admin
 // client where there is none or it has given way to librdkafka: at once, in the same description,
 // when it gives way during it.
-type sideFirst struct {
-	side  sidechan.Channel // nil where goneli's own connection cannot follow the settings
-	admin groupDescriber
+type SideFirst struct {
+	Side  sidechan.Channel // nil where goneli's own connection cannot follow the settings
+	Admin GroupDescriber
 }
 
-func (s sideFirst) DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
-	if s.side != nil && s.side.Fallback() == nil {
-		res, err := s.side.DescribeConsumerGroups(ctx, groups, options...)
+func (s SideFirst) DescribeConsumerGroups(ctx context.Context, groups []string, options ...kafka.DescribeConsumerGroupsAdminOption) (kafka.DescribeConsumerGroupsResult, error) {
+	if s.Side != nil && s.Side.Fallback() == nil {
+		res, err := s.Side.DescribeConsumerGroups(ctx, groups, options...)
 		if !sidechan.IsFallback(err) {
 			return res, err
 		}
 	}
-	return s.admin.DescribeConsumerGroups(ctx, groups, options...)
+	return s.Admin.DescribeConsumerGroups(ctx, groups, options...)
 }
 
 // viaLibrdkafka is what New logs, and the doctor reports, when goneli's own connection cannot
 // follow the clients' settings (why names the setting) or has given way to librdkafka.
-func viaLibrdkafka(why error) string {
+func ViaLibrdkafka(why error) string {
 	return fmt.Sprintf("%v; the group check, Describe and the batched heartbeats go through librdkafka, whose admin client "+
 		"(2.11.1) can abort the process on a group description while brokers restart (confluentinc/librdkafka#4605)", why)
 }
 
-// describeGroup asks the coordinator for the group, waiting at most timeout.
-func describeGroup(ctx context.Context, d groupDescriber, group string, timeout time.Duration) (kafka.ConsumerGroupDescription, error) {
+// DescribeGroup asks the coordinator for the group, waiting at most timeout.
+func DescribeGroup(ctx context.Context, d GroupDescriber, group string, timeout time.Duration) (kafka.ConsumerGroupDescription, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Second)
 	defer cancel()
 	res, err := d.DescribeConsumerGroups(ctx, []string{group}, kafka.SetAdminRequestTimeout(timeout))
@@ -105,7 +106,7 @@ func describeGroup(ctx context.Context, d groupDescriber, group string, timeout 
 type describedGroup struct {
 	desc   kafka.ConsumerGroupDescription
 	err    error
-	timing *consumerGroupTiming
+	timing *ConsumerGroupTiming
 }
 
 // groupChecker describes the group on a goroutine of its own, one description at a time: a
@@ -131,18 +132,24 @@ func (c *groupChecker) busy() bool {
 }
 
 // start describes group through d on behalf of tenures, and calls release when done with d. If
-// timing is set, it reads the group's KIP-848 session timing too (checkSessionAgain).
-func (c *groupChecker) start(d groupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64,
-	timing func(context.Context) consumerGroupTiming) {
+// timing is set, it reads the group's KIP-848 session timing too (checkSessionAgain), at the same
+// time as the description rather than after it.
+func (c *groupChecker) start(d GroupDescriber, release func(), group string, timeout time.Duration, tenures map[int32]uint64,
+	timing func(context.Context) ConsumerGroupTiming) {
 	c.serving = tenures
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
 		defer release()
-		desc, err := describeGroup(c.ctx, d, group, timeout)
+		var t ConsumerGroupTiming
+		var read sync.WaitGroup
+		if timing != nil {
+			read.Go(func() { t = timing(c.ctx) })
+		}
+		desc, err := DescribeGroup(c.ctx, d, group, timeout)
+		read.Wait()
 		res := describedGroup{desc: desc, err: err}
 		if err == nil && timing != nil {
-			t := timing(c.ctx)
 			res.timing = &t
 		}
 		c.done <- res

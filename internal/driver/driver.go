@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 	"github.com/obsidiandynamics/libstdgo/scribe"
 )
 
-// driver is the Kafka side of an instance, the shell around its machine (machine.go): it owns the
+// Driver is the Kafka side of an instance, the shell around its machine (internal/core): it owns the
 // clients, runs the poll cycle and the rebalance callback, carries what librdkafka, kgo and the
 // producer report into the machine and carries out what the machine asks (effects). It reaches the
 // application only through deliver. Every decision about a tenure is the machine's; what stays
@@ -26,13 +26,13 @@ import (
 // of Kafka (reach.go), the yield (yield.go) and the leave and close sequence (closer.go). Every
 // time it reads is from one clock, d.now's, which the machine, the leases, the alarm, the pulse
 // loop and the close sequence share; its waits are timers of package time. Under testing/synctest
-// (driver_test.go) both are the bubble's, so that a test moves them together.
+// (driver_test.go in the root package) both are the bubble's, so that a test moves them together.
 //
 // Two locks: mu is the loop's, held for a whole cycle, the poll and the rebalance callback in it
 // included; mm guards the machine, and is held only for each call into it and what that call asks
 // of the shell. The alarm takes mm alone, so that it fences a lease and withdraws a stored offset on
 // time while the loop waits in a poll. mm is never held while waiting, and always taken after mu.
-type driver struct {
+type Driver struct {
 	config   Config
 	timing   core.GroupTiming // the machine's, as the shell reads it (changed only with mu and mm held)
 	log      scribe.Scribe
@@ -40,12 +40,12 @@ type driver struct {
 	key      []byte
 	clientID string // the consumer's client.id, by which the group check finds this instance
 	confs    clientConfs
-	// parts are the partitions contended for, by partition number, shared with the API type.
-	parts []*part
-	life  *lifecycle
-	// deliverTo posts a lease's events to the application (neli.deliver); the driver never calls
-	// the application itself.
-	deliverTo func(p *part, events []Event, dl *core.Delivery)
+	// parts are the roles contended for, by partition number, shared with the API type.
+	parts []*core.Role
+	life  Life
+	// deliverTo posts a lease's events to the application (the root package's deliver); the driver
+	// never calls the application itself.
+	deliverTo func(r *core.Role, events []core.TenureEvent, dl *core.Delivery)
 	clock     core.Clock
 	base      time.Time // origin of the monotonic durations that leases, yields and deadlines are measured in
 
@@ -55,7 +55,9 @@ type driver struct {
 
 	consumer KafkaConsumer
 	heart    heartbeatProducer
-	observer *observer // nil unless Config.ObserveLeader
+	observer *Observer // nil unless Setup.Observe
+	observe  bool
+	onLeader func(Leader)
 	// commits sends the consumer's explicit commits (commit.go).
 	commits *committer
 	// beats gathers the heartbeats that the machine produced during a cycle, for sendHeartbeats at
@@ -79,10 +81,10 @@ type driver struct {
 	// retired holds the consumers replaced (renewConsumer), whose rebalance callbacks are ignored
 	// while they close in the background.
 	retired  sync.Map
-	throttle logThrottle
-	logs     *logForwarder
+	throttle LogThrottle
+	logs     *LogForwarder
 	// closers counts the goroutines that close clients or write final markers, which may outlive
-	// Close (lifecycle.clientsClosed).
+	// Close (AwaitClients).
 	closers sync.WaitGroup
 }
 
@@ -93,6 +95,15 @@ type checkState struct {
 	// it cannot follow the clients' settings, and the check then goes through librdkafka's admin
 	// client, as it does once the connection has given way to librdkafka (viaSide).
 	wire sidechan.Channel
+	// began is when the check under way began, and sided whether it went over wire; side and
+	// sideBeats watch wire's group checks and heartbeats, and sideOff says that wire gave way to
+	// librdkafka at the instance's behest (sidefail.go), for a wire that cannot be told to.
+	began           time.Duration
+	sided           bool
+	side, sideBeats sideWatch
+	sideOff         atomic.Bool
+	// timings keeps what each broker answered for its KIP-848 group settings (session848.go).
+	timings brokerTimings
 }
 
 // clientConfs are the librdkafka configurations of the clients an instance makes.
@@ -102,41 +113,25 @@ type clientConfs struct {
 
 // now is the time on the driver's clock, the monotonic scale that leases, yields and the close
 // bound are measured in. Safe without mu.
-func (d *driver) now() time.Duration {
+func (d *Driver) now() time.Duration {
 	return d.clock.Now().Sub(d.base)
 }
 
 // live reports whether Close has yet to begin. Safe without mu.
-func (d *driver) Live() bool {
-	return d.life.state() == Live
+func (d *Driver) Live() bool {
+	return d.life.Live()
 }
 
 // machine runs f on the machine with mm held. Called with mu held, or from the alarm.
-func (d *driver) machine(f func(m *core.Machine)) {
+func (d *Driver) machine(f func(m *core.Machine)) {
 	d.mm.Lock()
 	defer d.mm.Unlock()
 	f(d.m)
 }
 
-// part is one role as the API and the shell see it: the machine's role (its partition, its lease,
-// what the machine keeps beside it), the dispatcher that calls the barrier with its events, and
-// what the API keeps beside them. The driver finds parts by partition (partOf) and walks them in
-// order (neli.parts).
-type part struct {
-	*core.Role
-	events *dispatcher
-	// signal wakes the role's Background task when the barrier has returned from LeaderAcquired.
-	signal chan struct{}
-	// acquiring is the epoch of the newest LeaderAcquired whose barrier call has begun
-	// (acquisitionStands). Written and read on the role's dispatcher goroutine.
-	acquiring atomic.Uint64
-	// hooks are the FencedProducers bound to the role, initialised at each LeaderAcquired.
-	hooks acquireHooks
-}
-
 // step runs one cycle, unless Close has begun, waiting in the poll for up to poll, or for pollFor(limit)
 // if poll is negative. It takes mu, which a cycle needs.
-func (d *driver) step(poll, limit time.Duration) error {
+func (d *Driver) step(poll, limit time.Duration) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.Live() {
@@ -152,7 +147,7 @@ func (d *driver) step(poll, limit time.Duration) error {
 // has nothing to renew, fence or release, and waits for up to idlePoll (within limit, if not
 // negative): it then serves a new assignment the moment it arrives rather than at its next cycle,
 // which shortens every handoff by up to a poll interval. Called with mu held.
-func (d *driver) pollFor(limit time.Duration) time.Duration {
+func (d *Driver) pollFor(limit time.Duration) time.Duration {
 	base := *d.config.PollDuration
 	busy := false
 	d.machine(func(m *core.Machine) { busy = m.BusyLoop() })
@@ -177,7 +172,7 @@ func (d *driver) pollFor(limit time.Duration) time.Duration {
 // embedded broker: 0.58-0.81 CPU s/min per follower with 100 ms polls, 0.38-0.47 with 1 s polls,
 // side by side). A follower that watches the leader (ObserveLeader) or cannot reach Kafka (its
 // probes go out from the cycle) polls every MinPollInterval as before. Called with mu held.
-func (d *driver) idlePoll() time.Duration {
+func (d *Driver) idlePoll() time.Duration {
 	poll := *d.config.MinPollInterval
 	if _, _, down := d.reach.state(); down || d.observer != nil {
 		return poll
@@ -187,7 +182,7 @@ func (d *driver) idlePoll() time.Duration {
 
 // proving reports whether a tenure of this instance is proving its first lease (machine.proving).
 // Safe without mu: it reads what the leases publish.
-func (d *driver) proving() bool {
+func (d *Driver) proving() bool {
 	now := d.now()
 	for _, p := range d.parts {
 		if v := p.Lease.Load(); v.ProveBy > now && !v.Releasing {
@@ -199,11 +194,11 @@ func (d *driver) proving() bool {
 
 // cycle polls the consumer dry (within bounds), waiting up to poll for the first event, lets the
 // machine act on the time that has passed and starts what it asks for.
-func (d *driver) cycle(poll time.Duration) error {
+func (d *Driver) cycle(poll time.Duration) error {
 	d.holdOut()
 	d.applyYield()
 	if d.observer != nil {
-		d.observer.poll()
+		d.observer.Poll()
 	}
 	var fatal error
 	ev := d.consumer.Poll(int(poll.Milliseconds()))
@@ -241,7 +236,7 @@ func (d *driver) cycle(poll time.Duration) error {
 	return fatal
 }
 
-func (d *driver) handle(ev kafka.Event) error {
+func (d *Driver) handle(ev kafka.Event) error {
 	switch e := ev.(type) {
 	case *kafka.Message:
 		d.onMessage(e)
@@ -249,6 +244,7 @@ func (d *driver) handle(ev kafka.Event) error {
 		if e.Error == nil {
 			d.reachable("consumer", "a commit accepted")
 		}
+		d.sideCommit(e)
 		d.machine(func(m *core.Machine) { m.AutoCommitted(commitAnswerOf(e)) })
 	case kafka.Error:
 		if e.IsFatal() {
@@ -259,9 +255,9 @@ func (d *driver) handle(ev kafka.Event) error {
 			// A configuration mismatch that no retry can mend. A lease this instance may still hold
 			// runs out on its own: no commit is accepted without a session, and the alarm fences
 			// it.
-			return &SessionTimeoutError{Session: d.timing.Session, HeartbeatTimeout: *d.config.HeartbeatTimeout, Err: e}
+			return d.config.Errors.SessionTimeout(d.timing.Session, *d.config.HeartbeatTimeout, e)
 		}
-		if err := authorizationError(d.config, "consumer", e); err != nil {
+		if err := d.config.Errors.Authorization("consumer", e); err != nil {
 			return err
 		}
 		if e.Code() == kafka.ErrAllBrokersDown {
@@ -273,9 +269,9 @@ func (d *driver) handle(ev kafka.Event) error {
 	return nil
 }
 
-func (d *driver) onMessage(msg *kafka.Message) {
+func (d *Driver) onMessage(msg *kafka.Message) {
 	if msg.TopicPartition.Error != nil {
-		d.throttle.log(d.log.W(), "fetch:"+msg.TopicPartition.Error.Error(), "goneli %s: fetch from %s failed: %v",
+		d.throttle.Log(d.log.W(), "fetch:"+msg.TopicPartition.Error.Error(), "goneli %s: fetch from %s failed: %v",
 			d.config.Name, d.topic, msg.TopicPartition.Error)
 		return
 	}
@@ -289,14 +285,14 @@ func (d *driver) onMessage(msg *kafka.Message) {
 		return
 	}
 	if h.Kind == core.KindHeartbeat && string(msg.Key) == d.config.Name {
-		d.machine(func(m *core.Machine) { m.ReadBack(p.Role, h, int64(msg.TopicPartition.Offset)) })
+		d.machine(func(m *core.Machine) { m.ReadBack(p, h, int64(msg.TopicPartition.Offset)) })
 		return
 	}
 	d.foreignRecord(p, string(msg.Key), h)
 }
 
 // partOf returns the part of tp, or nil if tp is not one this instance contends for.
-func (d *driver) partOf(tp kafka.TopicPartition) *part {
+func (d *Driver) partOf(tp kafka.TopicPartition) *core.Role {
 	if tp.Topic == nil || *tp.Topic != d.topic || tp.Partition < 0 || int(tp.Partition) >= len(d.parts) {
 		return nil
 	}
@@ -337,7 +333,7 @@ func commitOutcomeOf(err error) core.CommitOutcome {
 }
 
 // offsetsOf translates offsets of the leader topic for librdkafka.
-func (d *driver) offsetsOf(offsets []core.OffsetRef) []kafka.TopicPartition {
+func (d *Driver) offsetsOf(offsets []core.OffsetRef) []kafka.TopicPartition {
 	out := make([]kafka.TopicPartition, len(offsets))
 	for i, o := range offsets {
 		out[i] = kafka.TopicPartition{Topic: &d.topic, Partition: o.Partition, Offset: kafka.Offset(o.Offset)}
@@ -351,7 +347,7 @@ func (d *driver) offsetsOf(offsets []core.OffsetRef) []kafka.TopicPartition {
 
 // storerOf is consumer c's StoreOffsets as the commit gate needs it (storer): the offsets it
 // stored, of those asked.
-func (d *driver) storerOf(c KafkaConsumer) core.Storer {
+func (d *Driver) storerOf(c KafkaConsumer) core.Storer {
 	return func(offsets []core.OffsetRef) ([]core.OffsetRef, error) {
 		stored, err := c.StoreOffsets(d.offsetsOf(offsets))
 		var out []core.OffsetRef
@@ -368,7 +364,7 @@ func (d *driver) storerOf(c KafkaConsumer) core.Storer {
 }
 
 // collectCommits takes the answer to an explicit commit, once it has come.
-func (d *driver) collectCommits() {
+func (d *Driver) collectCommits() {
 	e, _, ok := d.commits.collect(d.now())
 	if !ok {
 		return
@@ -376,10 +372,11 @@ func (d *driver) collectCommits() {
 	if e.Error == nil {
 		d.reachable("consumer", "a commit accepted")
 	}
+	d.sideCommit(e)
 	d.machine(func(m *core.Machine) { m.ExplicitAnswered(commitAnswerOf(e)) })
 }
 
-func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
+func (d *Driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 	if _, retired := d.retired.Load(c); d.closing.Load() || (c != nil && retired) {
 		// A consumer finishing its close, perhaps in the background, must not touch state that
 		// the locks no longer guard; confluent-kafka-go applies the change itself.
@@ -405,7 +402,7 @@ func (d *driver) onRebalance(c *kafka.Consumer, ev kafka.Event) error {
 // ends the old ones, and the session takes the partitions or gives them back. The waits it leaves
 // (for the partitions' ends, for release markers or the barrier) are made here, without mm, so that
 // the alarm goes on meanwhile.
-func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
+func (d *Driver) rebalanced(s groupSession, ev kafka.Event) error {
 	d.reachable("consumer", "a rebalance")
 	cooperative, lost := s.Cooperative(), s.AssignmentLost()
 	switch e := ev.(type) {
@@ -445,7 +442,7 @@ func (d *driver) rebalanced(s groupSession, ev kafka.Event) error {
 }
 
 // partitionsOf returns the partitions of the leader topic among tps.
-func (d *driver) partitionsOf(tps []kafka.TopicPartition) []int32 {
+func (d *Driver) partitionsOf(tps []kafka.TopicPartition) []int32 {
 	out := []int32{}
 	for _, tp := range tps {
 		if tp.Topic == nil || *tp.Topic == d.topic {
@@ -467,7 +464,7 @@ func refsOf(partitions []int32) []core.OffsetRef {
 // waitReleases makes the waits that ending tenures leave (machine.endTenures): the releasing
 // markers written, or else the barrier's return from each LeaderRevoked, up to the rebalance
 // timeout; it ends early if Close begins, since Close may be waiting for it.
-func (d *driver) waitReleases(w *core.ReleaseWait) {
+func (d *Driver) waitReleases(w *core.ReleaseWait) {
 	if w == nil {
 		return
 	}
@@ -483,7 +480,7 @@ func (d *driver) waitReleases(w *core.ReleaseWait) {
 	}
 	deadline := d.now() + w.Limit
 	for _, r := range w.Pending {
-		if !awaitDelivery(r.Done, deadline-d.now(), d.life.closing) {
+		if !AwaitDelivery(r.Done, deadline-d.now(), d.life.Closing()) {
 			if d.Live() {
 				d.log.W()("goneli %s: the barrier has not returned from LeaderRevoked within %v (the rebalance timeout); releasing the partition regardless",
 					d.config.Name, w.Limit)
@@ -495,7 +492,7 @@ func (d *driver) waitReleases(w *core.ReleaseWait) {
 
 // mine picks, from a rebalance's partitions, those this instance contends for. The others (a leader
 // topic with more partitions than parts) are taken and released with the rest but never used.
-func (d *driver) mine(tps []kafka.TopicPartition) []kafka.TopicPartition {
+func (d *Driver) mine(tps []kafka.TopicPartition) []kafka.TopicPartition {
 	out := []kafka.TopicPartition{}
 	for _, tp := range tps {
 		if d.partOf(tp) != nil {
@@ -507,14 +504,14 @@ func (d *driver) mine(tps []kafka.TopicPartition) []kafka.TopicPartition {
 
 // delivering reports whether the producer delivered a heartbeat within the last lease: the machine
 // then suspects the consumer of a tenure that reads nothing back (machine.stuckConsumer).
-func (d *driver) delivering() bool {
+func (d *Driver) delivering() bool {
 	now := d.now()
 	return d.heart.p != nil && d.heart.delivered != 0 && now-d.heart.delivered < *d.config.HeartbeatTimeout
 }
 
 // checkReadBack replaces the consumer when a tenure reads nothing back although the producer
 // delivers (machine.stuckConsumer).
-func (d *driver) checkReadBack() {
+func (d *Driver) checkReadBack() {
 	var why string
 	stuck := false
 	delivering := d.delivering()
@@ -526,10 +523,10 @@ func (d *driver) checkReadBack() {
 
 // renewConsumer leaves the group and joins it again through a new consumer; the old one closes in
 // the background. Called with mu held.
-func (d *driver) renewConsumer(reason string) {
+func (d *Driver) renewConsumer(reason string) {
 	fresh, err := d.config.KafkaConsumerProvider(d.confs.consumer)
 	if err != nil {
-		d.throttle.log(d.log.E(), "renew", "goneli %s: cannot create a Kafka consumer to replace one that %s: %v", d.config.Name, reason, err)
+		d.throttle.Log(d.log.E(), "renew", "goneli %s: cannot create a Kafka consumer to replace one that %s: %v", d.config.Name, reason, err)
 		return
 	}
 	d.log.W()("goneli %s: replacing the Kafka consumer: %s", d.config.Name, reason)
@@ -556,12 +553,12 @@ func (d *driver) renewConsumer(reason string) {
 		}
 	}()
 	if err := fresh.Subscribe(d.topic, d.onRebalance); err != nil {
-		d.throttle.log(d.log.E(), "subscribe", "goneli %s: the new Kafka consumer cannot subscribe to %s: %v", d.config.Name, d.topic, err)
+		d.throttle.Log(d.log.E(), "subscribe", "goneli %s: the new Kafka consumer cannot subscribe to %s: %v", d.config.Name, d.topic, err)
 	}
 }
 
 // collectGroupCheck takes a group check's result, once it has come, to the machine.
-func (d *driver) collectGroupCheck() {
+func (d *Driver) collectGroupCheck() {
 	res, tenures, ok := d.check.checker.result()
 	if !ok {
 		return
@@ -570,6 +567,7 @@ func (d *driver) collectGroupCheck() {
 	if res.err == nil && res.timing != nil {
 		sessionErr = d.checkSessionAgain(*res.timing)
 	}
+	d.sideChecked(res)
 	fallback := res.err != nil && sidechan.IsFallback(res.err)
 	desc := describedOf(res.desc)
 	desc.Group = d.config.LeaderGroupID
@@ -577,7 +575,7 @@ func (d *driver) collectGroupCheck() {
 }
 
 // noteTrouble marks a failed broker connection that a client reported (machine.startGroupCheck).
-func (d *driver) noteTrouble(e kafka.Error) {
+func (d *Driver) noteTrouble(e kafka.Error) {
 	switch e.Code() {
 	case kafka.ErrTransport, kafka.ErrAllBrokersDown, kafka.ErrNetworkException, kafka.ErrNotCoordinator,
 		kafka.ErrCoordinatorNotAvailable, kafka.ErrCoordinatorLoadInProgress, kafka.ErrResolve:
@@ -586,13 +584,13 @@ func (d *driver) noteTrouble(e kafka.Error) {
 }
 
 // trouble marks now as a moment when the brokers' connections were unsettled.
-func (d *driver) trouble() {
+func (d *Driver) trouble() {
 	d.machine(func(m *core.Machine) { m.Trouble() })
 }
 
 // troubled reports whether the brokers' connections were unsettled within the last checkQuiet.
 // Called with mu held.
-func (d *driver) troubled() bool {
+func (d *Driver) troubled() bool {
 	t := false
 	d.machine(func(m *core.Machine) { t = m.Check.Troubled && d.now()-m.Check.TroubleAt < core.CheckQuiet })
 	return t
@@ -610,7 +608,7 @@ func (d *driver) troubled() bool {
 // (TestGroupCheckAfterCoordinatorMoves), and it never led. A new handle looks the coordinator up
 // afresh. The producer's is tried again at the next tenure, as a working handle costs nothing to
 // reuse and a stale one costs one retry.
-func (d *driver) describer(alone bool) (groupDescriber, func(), error) {
+func (d *Driver) describer(alone bool) (GroupDescriber, func(), error) {
 	if d.viaSide() {
 		return d.check.wire, func() {}, nil
 	}
@@ -632,7 +630,7 @@ func (d *driver) describer(alone bool) (groupDescriber, func(), error) {
 }
 
 // watchPending aims the alarm again if the machine's deadline may have changed.
-func (d *driver) watchPending() {
+func (d *Driver) watchPending() {
 	d.machine(func(m *core.Machine) {
 		if m.WatchPending() {
 			d.aim(m)
@@ -641,7 +639,7 @@ func (d *driver) watchPending() {
 }
 
 // aim aims the alarm at the machine's deadline. Called with mm held.
-func (d *driver) aim(m *core.Machine) {
+func (d *Driver) aim(m *core.Machine) {
 	if at, ok := m.Deadline(); ok {
 		d.alarm.aim(at)
 	}
@@ -649,7 +647,7 @@ func (d *driver) aim(m *core.Machine) {
 
 // ring is the alarm's call, at the machine's deadline: it fences every lease that has run out and
 // lets the commit gate act, with mm alone held.
-func (d *driver) ring() {
+func (d *Driver) ring() {
 	d.machine(func(m *core.Machine) {
 		if !d.Live() {
 			return
@@ -659,36 +657,37 @@ func (d *driver) ring() {
 	})
 }
 
-func (d *driver) logKafkaError(client string, e kafka.Error) {
+func (d *Driver) logKafkaError(client string, e kafka.Error) {
 	hint := ""
 	if e.Code() == kafka.ErrInconsistentGroupProtocol {
 		hint = fmt.Sprintf(" (members of group %s use another assignment strategy; goneli v0.5.0 members use librdkafka's "+
 			"eager default and cannot share a group with cooperative-sticky ones: see docs/migrating.md)", d.config.LeaderGroupID)
 	}
-	d.throttle.log(d.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", d.config.Name, client, e, hint)
+	d.throttle.Log(d.log.W(), client+":"+e.Code().String(), "goneli %s: Kafka %s: %v%s", d.config.Name, client, e, hint)
 }
 
 // # The machine's effects (machine.effects), carried out on Kafka's clients.
 
-func (d *driver) StoreOffsets(offsets []core.OffsetRef) ([]core.OffsetRef, error) {
+func (d *Driver) StoreOffsets(offsets []core.OffsetRef) ([]core.OffsetRef, error) {
 	return d.storerOf(d.consumer)(offsets)
 }
 
-func (d *driver) Produce(r *core.Role, h *core.Heartbeat) {
+func (d *Driver) Produce(r *core.Role, h *core.Heartbeat) {
 	d.beats = append(d.beats, wireBeat{p: r, h: h})
 }
 
-func (d *driver) WriteMarker(p *core.Role, h *core.Heartbeat) {
+func (d *Driver) WriteMarker(p *core.Role, h *core.Heartbeat) {
 	if err := d.produceRecord(p, h); err != nil {
-		d.throttle.log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, p.ID, err)
+		d.throttle.Log(d.log.W(), "produce", "goneli %s: cannot write the released marker of partition %d: %v", d.config.Name, p.ID, err)
 	}
 }
 
-func (d *driver) Commit(offsets []core.OffsetRef) {
+func (d *Driver) Commit(offsets []core.OffsetRef) {
 	d.commits.start(d.offsetsOf(offsets), d.now())
 }
 
-func (d *driver) Describe(tenures map[int32]uint64) error {
+func (d *Driver) Describe(tenures map[int32]uint64) error {
+	d.check.began, d.check.sided = d.now(), d.viaSide()
 	desc, release, err := d.describer(d.m.Check.Alone)
 	if err != nil {
 		return err
@@ -697,11 +696,11 @@ func (d *driver) Describe(tenures map[int32]uint64) error {
 	return nil
 }
 
-func (d *driver) Deliver(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
-	d.deliverTo(d.parts[r.ID], publicEvents(events), dl)
+func (d *Driver) Deliver(r *core.Role, events []core.TenureEvent, dl *core.Delivery) {
+	d.deliverTo(r, events, dl)
 }
 
-func (d *driver) Note(level core.LogLevel, key, format string, args ...any) {
+func (d *Driver) Note(level core.LogLevel, key, format string, args ...any) {
 	logger := d.log.D()
 	switch level {
 	case core.LevelInfo:
@@ -715,17 +714,17 @@ func (d *driver) Note(level core.LogLevel, key, format string, args ...any) {
 		logger(format, args...)
 		return
 	}
-	d.throttle.log(logger, key, format, args...)
+	d.throttle.Log(logger, key, format, args...)
 }
 
-func (d *driver) Unsubscribe() error {
+func (d *Driver) Unsubscribe() error {
 	return d.consumer.Unsubscribe()
 }
 
-func (d *driver) Subscribe() error {
+func (d *Driver) Subscribe() error {
 	return d.consumer.Subscribe(d.topic, d.onRebalance)
 }
 
-func (d *driver) Left(member string) {
+func (d *Driver) Left(member string) {
 	d.leftGroup(member)
 }

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"fmt"
@@ -19,7 +19,7 @@ import (
 // the highest priority. Two things carry it out.
 //
 // Who the group assigns partition 0. goneli uses librdkafka's cooperative-sticky assignor
-// (config.go). When partition 0 has no owner (its owner left the group, or the group is new), the
+// (the root package's config.go). When partition 0 has no owner (its owner left the group, or the group is new), the
 // assignor gives it to the member that holds the fewest partitions, ties broken by member id in
 // strcmp order: maybeAssignPartition walks sortedCurrentSubscriptions, which
 // sort_by_map_elem_val_toppar_list_cnt orders by partition count and then by member id
@@ -58,11 +58,19 @@ import (
 // the coordinator (GroupMetadataManager.java:1744) without the client.id, and whose assignment the
 // broker makes.
 
-// MaxPriority and MinPriority bound Config.Priority.
+// MaxPriority and MinPriority are goneli's, which bound Config.Priority.
 const (
 	MaxPriority = 999
 	MinPriority = -999
 )
+
+var unsafeNameChars = regexp.MustCompile(`[^a-zA-Z0-9._\-]`)
+
+// Sanitise is goneli.Sanitise: name with every character outside [a-zA-Z0-9._-] replaced by an
+// underscore.
+func Sanitise(name string) string {
+	return unsafeNameChars.ReplaceAllString(name, "_")
+}
 
 // prioritySettle is how long a member of higher priority must have been in the group, under one
 // member id, before the leader hands over to it, and how long a tenure must have led before it
@@ -74,14 +82,14 @@ func prioritySettle(lease time.Duration) time.Duration {
 	return 2 * lease
 }
 
-// clientIDFor is the client.id goneli derives from Config.Name and Config.Priority. Priority 0
+// ClientIDFor is the client.id goneli derives from Config.Name and Config.Priority. Priority 0
 // gives goneli-<Name>, as before priorities; a positive one goneli--<1000-priority, 3 digits>-<Name>
 // and a negative one goneli-zz<-priority, 3 digits>-<Name>, Name sanitised. In byte order '-' comes
 // before every other character Sanitise keeps, and 'z' after, so higher priorities sort first,
 // priority 0 sits between the two families whatever its Name (unless the Name itself begins with
 // '-' or "zz", which Sanitise allows and which then sorts among them), and within a priority the
 // Names keep their order.
-func clientIDFor(name string, priority int) string {
+func ClientIDFor(name string, priority int) string {
 	s := Sanitise(name)
 	switch {
 	case priority > 0:
@@ -97,9 +105,9 @@ var (
 	negativePriority = regexp.MustCompile(`^zz([0-9]{3})-`)
 )
 
-// splitPriority reads a priority off the front of what follows "goneli-" in a client.id, and
+// SplitPriority reads a priority off the front of what follows "goneli-" in a client.id, and
 // returns it with the rest (the sanitised Name). Without one it returns 0 and s.
-func splitPriority(s string) (int, string) {
+func SplitPriority(s string) (int, string) {
 	if m := positivePriority.FindStringSubmatch(s); m != nil {
 		if n, _ := strconv.Atoi(m[1]); n > 0 {
 			return 1000 - n, s[len(m[0]):]
@@ -113,10 +121,10 @@ func splitPriority(s string) (int, string) {
 	return 0, s
 }
 
-// parseClientID undoes clientIDFor and the roles suffix (rolesSuffix): the sanitised Name and the
+// ParseClientID undoes clientIDFor and the roles suffix (rolesSuffix): the sanitised Name and the
 // priority of a member whose client.id goneli derived. ok is false for any other client.id, which
 // counts as priority 0.
-func parseClientID(clientID string) (name string, priority int, ok bool) {
+func ParseClientID(clientID string) (name string, priority int, ok bool) {
 	rest, ok := strings.CutPrefix(clientID, "goneli-")
 	if !ok {
 		return "", 0, false
@@ -124,30 +132,8 @@ func parseClientID(clientID string) (name string, priority int, ok bool) {
 	if i := strings.LastIndex(rest, core.RolesSuffix); i >= 0 {
 		rest = rest[:i]
 	}
-	priority, name = splitPriority(rest)
+	priority, name = SplitPriority(rest)
 	return name, priority, true
-}
-
-// validatePriority checks Priority, and the Name and client.id it goes with.
-func (c Config) validatePriority(bad func(field string, value interface{}, format string, args ...interface{})) {
-	switch {
-	case c.Priority > MaxPriority || c.Priority < MinPriority:
-		bad("Priority", c.Priority, "must be %d to %d (0, the default, for no preference)", MinPriority, MaxPriority)
-		return
-	case c.Priority != 0:
-		if id, ok := c.KafkaConfig["client.id"]; ok {
-			bad("Priority", c.Priority, "needs the client.id goneli derives from Name, which carries it to the group (client.id %q is set in KafkaConfig): "+
-				"unset KafkaConfig[\"client.id\"], or leave Priority 0", fmt.Sprint(id))
-		}
-		return
-	}
-	if _, ok := c.KafkaConfig["client.id"]; ok || c.Name == "" {
-		return
-	}
-	if p, _ := splitPriority(Sanitise(c.Name)); p != 0 {
-		bad("Name", c.Name, "reads as priority %d in the client.id goneli derives from it (%s): a Name may not begin with "+
-			"a dash, three digits and a dash, or with zz, three digits and a dash", p, clientIDFor(c.Name, 0))
-	}
 }
 
 // contender is a member of the group as a description shows it.
@@ -161,7 +147,7 @@ type contender struct {
 func contendersOf(desc kafka.ConsumerGroupDescription) []contender {
 	out := make([]contender, 0, len(desc.Members))
 	for _, m := range desc.Members {
-		name, priority, _ := parseClientID(m.ClientID)
+		name, priority, _ := ParseClientID(m.ClientID)
 		out = append(out, contender{member: m.ConsumerID, clientID: m.ClientID, name: name, priority: priority})
 	}
 	slices.SortFunc(out, func(a, b contender) int { return strings.Compare(a.member, b.member) })
@@ -245,12 +231,4 @@ func outranked(mine int, self string, cs []contender) bool {
 		}
 	}
 	return false
-}
-
-// ClientID is the Kafka client.id of an instance whose Config.Name is name and Config.Priority
-// priority, unless its KafkaConfig sets one (NewRoles then adds a digest of the role list). Quotas
-// and ACLs given to a client.id, and tools that pick a member out by it, need the one with the
-// priority in it.
-func ClientID(name string, priority int) string {
-	return clientIDFor(name, priority)
 }

@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/goneli/goneli/internal/core"
 )
 
 // The priorities (priority.go), the transfers (transfer.go) and leaving the group all need to know
@@ -88,17 +89,17 @@ type leaveCheck struct {
 }
 
 // leadsAny reports whether a tenure of this instance leads.
-func (d *driver) leadsAny() bool {
-	return slices.ContainsFunc(d.parts, func(p *part) bool { return p.Lease.Load().Leading })
+func (d *Driver) leadsAny() bool {
+	return slices.ContainsFunc(d.parts, func(p *core.Role) bool { return p.Lease.Load().Leading })
 }
 
 // recheck is how soon a member that waits to rejoin describes the group again.
-func (d *driver) recheck() time.Duration {
+func (d *Driver) recheck() time.Duration {
 	return max(d.timing.Heartbeat(), 100*time.Millisecond)
 }
 
 // preferences sets up the preference on first use.
-func (d *driver) preferences() *preference {
+func (d *Driver) preferences() *preference {
 	if !d.prio.init {
 		d.prio.init = true
 		d.prio.pref = newPreference(d.config.Priority, prioritySettle(*d.config.HeartbeatTimeout))
@@ -108,7 +109,7 @@ func (d *driver) preferences() *preference {
 }
 
 // leftGroup records that the instance has left the group under member id member (yield.go).
-func (d *driver) leftGroup(member string) {
+func (d *Driver) leftGroup(member string) {
 	d.prio.leave = leaveCheck{member: member, at: d.now()}
 }
 
@@ -117,7 +118,7 @@ func (d *driver) leftGroup(member string) {
 // time, so that the instance rejoins within a recheck of the answer. Called at the start of each
 // cycle, before applyYield.
 // It also carries out a TransferTo that could not take the lock.
-func (d *driver) holdOut() {
+func (d *Driver) holdOut() {
 	d.preferences()
 	if d.Live() {
 		d.takeAsked()
@@ -146,14 +147,14 @@ func (d *driver) holdOut() {
 
 // endHold ends at once a yield that holdOut extended, rather than a recheck later; a yield of
 // the application's (longer, or asked for since) stands.
-func (d *driver) endHold(now time.Duration) {
+func (d *Driver) endHold(now time.Duration) {
 	if until := time.Duration(d.m.Yield.Until.Load()); !d.m.Yield.Requested.Load() && until > now && until <= now+d.recheck() {
 		d.m.Yield.Until.CompareAndSwap(int64(until), int64(now))
 	}
 }
 
 // wantWatch reports whether anything needs a description of the group now.
-func (d *driver) wantWatch(now time.Duration) bool {
+func (d *Driver) wantWatch(now time.Duration) bool {
 	w, pr := &d.prio.watch, &d.prio
 	if l := pr.leave; l.member != "" && now >= l.next {
 		return true
@@ -161,7 +162,7 @@ func (d *driver) wantWatch(now time.Duration) bool {
 	if pr.standby && d.m.Yield.Unsubscribed && now >= pr.standbyNext {
 		return true
 	}
-	if len(pr.requests) > 0 || slices.ContainsFunc(d.parts, func(p *part) bool { return d.hopDue(p) }) {
+	if len(pr.requests) > 0 || slices.ContainsFunc(d.parts, func(p *core.Role) bool { return d.hopDue(p) }) {
 		return true
 	}
 	if d.m.Yield.Unsubscribed || !d.leadsAny() {
@@ -174,7 +175,7 @@ func (d *driver) wantWatch(now time.Duration) bool {
 
 // watchGroup takes the answer of the description under way, if it has come, and starts another
 // if one is wanted. Called from every cycle, after checkHandOver.
-func (d *driver) watchGroup() {
+func (d *Driver) watchGroup() {
 	d.preferences()
 	w := &d.prio.watch
 	now := d.now()
@@ -195,7 +196,7 @@ func (d *driver) watchGroup() {
 	}
 	desc, release, err := d.watchDescriber()
 	if err != nil {
-		d.throttle.log(d.log.W(), "watch", "goneli %s: cannot describe group %s: %v", d.config.Name, d.config.LeaderGroupID, err)
+		d.throttle.Log(d.log.W(), "watch", "goneli %s: cannot describe group %s: %v", d.config.Name, d.config.LeaderGroupID, err)
 		w.retryAt = now + d.recheck()
 		return
 	}
@@ -211,15 +212,15 @@ func (d *driver) watchGroup() {
 	go func() {
 		defer parent.running.Done()
 		defer release()
-		desc, err := describeGroup(parent.ctx, desc, group, timeout)
+		desc, err := DescribeGroup(parent.ctx, desc, group, timeout)
 		done <- describedGroup{desc: desc, err: err}
 	}()
 }
 
-// watchDescriber is what describes the group for the watch: goneli's own connection, else an
-// admin client of its own, closed after the description.
-func (d *driver) watchDescriber() (groupDescriber, func(), error) {
-	if d.check.wire != nil {
+// watchDescriber is what describes the group for the watch: goneli's own connection unless it has
+// given way to librdkafka, else an admin client of its own, closed after the description.
+func (d *Driver) watchDescriber() (GroupDescriber, func(), error) {
+	if d.sideUsable() {
 		return d.check.wire, func() {}, nil
 	}
 	a, err := d.config.KafkaAdminProvider(d.confs.admin)
@@ -231,24 +232,24 @@ func (d *driver) watchDescriber() (groupDescriber, func(), error) {
 
 // describeNow describes the group from the calling goroutine, without the driver's lock
 // (TransferTo).
-func (d *driver) describeNow(ctx context.Context) (describedGroup, error) {
+func (d *Driver) describeNow(ctx context.Context) (describedGroup, error) {
 	desc, release, err := d.watchDescriber()
 	if err != nil {
 		return describedGroup{}, err
 	}
 	defer release()
 	d.prio.descriptions.Add(1)
-	res, err := describeGroup(ctx, desc, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
+	res, err := DescribeGroup(ctx, desc, d.config.LeaderGroupID, *d.config.HeartbeatTimeout)
 	return describedGroup{desc: res, err: err}, err
 }
 
 // watched takes a description that began at w.began and ended at now.
-func (d *driver) watched(res describedGroup, now time.Duration) {
+func (d *Driver) watched(res describedGroup, now time.Duration) {
 	w, pr := &d.prio.watch, &d.prio
 	if res.err != nil {
 		w.failures++
 		w.retryAt = now + min(d.recheck()*time.Duration(1<<min(w.failures, 5)), *d.config.HeartbeatTimeout)
-		d.throttle.log(d.log.D(), "watch", "goneli %s: cannot describe group %s: %v", d.config.Name, d.config.LeaderGroupID, res.err)
+		d.throttle.Log(d.log.D(), "watch", "goneli %s: cannot describe group %s: %v", d.config.Name, d.config.LeaderGroupID, res.err)
 		return
 	}
 	w.failures = 0
@@ -264,7 +265,7 @@ func (d *driver) watched(res describedGroup, now time.Duration) {
 			l.tries++
 			l.next = now + min(d.recheck()<<min(l.tries, 6), *d.config.HeartbeatTimeout)
 			if l.holding {
-				d.throttle.log(d.log.I(), "leave", "goneli %s: member %s is still in group %s after leaving it "+
+				d.throttle.Log(d.log.I(), "leave", "goneli %s: member %s is still in group %s after leaving it "+
 					"(the coordinator refused its LeaveGroup?); staying out until it is gone", d.config.Name, l.member, d.config.LeaderGroupID)
 			}
 		}
@@ -295,7 +296,7 @@ func (d *driver) watched(res describedGroup, now time.Duration) {
 
 // stoodBy takes a description made while standing by: the instance rejoins once no member of
 // higher priority is in the group.
-func (d *driver) stoodBy(cs []contender, now time.Duration) {
+func (d *Driver) stoodBy(cs []contender, now time.Duration) {
 	pr := &d.prio
 	if outranked(d.config.Priority, d.clientID, cs) {
 		pr.standbyNext = now + *d.config.HeartbeatTimeout
@@ -311,7 +312,7 @@ func (d *driver) stoodBy(cs []contender, now time.Duration) {
 // handOverForPriority leaves the group so that to, a member of higher priority that has settled,
 // is assigned what this instance leads, and stands by while such a member is in the group.
 // Called with mu held, from a cycle.
-func (d *driver) handOverForPriority(to contender, now time.Duration) {
+func (d *Driver) handOverForPriority(to contender, now time.Duration) {
 	pr := &d.prio
 	pr.transfers.Add(1)
 	who := to.name
@@ -333,7 +334,7 @@ func (d *driver) handOverForPriority(to contender, now time.Duration) {
 // time later (two rebalances and a hand-over of each role for nothing). New's description of the
 // group (prepareGroup) tells. A single leader joins: it is given nothing while another member
 // leads.
-func (d *driver) standbyAtJoin(desc kafka.ConsumerGroupDescription) {
+func (d *Driver) standbyAtJoin(desc kafka.ConsumerGroupDescription) {
 	if len(d.parts) < 2 || !outranked(d.config.Priority, d.clientID, contendersOf(desc)) {
 		return
 	}

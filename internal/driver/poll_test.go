@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"testing"
@@ -19,27 +19,28 @@ func TestPollFor(t *testing.T) {
 		heartbeat    = 500 * time.Millisecond
 	)
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
-	newDriver := func() *driver {
-		d := &driver{config: Config{PollDuration: Duration(pollDuration), MinPollInterval: Duration(minPoll), HeartbeatTimeout: Duration(time.Second), RenewInterval: Duration(minPoll)},
-			clock: clk, base: clk.now, timing: core.GroupTiming{Classic: true, Interval: heartbeat}}
-		d.parts = []*part{{Role: &core.Role{Lease: core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: minPoll, Clock: clk, Base: clk.now})}}}
-		d.m = core.NewMachine(d.config.settings(), d.timing, rolesOf(d.parts), d, clk, clk.now)
+	newDriver := func() *Driver {
+		d := &Driver{config: Config{PollDuration: durationOf(pollDuration), MinPollInterval: durationOf(minPoll), HeartbeatTimeout: durationOf(time.Second),
+			RenewInterval: durationOf(minPoll)}, clock: clk, base: clk.now, timing: core.GroupTiming{Classic: true, Interval: heartbeat}}
+		d.parts = []*core.Role{{Lease: core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: minPoll, Clock: clk, Base: clk.now})}}
+		settings := core.Settings{Lease: time.Second, Renew: minPoll, MinPoll: minPoll, HandOverAfter: core.HandOverBound(time.Second)}
+		d.m = core.NewMachine(settings, d.timing, d.parts, d, clk, clk.now)
 		return d
 	}
 	for _, tc := range []struct {
 		name  string
-		setup func(d *driver)
+		setup func(d *Driver)
 		limit time.Duration
 		want  time.Duration
 	}{
-		{"idle, no limit", func(*driver) {}, -1, heartbeat},
-		{"idle, watching the leader", func(d *driver) { d.observer = &observer{} }, -1, minPoll},
-		{"idle, Kafka unreachable", func(d *driver) { d.reach.fail(0, "consumer", "all brokers down") }, -1, minPoll},
-		{"idle, within Pulse's timeout", func(*driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
-		{"idle, timeout spent", func(*driver) {}, 0, pollDuration},
-		{"holds a partition", func(d *driver) { d.parts[0].Lease.Assign(false) }, -1, pollDuration},
-		{"owes a released marker", func(d *driver) { d.m.Releases = []core.Release{{}} }, -1, pollDuration},
-		{"yielding", func(d *driver) { d.m.Yield.Requested.Store(true) }, -1, pollDuration},
+		{"idle, no limit", func(*Driver) {}, -1, heartbeat},
+		{"idle, watching the leader", func(d *Driver) { d.observer = &Observer{} }, -1, minPoll},
+		{"idle, Kafka unreachable", func(d *Driver) { d.reach.fail(0, "consumer", "all brokers down") }, -1, minPoll},
+		{"idle, within Pulse's timeout", func(*Driver) {}, 30 * time.Millisecond, 30 * time.Millisecond},
+		{"idle, timeout spent", func(*Driver) {}, 0, pollDuration},
+		{"holds a partition", func(d *Driver) { d.parts[0].Lease.Assign(false) }, -1, pollDuration},
+		{"owes a released marker", func(d *Driver) { d.m.Releases = []core.Release{{}} }, -1, pollDuration},
+		{"yielding", func(d *Driver) { d.m.Yield.Requested.Store(true) }, -1, pollDuration},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := newDriver()
@@ -56,7 +57,7 @@ func TestPollFor(t *testing.T) {
 func TestProving(t *testing.T) {
 	clk := &stepClock{now: time.Unix(1_800_000_000, 0)}
 	l := core.NewLease(core.LeaseConfig{Timeout: time.Second, Interval: 100 * time.Millisecond, ReleaseWait: 2 * time.Second, Clock: clk, Base: clk.now})
-	n := &driver{clock: clk, base: clk.now, parts: []*part{{Role: &core.Role{Lease: l}}}}
+	n := &Driver{clock: clk, base: clk.now, parts: []*core.Role{{Lease: l}}}
 	if n.proving() {
 		t.Fatal("proving without a tenure")
 	}
@@ -77,3 +78,11 @@ func TestProving(t *testing.T) {
 		t.Fatal("still proving a lease after the tenure began")
 	}
 }
+
+// stepClock is a clock that moves only when the test moves it.
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time          { return c.now }
+func (c *stepClock) advance(d time.Duration) { c.now = c.now.Add(d) }
+
+func durationOf(d time.Duration) *time.Duration { return &d }

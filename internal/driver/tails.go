@@ -1,4 +1,4 @@
-package goneli
+package driver
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 // with the previous membership. The alternative it spares is librdkafka's thousand requests for a
 // thousand roles, which such a broker, serving a connection one request at a time, takes minutes
 // to answer.
-func (d *driver) tailsWait() time.Duration {
+func (d *Driver) tailsWait() time.Duration {
 	return *d.config.HeartbeatTimeout / 2
 }
 
 // endsOf reads the ends of partitions over goneli's own connection (the machine asks for them only
 // where there is one: machine.assign), or returns nil. Called in the rebalance callback, without mm:
 // the alarm goes on meanwhile.
-func (d *driver) endsOf(partitions []int32) map[int32]int64 {
+func (d *Driver) endsOf(partitions []int32) map[int32]int64 {
 	if len(partitions) == 0 || d.check.wire == nil {
 		return nil
 	}
@@ -30,14 +30,14 @@ func (d *driver) endsOf(partitions []int32) map[int32]int64 {
 	// Close waits for the loop: it need not wait for this too.
 	go func() {
 		select {
-		case <-d.life.closing:
+		case <-d.life.Closing():
 			cancel()
 		case <-ctx.Done():
 		}
 	}()
 	ends, err := d.check.wire.EndOffsets(ctx, d.topic, partitions)
 	if err != nil {
-		d.throttle.log(d.log.I(), "tails", "goneli %s: cannot read where %d partitions end (%v); librdkafka resolves them one by one",
+		d.throttle.Log(d.log.I(), "tails", "goneli %s: cannot read where %d partitions end (%v); librdkafka resolves them one by one",
 			d.config.Name, len(partitions), err)
 		return nil
 	}
