@@ -1,6 +1,8 @@
 package kafkatest
 
 import (
+	"math"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -15,22 +17,44 @@ import (
 func (k *Kafka) clusterOperations(x *exchange) ([]byte, bool) {
 	const describe = int32(1) << kmsg.ACLOperationDescribe
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
+		var ops *int32
 		switch r := resp.(type) {
 		case *kmsg.MetadataResponse:
 			q := req.(*kmsg.MetadataRequest)
-			if q.Version < 8 || q.Version > 10 || !q.IncludeClusterAuthorizedOperations || r.AuthorizedOperations&describe != 0 || r.AuthorizedOperations == 0 {
+			if q.Version < 8 || q.Version > 10 || !q.IncludeClusterAuthorizedOperations {
 				return false
 			}
-			r.AuthorizedOperations = 0
+			ops = &r.AuthorizedOperations
 		case *kmsg.DescribeClusterResponse:
-			q := req.(*kmsg.DescribeClusterRequest)
-			if !q.IncludeClusterAuthorizedOperations || r.ClusterAuthorizedOperations&describe != 0 || r.ClusterAuthorizedOperations == 0 {
+			if !req.(*kmsg.DescribeClusterRequest).IncludeClusterAuthorizedOperations {
 				return false
 			}
-			r.ClusterAuthorizedOperations = 0
+			ops = &r.ClusterAuthorizedOperations
 		default:
 			return false
 		}
-		return true
+		was := *ops
+		switch {
+		case *ops == math.MinInt32:
+		case *ops&describe == 0:
+			*ops = 0
+		default:
+			*ops &= clusterSupported
+		}
+		return *ops != was
 	})
+}
+
+// clusterSupported are the operations that Kafka's authorizer knows on the cluster, the only ones it
+// reports (AclEntry.supportedOperations(CLUSTER), server/src/main/java/org/apache/kafka/security/
+// authorizer/AclEntry.java): kfake also reports Read, Write and Delete, which Kafka has no ACL for.
+var clusterSupported = opBits(kmsg.ACLOperationCreate, kmsg.ACLOperationClusterAction, kmsg.ACLOperationDescribeConfigs,
+	kmsg.ACLOperationAlterConfigs, kmsg.ACLOperationIdempotentWrite, kmsg.ACLOperationAlter, kmsg.ACLOperationDescribe)
+
+func opBits(ops ...kmsg.ACLOperation) int32 {
+	var b int32
+	for _, op := range ops {
+		b |= 1 << op
+	}
+	return b
 }

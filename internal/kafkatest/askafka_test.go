@@ -150,7 +150,8 @@ func TestAsKafkaConsumerGroupDescribeTopics(t *testing.T) {
 	}
 	for _, version := range []KafkaVersion{Kafka40, Kafka39} {
 		t.Run(version.String(), func(t *testing.T) {
-			eachBroker(t, append(instant, Version(version)), opts, func(t *testing.T, b *Broker, asKafka bool) {
+			// 3.9 serves the consumer protocol only where an operator enables it.
+			eachBroker(t, append(instant, Version(version), ConsumerProtocol(true)), opts, func(t *testing.T, b *Broker, asKafka bool) {
 				admin := newClient(t, b, user("admin", "admin-pw"))
 				alice := newClient(t, b, user("alice", "alice-pw"))
 				join848(t, b, admin, "g", "t")
