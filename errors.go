@@ -187,7 +187,7 @@ func (e shellErrors) Authorization(client string, err error) error {
 }
 
 func (e shellErrors) Refused(operation, resource, name string, err error) error {
-	return &AuthorizationError{Operation: operation, Resource: resource, Name: name, Client: "admin", Err: err}
+	return &AuthorizationError{Principal: principalOf(e.config), Operation: operation, Resource: resource, Name: name, Client: "admin", Err: err}
 }
 
 func (e shellErrors) Config(field string, value any, reason string) error {

@@ -18,6 +18,10 @@
 //     controls nodes (kill, pause, restart) skips, since a cluster it did not start has none it may
 //     control. Its group timing is what that cluster was given.
 //
+// Options.Listeners adds client listeners of a test's own beside the harness's PLAINTEXT one: a
+// SASL_PLAINTEXT listener for principals an authorizer tells apart, or a listener per client
+// advertised at a Proxy's address, through which a test cuts that client off from the cluster.
+//
 // See docs/testing.md for what is fetched, how big it is and how long it takes.
 package realkafka
 
@@ -90,6 +94,54 @@ type Options struct {
 	// Cold leaves the group coordinators as a new cluster has them: Start otherwise waits until a
 	// group's coordinator answers, which creates __consumer_offsets.
 	Cold bool
+	// Listeners are listeners for clients beside the harness's own PLAINTEXT one (which the
+	// harness, the nodes among themselves and most tests use): each node binds every one on a free
+	// loopback port of its own (Node.ListenerAddr, Cluster.Listener).
+	Listeners []Listener
+}
+
+// Listener is a listener for clients on every node. A client that bootstraps through a listener
+// is told, in the metadata it gets, the addresses that every node advertises for that listener,
+// and connects to those from then on: a listener per client, advertised at a proxy's address,
+// routes all of that client's connections through the proxy (see Proxy).
+type Listener struct {
+	// Name is the listener's name: upper-case letters, digits and underscores, other than PLAINTEXT
+	// and CONTROLLER (the harness's own).
+	Name string
+	// Protocol is its security protocol: PLAINTEXT (the default) or SASL_PLAINTEXT, whose
+	// mechanisms and users are broker settings of Options.Configs (listener.name.<name>.*).
+	Protocol string
+	// Advertise, if set, holds the address that each node advertises for the listener, node i's at
+	// index i; an empty one, or none, is the address the node binds.
+	Advertise []string
+}
+
+func (l Listener) protocol() string {
+	if l.Protocol == "" {
+		return "PLAINTEXT"
+	}
+	return l.Protocol
+}
+
+// checkListeners refuses listeners that Kafka would refuse, or that the cluster cannot advertise.
+func checkListeners(o Options) error {
+	seen := map[string]bool{"PLAINTEXT": true, "CONTROLLER": true}
+	for i, l := range o.Listeners {
+		if l.Name == "" || strings.Trim(l.Name, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
+			return fmt.Errorf("Options.Listeners[%d].Name %q: want upper-case letters, digits and underscores", i, l.Name)
+		}
+		if seen[l.Name] {
+			return fmt.Errorf("Options.Listeners[%d].Name %q: taken (PLAINTEXT and CONTROLLER are the harness's)", i, l.Name)
+		}
+		seen[l.Name] = true
+		if p := l.protocol(); p != "PLAINTEXT" && p != "SASL_PLAINTEXT" {
+			return fmt.Errorf("Options.Listeners[%d].Protocol %q: want PLAINTEXT or SASL_PLAINTEXT", i, l.Protocol)
+		}
+		if len(l.Advertise) > o.Nodes {
+			return fmt.Errorf("Options.Listeners[%d].Advertise: %d addresses for %d nodes", i, len(l.Advertise), o.Nodes)
+		}
+	}
+	return nil
 }
 
 func (o Options) withDefaults() Options {
@@ -113,6 +165,9 @@ func (o Options) key() string {
 	fmt.Fprintf(&sb, "%d/%s/%s/%v", o.Nodes, o.Profile, o.Version, o.Cold)
 	for _, k := range keys {
 		fmt.Fprintf(&sb, "/%s=%s", k, o.Configs[k])
+	}
+	for _, l := range o.Listeners {
+		fmt.Fprintf(&sb, "/listener %s %s %s", l.Name, l.protocol(), strings.Join(l.Advertise, ","))
 	}
 	return sb.String()
 }
@@ -282,6 +337,9 @@ func start(o Options) (*Cluster, error) {
 	if o.Nodes < 1 {
 		return nil, fmt.Errorf("Options.Nodes %d: want 1 or more", o.Nodes)
 	}
+	if err := checkListeners(o); err != nil {
+		return nil, err
+	}
 	j, err := checkJava(o.Version)
 	if err != nil {
 		return nil, err
@@ -343,13 +401,18 @@ func launch(o Options, j javaInfo, in *install) (c *Cluster, err error) {
 			_ = c.Close()
 		}
 	}()
-	ports, err := freePorts(2 * o.Nodes)
+	per := 2 + len(o.Listeners) // ports per node: the broker's, the controller's, the listeners'
+	ports, err := freePorts(per * o.Nodes)
 	if err != nil {
 		return c, err
 	}
 	for i := 0; i < o.Nodes; i++ {
+		mine := ports[per*i : per*(i+1)]
 		n := &Node{ID: int32(i), c: c, dir: filepath.Join(dir, fmt.Sprintf("node-%d", i)),
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i])), controller: ports[2*i+1]}
+			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(mine[0])), controller: mine[1], listeners: map[string]string{}}
+		for j, l := range o.Listeners {
+			n.listeners[l.Name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(mine[2+j]))
+		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return c, err
 		}
@@ -429,6 +492,19 @@ func (c *Cluster) properties(n *Node) string {
 		voters[i] = fmt.Sprintf("%d@127.0.0.1:%d", m.ID, m.controller)
 	}
 	rf := strconv.Itoa(len(c.nodes))
+	listeners := []string{"PLAINTEXT://" + n.Addr, fmt.Sprintf("CONTROLLER://127.0.0.1:%d", n.controller)}
+	advertised := []string{"PLAINTEXT://" + n.Addr}
+	protocols := []string{"PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"}
+	for _, l := range c.opts.Listeners {
+		bound := n.listeners[l.Name]
+		listeners = append(listeners, l.Name+"://"+bound)
+		adv := bound
+		if int(n.ID) < len(l.Advertise) && l.Advertise[n.ID] != "" {
+			adv = l.Advertise[n.ID]
+		}
+		advertised = append(advertised, l.Name+"://"+adv)
+		protocols = append(protocols, l.Name+":"+l.protocol())
+	}
 	settings := [][2]string{
 		{"process.roles", "broker,controller"},
 		{"node.id", strconv.Itoa(int(n.ID))},
@@ -437,11 +513,11 @@ func (c *Cluster) properties(n *Node) string {
 		// one of them only when controller.quorum.voters is empty), and a node restarted with the
 		// same file rejoins as it was.
 		{"controller.quorum.voters", strings.Join(voters, ",")},
-		{"listeners", fmt.Sprintf("PLAINTEXT://%s,CONTROLLER://127.0.0.1:%d", n.Addr, n.controller)},
-		{"advertised.listeners", "PLAINTEXT://" + n.Addr},
+		{"listeners", strings.Join(listeners, ",")},
+		{"advertised.listeners", strings.Join(advertised, ",")},
 		{"controller.listener.names", "CONTROLLER"},
 		{"inter.broker.listener.name", "PLAINTEXT"},
-		{"listener.security.protocol.map", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+		{"listener.security.protocol.map", strings.Join(protocols, ",")},
 		{"log.dirs", filepath.Join(n.dir, "data")},
 		{"num.partitions", "1"},
 		// Replication fitting the cluster: Kafka's defaults want three replicas of the internal
@@ -601,6 +677,18 @@ func (c *Cluster) KIP848(ctx context.Context) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// Listener is the bootstrap of one of Options.Listeners: every node's address for it as bound,
+// comma-separated. For an external cluster it skips tb, as Nodes does: the listeners are the
+// harness's.
+func (c *Cluster) Listener(tb testing.TB, name string) string {
+	tb.Helper()
+	var addrs []string
+	for _, n := range c.Nodes(tb) {
+		addrs = append(addrs, n.ListenerAddr(tb, name))
+	}
+	return strings.Join(addrs, ",")
 }
 
 // Profile is the cluster's group timing profile (for an external cluster, the one asked for,
