@@ -35,6 +35,8 @@ func TestAsKafkaAgainstKafka(t *testing.T) {
 		alterGroupConfigsCase(),
 		produceCase(),
 		transactionsCase(),
+		listOffsetsCase(),
+		offsetCommitRebalanceCase(),
 		sidechanCase(),
 		doctorCase(),
 		kip848SessionCase(),

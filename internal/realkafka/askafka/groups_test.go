@@ -86,17 +86,10 @@ func keep(t *testing.T, beat func() error, interval time.Duration) {
 // assigns itself partition 0; it returns the member id and generation.
 func joinClassic(t *testing.T, w *wire, group, topic string) (string, int32) {
 	t.Helper()
-	meta := kmsg.NewConsumerMemberMetadata()
-	meta.Topics = []string{topic}
 	member := ""
 	var join *kmsg.JoinGroupResponse
 	for range 2 {
-		req := kmsg.NewPtrJoinGroupRequest()
-		req.Group, req.MemberID, req.ProtocolType = group, member, "consumer"
-		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 30000, 30000
-		pr := kmsg.NewJoinGroupRequestProtocol()
-		pr.Name, pr.Metadata = "range", meta.AppendTo(nil)
-		req.Protocols = append(req.Protocols, pr)
+		req := joinRequest(group, member, topic)
 		join = w.send(req, 9).(*kmsg.JoinGroupResponse)
 		if join.ErrorCode != kerr.MemberIDRequired.Code {
 			break

@@ -196,13 +196,23 @@ func str(s *string) string {
 }
 
 // recordBatch is a record batch (magic 2) of one record with value, outside any transaction.
-func recordBatch(value string) []byte {
+func recordBatch(value string) []byte { return producerBatch(value, -1, -1, false) }
+
+// producerBatch is a record batch (magic 2) of one record with value from a producer (id -1: none),
+// its first, inside that producer's transaction if txn.
+func producerBatch(value string, producerID int64, epoch int16, txn bool) []byte {
 	rec := kmsg.NewRecord()
 	rec.Value = []byte(value)
 	// The record's length counts what follows it: its encoding less the one-byte varint of 0.
 	rec.Length = int32(len(rec.AppendTo(nil)) - 1)
 	b := kmsg.NewRecordBatch()
-	b.Magic, b.ProducerID, b.ProducerEpoch, b.FirstSequence = 2, -1, -1, -1
+	b.Magic, b.ProducerID, b.ProducerEpoch, b.FirstSequence = 2, producerID, epoch, -1
+	if producerID >= 0 {
+		b.FirstSequence = 0
+	}
+	if txn {
+		b.Attributes = 0x10 // the transactional bit (DefaultRecordBatch.TRANSACTIONAL_FLAG_MASK)
+	}
 	b.NumRecords, b.Records = 1, rec.AppendTo(nil)
 	enc := b.AppendTo(nil)
 	// Length counts from the partition leader epoch on; the CRC (Castagnoli) covers what follows it.
