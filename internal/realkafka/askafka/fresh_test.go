@@ -23,6 +23,7 @@ func TestNewClusterAgainstKafka(t *testing.T) {
 	compare(t, p, []kcase{
 		{name: "before any lookup", run: beforeLookup},
 		{name: "a lookup creates the offsets topic", run: firstLookup},
+		{name: "the doctor creates no transaction state", run: doctorOnNewCluster},
 		{name: "idle connection", run: idleConnection},
 	})
 }
@@ -161,4 +162,3 @@ func kip848SessionCase() kcase {
 		},
 	}
 }
-

@@ -103,3 +103,31 @@ func doctorCase() kcase {
 		},
 	}
 }
+
+// doctorOnNewCluster runs the doctor on a cluster that has never had a transaction, for a group and
+// leader topic that do not exist: it must not look a transaction coordinator up, which would create
+// __transaction_state (KafkaApis.getCoordinator, core/src/main/scala/kafka/server/KafkaApis.scala),
+// and asks DescribeTransactions instead, which a broker without that topic answers NOT_COORDINATOR.
+func doctorOnNewCluster(t *testing.T, p *pair, s *side) *obs {
+	o := newObs()
+	group := p.name("doctor-fresh")
+	ctx, cancel := context.WithTimeout(context.Background(), await)
+	defer cancel()
+	for _, protocol := range []string{"classic", "consumer"} {
+		if protocol == "consumer" && !p.kip848 {
+			continue
+		}
+		r, _ := goneli.Check(ctx, goneli.Config{
+			KafkaConfig:   goneli.KafkaConfigMap{"bootstrap.servers": s.addr, "group.protocol": protocol},
+			LeaderGroupID: group, LeaderTopic: group + ".neli", Name: "doctor",
+			HeartbeatTimeout: goneli.Duration(time.Second),
+		})
+		for _, res := range r.Checks {
+			k := protocol + " " + res.Name
+			o.set(k, "%v", res.Status)
+			o.set(k+" says", "%s", strings.ReplaceAll(p.strip(res.Detail), s.addr, "ADDR"))
+		}
+	}
+	o.set("internal topics", "%v", s.internalTopics(t))
+	return o
+}
