@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"math"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -18,11 +19,13 @@ func (k *Kafka) clusterOperations(x *exchange) ([]byte, bool) {
 	const describe = int32(1) << kmsg.ACLOperationDescribe
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
 		var ops *int32
+		refused := false
 		switch r := resp.(type) {
 		case *kmsg.MetadataResponse:
 			q := req.(*kmsg.MetadataRequest)
+			refused = refusedTopicOperations(r)
 			if q.Version < 8 || q.Version > 10 || !q.IncludeClusterAuthorizedOperations {
-				return false
+				return refused
 			}
 			ops = &r.AuthorizedOperations
 		case *kmsg.DescribeClusterResponse:
@@ -41,8 +44,23 @@ func (k *Kafka) clusterOperations(x *exchange) ([]byte, bool) {
 		default:
 			*ops &= clusterSupported
 		}
-		return *ops != was
+		return *ops != was || refused
 	})
+}
+
+// refusedTopicOperations leaves a topic that Metadata refuses (TOPIC_AUTHORIZATION_FAILED) without
+// authorized operations, Integer.MIN_VALUE, as Kafka does: KafkaApis.handleTopicMetadataRequest
+// fills them in only for the topics it describes, and adds the refused ones after, at the field's
+// default (MetadataResponse.json). kfake gives them 0.
+func refusedTopicOperations(r *kmsg.MetadataResponse) bool {
+	changed := false
+	for i := range r.Topics {
+		t := &r.Topics[i]
+		if t.ErrorCode == kerr.TopicAuthorizationFailed.Code && t.AuthorizedOperations != math.MinInt32 {
+			t.AuthorizedOperations, changed = math.MinInt32, true
+		}
+	}
+	return changed
 }
 
 // clusterSupported are the operations that Kafka's authorizer knows on the cluster, the only ones it

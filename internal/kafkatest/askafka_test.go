@@ -329,6 +329,26 @@ func TestAsKafkaClusterAuthorizedOperations(t *testing.T) {
 	})
 }
 
+// 4a. A topic that Metadata refuses comes without authorized operations (Integer.MIN_VALUE); kfake
+// gives it 0.
+func TestAsKafkaRefusedTopicOperations(t *testing.T) {
+	opts := append(aclBroker(), kfake.SeedTopics(1, "hidden"))
+	eachBroker(t, instant, opts, func(t *testing.T, b *Broker, asKafka bool) {
+		md := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr("hidden")
+		md.Topics = append(md.Topics, mt)
+		md.IncludeTopicAuthorizedOperations = true
+		tp := direct[*kmsg.MetadataResponse](t, newClient(t, b, user("alice", "alice-pw")), 0, md).Topics[0]
+		if tp.ErrorCode != kerr.TopicAuthorizationFailed.Code {
+			t.Fatalf("alice's Metadata of a topic she may not describe: error %d, want TOPIC_AUTHORIZATION_FAILED", tp.ErrorCode)
+		}
+		if want := int32(math.MinInt32); asKafka && tp.AuthorizedOperations != want {
+			t.Errorf("the refused topic's operations are %d, want %d (unset)", tp.AuthorizedOperations, want)
+		}
+	})
+}
+
 // 5. DescribeConfigs: refused resources last; a GROUP setting the group does not override has the
 // broker's value with source DEFAULT_CONFIG; 3.9 has no GROUP resource.
 func TestAsKafkaDescribeConfigs(t *testing.T) {
