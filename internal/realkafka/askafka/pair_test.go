@@ -36,7 +36,15 @@ type side struct {
 	addr string
 	rk   *realkafka.Cluster
 	kb   *kafkatest.Broker
+	// saslAddr is the SASL/PLAIN listener of a side that authorises (dialAs), "" where it has
+	// none; admin, if set, is the super user every other connection authenticates as (the real
+	// cluster's plain listener needs none: its principal, ANONYMOUS, is a super user there).
+	saslAddr string
+	admin    *credentials
 }
+
+// credentials are a SASL/PLAIN user's.
+type credentials struct{ user, pass string }
 
 // pair is a real cluster and the embedded broker answering as the release that AsKafka models
 // closest to it: 3.9 for a 3.x cluster, 4.0 for a 4.x one.

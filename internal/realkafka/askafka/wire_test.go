@@ -54,7 +54,40 @@ func (s *side) dial(t *testing.T) *wire {
 		t.Fatalf("%s: dialling %s: %v", s.name, s.addr, err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &wire{t: t, name: s.name, conn: c}
+	w := &wire{t: t, name: s.name, conn: c}
+	if s.admin != nil {
+		w.authenticate(*s.admin)
+	}
+	return w
+}
+
+// dialAs is a connection to the side's SASL listener authenticated as who.
+func (s *side) dialAs(t *testing.T, who credentials) *wire {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", s.saslAddr, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s: dialling %s: %v", s.name, s.saslAddr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	w := &wire{t: t, name: s.name + " as " + who.user, conn: c}
+	w.authenticate(who)
+	return w
+}
+
+// authenticate authenticates the connection with SASL/PLAIN (RFC 4616: an empty authorisation
+// identity, the user and the password, each after a NUL), as librdkafka does.
+func (w *wire) authenticate(who credentials) {
+	w.t.Helper()
+	hs := kmsg.NewPtrSASLHandshakeRequest()
+	hs.Mechanism = "PLAIN"
+	if c := w.send(hs, 1).(*kmsg.SASLHandshakeResponse).ErrorCode; c != 0 {
+		w.t.Fatalf("%s: SASLHandshake: %s", w.name, code(c))
+	}
+	auth := kmsg.NewPtrSASLAuthenticateRequest()
+	auth.SASLAuthBytes = []byte("\x00" + who.user + "\x00" + who.pass)
+	if r := w.send(auth, 2).(*kmsg.SASLAuthenticateResponse); r.ErrorCode != 0 {
+		w.t.Fatalf("%s: SASLAuthenticate as %s: %s %s", w.name, who.user, code(r.ErrorCode), str(r.ErrorMessage))
+	}
 }
 
 // send sends req at version and returns the answer; a connection that fails fails the test.
