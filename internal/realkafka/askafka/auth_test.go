@@ -22,7 +22,7 @@ var (
 // ones; groupMissing is a group she may describe that does not exist.
 type authNames struct {
 	groupOK, groupHidden, groupMissing, group848, group848Hidden string
-	topicOK, topicHidden, txnOK, txnHidden                        string
+	topicOK, topicHidden, txnOK, txnHidden                       string
 }
 
 func (p *pair) authNames() authNames {
@@ -318,4 +318,3 @@ func authDescribeTransactions(t *testing.T, p *pair, s *side) *obs {
 	o.set("internal topics", "%v", s.internalTopics(t))
 	return o
 }
-
