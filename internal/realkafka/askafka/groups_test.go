@@ -16,7 +16,7 @@ type groups struct {
 	topic                              string
 }
 
-// groupsOf names the groups of a pair.
+// groups names the groups of a pair.
 func (p *pair) groups() groups {
 	return groups{classic: p.name("classic"), simple: p.name("simple"), consumer: p.name("kip848"), unknown: p.name("nobody"),
 		topic: p.name("groups-topic")}
@@ -191,9 +191,6 @@ func maxVersion(t *testing.T, s *side, key kmsg.Key) int16 {
 func describeGroupsCase(version int16) kcase {
 	return kcase{
 		name: "DescribeGroups v" + itoa(int32(version)),
-		skip: func(p *pair) string {
-			return ""
-		},
 		argued: describeArgued,
 		run: func(t *testing.T, p *pair, s *side) *obs {
 			o := newObs()
