@@ -93,7 +93,8 @@ func apiVersionsCase() kcase {
 			}
 			return o
 		},
-		argued: func(p *pair, field string) string {
+		argued: func(p *pair, d difference) string {
+			field := d.field
 			switch {
 			case strings.HasSuffix(field, " min"):
 				return "kfake serves no older versions, which no client goneli runs asks for: librdkafka 2.11.1 and kgo use " +
@@ -261,7 +262,8 @@ func brokerConfigsCase() kcase {
 			describedConfigs(o, "", groupTimingKeys, r.Resources[0].Configs)
 			return o
 		},
-		argued: func(p *pair, field string) string {
+		argued: func(p *pair, d difference) string {
+			field := d.field
 			if field == "group.coordinator.rebalance.protocols" {
 				return laterRelease(p, "a release after 4.0 added the streams protocol (KIP-1071) to the default")
 			}
@@ -306,7 +308,8 @@ func topicConfigsCase() kcase {
 			describedConfigs(o, "", keys, r.Resources[0].Configs)
 			return o
 		},
-		argued: func(p *pair, field string) string {
+		argued: func(p *pair, d difference) string {
+			field := d.field
 			if strings.HasSuffix(field, " source") {
 				return "the doctor reads the values, not where they come from"
 			}
@@ -356,7 +359,8 @@ func groupConfigsCase() kcase {
 // groupSourceArgued argues the source of a group setting that the group does not set: Kafka 4.0
 // gives DEFAULT_CONFIG (ConfigHelper.createGroupConfigEntry), as AsKafka does, and later releases
 // the source of the broker setting behind it. goneli counts a group's value only from GROUP_CONFIG.
-func groupSourceArgued(p *pair, field string) string {
+func groupSourceArgued(p *pair, d difference) string {
+	field := d.field
 	if strings.HasSuffix(field, " source") {
 		return laterRelease(p, "a group setting's default takes its broker setting's source; goneli counts only GROUP_CONFIG")
 	}

@@ -1,7 +1,7 @@
 package askafka
 
 import (
-	"strings"
+	"fmt"
 	"testing"
 )
 
@@ -11,8 +11,15 @@ type kcase struct {
 	// skip says why the case does not apply to the pair, "" when it does.
 	skip func(p *pair) string
 	run  func(t *testing.T, p *pair, s *side) *obs
-	// argued says why field may differ between the two, "" when it may not.
-	argued func(p *pair, field string) string
+	// argued says why the two may differ so, "" when they may not.
+	argued func(p *pair, d difference) string
+}
+
+// difference is a field whose values differ between the real broker and AsKafka.
+type difference struct{ field, real, as string }
+
+func (d difference) String() string {
+	return fmt.Sprintf("%s: Kafka %s, AsKafka %s", d.field, d.real, d.as)
 }
 
 // compare runs each case on the real broker and then on AsKafka, and fails the test for each field
@@ -32,10 +39,9 @@ func compare(t *testing.T, p *pair, cases []kcase) {
 			as := c.run(t, p, p.as)
 			t.Logf("%s:%s", p.real.name, real)
 			for _, d := range diff(real, as) {
-				field, _, _ := strings.Cut(d, ":")
 				why := ""
 				if c.argued != nil {
-					why = c.argued(p, field)
+					why = c.argued(p, d)
 				}
 				if why != "" {
 					t.Logf("differs, argued: %s (%s)", d, why)

@@ -16,7 +16,8 @@ import (
 // and neli status read.
 func sidechanCase() kcase {
 	return kcase{
-		name: "sidechan describes groups",
+		name:   "sidechan describes groups",
+		argued: func(_ *pair, d difference) string { return reconcilingArgued(d) },
 		run: func(t *testing.T, p *pair, s *side) *obs {
 			o := newObs()
 			g := p.groups()
@@ -95,7 +96,8 @@ func doctorCase() kcase {
 			}
 			return o
 		},
-		argued: func(p *pair, field string) string {
+		argued: func(p *pair, d difference) string {
+			field := d.field
 			if strings.HasSuffix(field, " broker says") {
 				return laterRelease(p, "the doctor names the protocols the broker lists, and later releases list more")
 			}

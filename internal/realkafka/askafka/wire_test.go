@@ -163,8 +163,8 @@ func (o *obs) set(field string, format string, args ...any) {
 
 // diff lists the fields whose values differ, in the order the real broker's case set them, then
 // those only AsKafka's set.
-func diff(real, as *obs) []string {
-	var out []string
+func diff(real, as *obs) []difference {
+	var out []difference
 	fields := slices.Clone(real.order)
 	for _, f := range as.order {
 		if _, ok := real.fields[f]; !ok {
@@ -181,7 +181,7 @@ func diff(real, as *obs) []string {
 			a = "(not set)"
 		}
 		if r != a {
-			out = append(out, fmt.Sprintf("%s: Kafka %s, AsKafka %s", f, r, a))
+			out = append(out, difference{f, r, a})
 		}
 	}
 	return out
