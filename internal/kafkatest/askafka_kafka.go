@@ -142,6 +142,8 @@ func (k *Kafka) exchange(x *exchange) ([]byte, bool) {
 		return k.alterConfigs(x)
 	case kmsg.DescribeTransactions:
 		return k.describeTransactions(x)
+	case kmsg.ApiVersions:
+		return x.patched(featuresBeforeV4)
 	}
 	raw, err := x.forwardRaw()
 	return raw, err == nil
@@ -187,4 +189,26 @@ func (k *Kafka) protocolOff(x *exchange) kmsg.Response {
 		return resp
 	}
 	return nil
+}
+
+// featuresBeforeV4 leaves out of an answer to ApiVersions below v4 the supported features whose
+// least level is 0 (group.version, transaction.version), as Kafka does since 3.9 because older
+// clients cannot read such a range (KAFKA-17492; ApiVersionsResponse.maybeFilterSupportedFeatureKeys,
+// clients/src/main/java/org/apache/kafka/common/requests/ApiVersionsResponse.java, which
+// ApiVersionManager asks for below v4). kfake lists them at every version. The finalized levels
+// stay in both.
+func featuresBeforeV4(req kmsg.Request, resp kmsg.Response) bool {
+	r := resp.(*kmsg.ApiVersionsResponse)
+	if req.GetVersion() >= 4 {
+		return false
+	}
+	kept := r.SupportedFeatures[:0]
+	for _, f := range r.SupportedFeatures {
+		if f.MinVersion != 0 {
+			kept = append(kept, f)
+		}
+	}
+	changed := len(kept) != len(r.SupportedFeatures)
+	r.SupportedFeatures = kept
+	return changed
 }

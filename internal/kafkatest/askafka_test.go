@@ -349,6 +349,35 @@ func TestAsKafkaRefusedTopicOperations(t *testing.T) {
 	})
 }
 
+// 4b. ApiVersions below v4 lists no supported feature whose least level is 0; v4 lists them all.
+func TestAsKafkaFeaturesBeforeV4(t *testing.T) {
+	for _, v := range []int16{3, 4} {
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.Version = v
+		resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+		for _, f := range []struct {
+			name     string
+			min, max int16
+		}{{"group.version", 0, 1}, {"kraft.version", 1, 1}} {
+			sf := kmsg.NewApiVersionsResponseSupportedFeature()
+			sf.Name, sf.MinVersion, sf.MaxVersion = f.name, f.min, f.max
+			resp.SupportedFeatures = append(resp.SupportedFeatures, sf)
+		}
+		changed := featuresBeforeV4(req, resp)
+		var names []string
+		for _, f := range resp.SupportedFeatures {
+			names = append(names, f.Name)
+		}
+		want := []string{"group.version", "kraft.version"}
+		if v < 4 {
+			want = want[1:]
+		}
+		if !slices.Equal(names, want) || changed != (v < 4) {
+			t.Errorf("v%d: features %v, changed %v; want %v", v, names, changed, want)
+		}
+	}
+}
+
 // 5. DescribeConfigs: refused resources last; a GROUP setting the group does not override has the
 // broker's value with source DEFAULT_CONFIG; 3.9 has no GROUP resource.
 func TestAsKafkaDescribeConfigs(t *testing.T) {
