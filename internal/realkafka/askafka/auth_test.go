@@ -178,6 +178,10 @@ func authFindCoordinator(t *testing.T, p *pair, s *side) *obs {
 func authDescribeGroups(version int16) func(t *testing.T, p *pair, s *side) *obs {
 	return func(t *testing.T, p *pair, s *side) *obs {
 		o := newObs()
+		if maxVersion(t, s, kmsg.DescribeGroups) < version {
+			o.set("offered", "no")
+			return o
+		}
 		n := p.authNames()
 		req := kmsg.NewPtrDescribeGroupsRequest()
 		req.Groups, req.IncludeAuthorizedOperations = []string{n.groupOK, n.groupHidden, n.groupMissing}, true
