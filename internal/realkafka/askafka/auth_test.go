@@ -128,29 +128,12 @@ func (p *pair) makeAuthResources(t *testing.T, s *side) {
 	}
 	// The groups, made as the super user: a classic one holding topicOK, and where the protocol is
 	// served, KIP-848 ones on either topic, heartbeating until the test ends.
-	member, gen := joinClassic(t, w, n.groupOK, n.topicOK)
-	keep(t, func() error {
-		hb := kmsg.NewPtrHeartbeatRequest()
-		hb.Group, hb.MemberID, hb.Generation = n.groupOK, member, gen
-		_, err := w.try(hb, 4)
-		return err
-	}, time.Second)
+	keepClassic(t, w, n.groupOK, n.topicOK)
 	if !p.kip848 {
 		return
 	}
-	for _, g := range []struct{ group, topic string }{{n.group848, n.topicOK}, {n.group848Hidden, n.topicHidden}} {
-		cw := s.dial(t)
-		member, epoch := joinConsumer(t, cw, g.group, g.topic)
-		keep(t, func() error {
-			hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
-			hb.Group, hb.MemberID, hb.MemberEpoch = g.group, member, epoch
-			resp, err := cw.try(hb, 1)
-			if err == nil {
-				epoch = resp.(*kmsg.ConsumerGroupHeartbeatResponse).MemberEpoch
-			}
-			return err
-		}, 100*time.Millisecond)
-	}
+	keepConsumer(t, s, n.group848, n.topicOK)
+	keepConsumer(t, s, n.group848Hidden, n.topicHidden)
 }
 
 // FindCoordinator checks Describe on the key before anything else, and so before a lookup of a

@@ -30,30 +30,43 @@ func (p *pair) makeGroups(t *testing.T, s *side) {
 	g := p.groups()
 	s.awaitCoordinator(t, g.classic, g.simple, g.consumer, g.unknown)
 	s.createTopic(t, g.topic, 1)
-	w := s.dial(t)
-	member, gen := joinClassic(t, w, g.classic, g.topic)
-	keep(t, func() error {
-		hb := kmsg.NewPtrHeartbeatRequest()
-		hb.Group, hb.MemberID, hb.Generation = g.classic, member, gen
-		_, err := w.try(hb, 4)
-		return err
-	}, time.Second)
+	keepClassic(t, s.dial(t), g.classic, g.topic)
 	if c := commitOffset(t, s.dial(t), g.simple, "", -1, g.topic, 7); c != 0 {
 		t.Fatalf("%s: the simple group's commit: %s", s.name, code(c))
 	}
 	if p.kip848 {
-		w := s.dial(t)
-		member, epoch := joinConsumer(t, w, g.consumer, g.topic)
-		keep(t, func() error {
-			hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
-			hb.Group, hb.MemberID, hb.MemberEpoch = g.consumer, member, epoch
-			resp, err := w.try(hb, 1)
-			if err == nil {
-				epoch = resp.(*kmsg.ConsumerGroupHeartbeatResponse).MemberEpoch
-			}
-			return err
-		}, 100*time.Millisecond)
+		keepConsumer(t, s, g.consumer, g.topic)
 	}
+}
+
+// keepClassic makes w a member of a classic group that holds topic's partition 0 (joinClassic)
+// and heartbeats for it every second until the test ends.
+func keepClassic(t *testing.T, w *wire, group, topic string) {
+	t.Helper()
+	member, gen := joinClassic(t, w, group, topic)
+	keep(t, func() error {
+		hb := kmsg.NewPtrHeartbeatRequest()
+		hb.Group, hb.MemberID, hb.Generation = group, member, gen
+		_, err := w.try(hb, 4)
+		return err
+	}, time.Second)
+}
+
+// keepConsumer makes a connection of its own to s a KIP-848 member of group that holds topic's
+// partition 0 (joinConsumer) and heartbeats for it every 100 ms until the test ends.
+func keepConsumer(t *testing.T, s *side, group, topic string) {
+	t.Helper()
+	w := s.dial(t)
+	member, epoch := joinConsumer(t, w, group, topic)
+	keep(t, func() error {
+		hb := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		hb.Group, hb.MemberID, hb.MemberEpoch = group, member, epoch
+		resp, err := w.try(hb, 1)
+		if err == nil {
+			epoch = resp.(*kmsg.ConsumerGroupHeartbeatResponse).MemberEpoch
+		}
+		return err
+	}, 100*time.Millisecond)
 }
 
 // keep calls beat, a member's heartbeat, every interval until the test ends; a connection that
