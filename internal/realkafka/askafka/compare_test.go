@@ -68,3 +68,21 @@ func laterRelease(p *pair, why string) string {
 	}
 	return "Kafka " + p.release + " against AsKafka's " + p.model + ": " + why
 }
+
+func TestReconcilingArgued(t *testing.T) {
+	for _, c := range []struct {
+		real, as string
+		argued   bool
+	}{
+		{"Stable", "Reconciling", true},
+		{"Stable type Consumer", "Unknown type Consumer", true}, // librdkafka's form
+		{"Stable", "Stable", false},
+		{"Empty", "Reconciling", false},
+		{"Stable type Consumer", "Unknown type Classic", false},
+		{"Reconciling", "Stable", false},
+	} {
+		if got := reconcilingArgued(difference{"state", c.real, c.as}) != ""; got != c.argued {
+			t.Errorf("Kafka %q, AsKafka %q: argued %v, want %v", c.real, c.as, got, c.argued)
+		}
+	}
+}

@@ -332,8 +332,15 @@ func describeArgued(p *pair, d difference) string {
 // in that window. AsKafka cannot undo the bump from the wire; goneli reads a group's state only to
 // tell Dead and Empty groups apart (sidechan's describe), and its tenures ride on the assignment,
 // which the bump leaves as it was.
+//
+// librdkafka 2.11.1's ConsumerGroupState, in which sidechan renders a description, has no
+// Reconciling and makes it Unknown.
 func reconcilingArgued(d difference) string {
-	if !strings.Contains(d.as, "Reconciling") || strings.ReplaceAll(d.as, "Reconciling", "Stable") != d.real {
+	as := d.as
+	if strings.HasPrefix(as, "Unknown ") {
+		as = "Reconciling " + strings.TrimPrefix(as, "Unknown ")
+	}
+	if !strings.Contains(as, "Reconciling") || strings.ReplaceAll(as, "Reconciling", "Stable") != d.real {
 		return ""
 	}
 	return "kfake bumps every KIP-848 group's epoch when any topic is created, Kafka only a group whose topics changed: " +
