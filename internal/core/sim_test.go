@@ -145,6 +145,12 @@ var simRegressions = []struct {
 	// fix reverted), a callback stalled 596 ms before the assign call while a rebalance began; the
 	// member auto-committed into it once the assignment was taken, and led on after it was removed.
 	{"ht500ms", 2010794, "an assignment taken late after the callback's judgement: two leaders with the judgement before the wait"},
+	// Issue 48's demonstrations, searched from base seed 1 (docs/testing.md, "Does it see the
+	// driver?"): the judgement before the callback's wait; a yield that leaves the group without
+	// writing its releasing markers or waiting for the barrier (a hand-over violation).
+	{"ht500ms", 5279, "a callback stalled before the assign call while a rebalance began: two leaders with the judgement before the wait"},
+	{"ht500ms", 11859, "a yield during a slow LeaderRevoked: the successor led before the barrier returned when the yield did not wait for it"},
+	{"ht1s-session2s", 14603, "a yield during a slow LeaderRevoked: the successor led before the barrier returned when the yield did not wait for it"},
 }
 
 func TestSimReplay(t *testing.T) {
