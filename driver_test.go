@@ -1148,3 +1148,23 @@ func TestDriverStoresBackOffWithoutAnswers(t *testing.T) {
 		r.close()
 	})
 }
+
+// Under KIP-848 librdkafka raises a refused ConsumerGroupHeartbeat (GROUP_AUTHORIZATION_FAILED) as
+// a fatal error (rdkafka_cgrp.c, rd_kafka_cgrp_handle_ConsumerGroupHeartbeat), where the classic
+// protocol's JoinGroup gives a plain one: Pulse must return the *AuthorizationError naming Read on
+// the group either way, not a bare fatal error (seen on Apache Kafka 4.4, TestACLsOnKafka).
+func TestDriverFatalGroupAuthorization(t *testing.T) {
+	for _, fatal := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fatal=%v", fatal), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newScriptRig(t)
+				r.consumer.push(kafka.NewError(kafka.ErrGroupAuthorizationFailed, "ConsumerGroupHeartbeat fatal error: Broker: Group authorization failed", fatal))
+				_, err := r.n.Pulse(scriptLease)
+				var ae *AuthorizationError
+				if !errors.As(err, &ae) || ae.Operation != "Read" || ae.Resource != "group" || ae.Name != scriptGroup || ae.Client != "consumer" {
+					t.Fatalf("Pulse: %v; want an *AuthorizationError for Read on group %s", err, scriptGroup)
+				}
+			})
+		})
+	}
+}

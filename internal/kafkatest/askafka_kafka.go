@@ -127,6 +127,8 @@ func (k *Kafka) exchange(x *exchange) ([]byte, bool) {
 		return k.clusterOperations(x)
 	case kmsg.DescribeConfigs:
 		return k.describeConfigs(x, node)
+	case kmsg.CreateTopics:
+		return k.createTopics(x)
 	}
 	raw, err := x.forwardRaw()
 	return raw, err == nil

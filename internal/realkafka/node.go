@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -24,7 +25,8 @@ type Node struct {
 
 	c          *Cluster
 	dir        string
-	controller int // the controller listener's port
+	controller int               // the controller listener's port
+	listeners  map[string]string // Options.Listeners' addresses as bound, by name
 
 	mu   sync.Mutex
 	proc *process // nil before the first start
@@ -38,12 +40,27 @@ func (n *Node) propsPath() string { return filepath.Join(n.dir, "server.properti
 // logPath is the node's log: everything its JVMs wrote, across restarts.
 func (n *Node) logPath() string { return filepath.Join(n.dir, "kafka.log") }
 
+// ListenerAddr is the address at which the node binds the listener of Options.Listeners called
+// name (which it need not advertise); it fails tb for a name the cluster was not given.
+func (n *Node) ListenerAddr(tb testing.TB, name string) string {
+	tb.Helper()
+	addr, ok := n.listeners[name]
+	if !ok {
+		tb.Fatalf("node %d has no listener %q", n.ID, name)
+	}
+	return addr
+}
+
 // LogPath is the file the node's JVM writes its log to, across restarts.
 func (n *Node) LogPath() string { return n.logPath() }
 
 // format formats the node's storage with the cluster's id.
 func (n *Node) format(ctx context.Context) error {
-	cmd := n.c.javaCmd(n.dir, "kafka.tools.StorageTool", "format", "-t", n.c.clusterID, "-c", n.propsPath())
+	args := []string{"format", "-t", n.c.clusterID, "-c", n.propsPath()}
+	for _, u := range n.c.opts.SCRAM {
+		args = append(args, "--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", u.Mechanism, u.Name, u.Password))
+	}
+	cmd := n.c.javaCmd(n.dir, "kafka.tools.StorageTool", args...)
 	p, err := startProcess(n.c.sp, cmd, filepath.Join(n.dir, "format.log"), filepath.Join(n.c.dir, fmt.Sprintf("format-%d.pid", n.ID)))
 	if err != nil {
 		return err
