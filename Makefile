@@ -90,7 +90,7 @@ chaos-kernel-heal:
 # SIM_SEED on (default: drawn from the clock and printed), the profiles of SIM_PROFILES
 # (comma-separated; default all), on every core, without the race detector. Each violation is
 # printed with its seed and timeline; replay one with go test ./internal/core -run TestSimReplay
-# -sim.seed=N -sim.profile=P. SIM_STOP=first stops each profile at its first overlap; SIM_LIMIT=10m bounds each
+# -sim.seed=N -sim.profile=P -v. SIM_STOP=first stops each profile at its first overlap; SIM_LIMIT=10m bounds each
 # profile's wall time. SIM_REPORT=docs/simulation-results.md appends the results to that page.
 SIM_SCHEDULES ?= 250000
 sim_report = $(if $(SIM_REPORT),SIM_REPORT=$(abspath $(SIM_REPORT)))

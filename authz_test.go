@@ -50,3 +50,16 @@ func TestAuthorizationErrorNamesTheServiceAccountCase(t *testing.T) {
 		t.Fatalf("%v; want no service-account note without sasl.username", err)
 	}
 }
+
+// A grant that the broker refused the admin client (the KIP-848 session's DescribeConfigs) names
+// the configured principal, as the consumer's and producer's do: on Apache Kafka 4.4 the message
+// said "User:<the client's principal>" for a client whose sasl.username was set (realtest's
+// TestSessionDerivation).
+func TestRefusedGrantNamesThePrincipal(t *testing.T) {
+	errs := shellErrors{Config{KafkaConfig: KafkaConfigMap{"sasl.username": "alice"}}}
+	err := errs.Refused("DescribeConfigs", "group", "g", kafka.NewError(kafka.ErrGroupAuthorizationFailed, "", false))
+	var ae *AuthorizationError
+	if !errors.As(err, &ae) || ae.Principal != "User:alice" || !strings.Contains(err.Error(), "--allow-principal User:alice ") {
+		t.Fatalf("%v; want the grant to User:alice", err)
+	}
+}

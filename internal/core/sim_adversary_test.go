@@ -5,11 +5,13 @@ import (
 	"time"
 )
 
-// simAdversary draws a schedule: how many members start and how their clocks run, and a few
-// faults, each of a kind drawn from the menu below with random parameters, aimed at the leader
-// (mostly) or another member, and fired either at a random moment of the fault window or by a
-// trigger: just after the target stores an offset, after the coordinator accepts one of its
-// commits, after a rebalance starts, after it sends a JoinGroup, or after a member acquires. The
+// simAdversary draws a schedule: how many roles the members contend for, how many members start
+// and how their clocks run, and a few faults, each of a kind drawn from the menu below with random
+// parameters, aimed at the leader (mostly: the member leading the most roles) or another member,
+// and fired either at a random moment of the fault window or by a trigger: just after the target
+// stores an offset, after the coordinator accepts one of its commits, after a rebalance starts,
+// after it sends a JoinGroup, after a member acquires, or after it asks for the ends of the
+// partitions an assignment gives it. The
 // triggers bias the search toward the moments where the protocol's timing is tight, as
 // TigerBeetle's VOPR biases its faults; nothing in a schedule is written for a particular hole.
 type simAdversary struct {
@@ -22,6 +24,9 @@ type simAdversary struct {
 
 	coordSlowUntil, coordSlowBy   time.Duration
 	appendSlowUntil, appendSlowBy time.Duration
+	// endsSlow bounds how long the leader topic's broker takes to answer a ListOffsets in this
+	// schedule (endsDelay).
+	endsSlow time.Duration
 }
 
 // simFault is one planned fault.
@@ -38,6 +43,9 @@ type simFault struct {
 	err     simErr
 	link    int
 	pick    int // which other member, when it aims at another
+	// asker is the member whose ask for the ends fired a fault triggered so, which a fault aimed
+	// at another member hits: the one that asks leads nothing, so it is never "the leader".
+	asker   *simMember
 	fired   bool
 	planned bool // its firing is scheduled
 }
@@ -58,18 +66,28 @@ const (
 	faultBarrierSlow
 	faultConnReset
 	faultLogRestart
+	// faultYield is Curator.Yield, a priority hand-over or the leave check's hold (groupwatch.go):
+	// the instance leaves the group for a while.
+	faultYield
+	// faultTransfer is TransferTo another member (transfer.go): a yield whose release markers name
+	// it. Only a single role can be transferred; with several, it is a yield.
+	faultTransfer
+	// faultStandby is a member that joins in standby (groupwatch.go's standbyAtJoin: an instance of
+	// several roles outranked by a member of the group), out of the group until it is no longer
+	// outranked. With a single role, it is a join.
+	faultStandby
 	faultKinds
 )
 
 var simFaultWeights = [faultKinds]int{
 	faultPause: 26, faultStop: 8, faultCrash: 7, faultJoin: 16, faultLeave: 6, faultJoinFail: 14,
 	faultSlowLink: 10, faultLinkDown: 5, faultCoordSlow: 4, faultAppendSlow: 3, faultBarrierSlow: 3, faultConnReset: 4,
-	faultLogRestart: 2,
+	faultLogRestart: 2, faultYield: 8, faultTransfer: 4, faultStandby: 3,
 }
 
 func (k simFaultKind) String() string {
 	return [...]string{"pause", "sigstop", "crash", "join", "leave", "join-fail", "slow-link", "link-down", "coord-slow",
-		"append-slow", "barrier-slow", "conn-reset", "log-restart"}[k]
+		"append-slow", "barrier-slow", "conn-reset", "log-restart", "yield", "transfer", "standby-join"}[k]
 }
 
 type simTarget uint8
@@ -88,11 +106,12 @@ const (
 	trigRebalance
 	trigJoinSent
 	trigAcquired
+	trigEndsAsked
 )
 
 func (t simTrigger) String() string {
 	return [...]string{"at once", "after it stores an offset", "after a commit of it is accepted", "after a rebalance starts",
-		"after it sends a JoinGroup", "after a member acquires"}[t]
+		"after it sends a JoinGroup", "after a member acquires", "after it asks for the ends of its new partitions"}[t]
 }
 
 // The links a slow-link or link-down fault can hit.
@@ -102,6 +121,7 @@ const (
 	linkFetch
 	linkProduce
 	linkCheck
+	linkEnds // goneli's own connection that reads the ends of the partitions an assignment takes
 	linkKinds
 )
 
@@ -113,6 +133,14 @@ func newSimAdversary(w *simWorld) *simAdversary {
 func (a *simAdversary) plan() {
 	w := a.w
 	p := &w.prof
+	// The roles every member contends for (NewRoles; one is New's single leader): as often one as
+	// several, so that both the single leader's paths and those of several roles (the ends read in
+	// the rebalance callback, partitions that move between members) are searched.
+	roles := 1
+	if w.chance(0.5) {
+		roles = 2 + w.rng.IntN(3)
+	}
+	w.setRoles(roles)
 	ppm := func() int64 {
 		if w.chance(0.4) {
 			return 0
@@ -137,11 +165,18 @@ func (a *simAdversary) plan() {
 	} else {
 		w.coord = newSimCG(w, w.coordClock)
 	}
-	w.topic = &simTopic{w: w, appendDelay: a.appendDelay}
+	w.topic = newSimTopic(w, w.roles, a.appendDelay)
+	if w.roles > 1 && w.chance(0.4) {
+		// A broker slow to answer the ends (a loaded one, or a metadata request before the
+		// ListOffsets on goneli's connection: tails.go), up to a lease: the callback's wait
+		// for them then often runs long, or out.
+		a.endsSlow = w.between(0, p.ht)
+	}
 	n := 2 + w.rng.IntN(3)
+	w.startMembers = n
 	for i := 0; i < n; i++ {
 		rate := ppm()
-		w.after(w.between(0, 50*time.Millisecond), func() { w.startMember(a.name(), rate) })
+		w.after(w.between(0, 50*time.Millisecond), func() { w.startMember(a.name(), rate, 0) })
 	}
 	k := 1 + w.rng.IntN(4)
 	for i := 0; i < k; i++ {
@@ -149,6 +184,18 @@ func (a *simAdversary) plan() {
 	}
 	// Until the first leader is elected the schedule only warms up; if none is, it ends here.
 	w.end = 3*p.session + 2*p.maxPoll + 2*time.Second
+}
+
+// setRoles makes every member contend for n roles: New's single one, or n named ones (NewRoles).
+func (w *simWorld) setRoles(n int) {
+	w.roles = n
+	w.roleNames = []string{""}
+	if n > 1 {
+		w.roleNames = make([]string, n)
+		for i := range w.roleNames {
+			w.roleNames[i] = fmt.Sprintf("role%d", i)
+		}
+	}
 }
 
 func (a *simAdversary) name() string {
@@ -171,7 +218,11 @@ func (a *simAdversary) draw() *simFault {
 	} else {
 		f.target = targetOther
 	}
-	f.trigger = simTrigger(w.pick(40, 20, 10, 15, 10, 5))
+	ends := 0
+	if w.roles > 1 {
+		ends = 15 // a single partition's end is never read
+	}
+	f.trigger = simTrigger(w.pick(40, 20, 10, 15, 10, 5, ends))
 	f.pick = w.rng.IntN(16)
 	if w.chance(0.7) {
 		f.delay = w.between(0, 2*p.minPoll)
@@ -210,8 +261,25 @@ func (a *simAdversary) draw() *simFault {
 	case faultSlowLink, faultLinkDown:
 		f.link = w.rng.IntN(linkKinds)
 		f.dur, f.extra = dur(), dur()
+		f.flag = w.chance(0.5) // linkEnds: the request's way rather than the answer's
 	case faultCoordSlow, faultAppendSlow, faultBarrierSlow:
 		f.dur, f.extra = dur(), w.between(0, p.ht/2)
+	case faultYield, faultStandby:
+		// A priority hand-over's yield of a recheck (groupwatch.go), an application's yield of
+		// about a lease, or a standby as long as a member of higher priority stays.
+		recheck := max(p.hbInterval, 100*time.Millisecond)
+		switch w.pick(40, 40, 20) {
+		case 0:
+			f.dur = w.between(time.Millisecond, recheck)
+		case 1:
+			f.dur = w.between(recheck, 2*p.ht)
+		default:
+			f.dur = w.between(2*p.ht, p.maxPoll+p.session)
+		}
+	case faultTransfer:
+		// transferHold: two leases, and a hand-over for each member ahead of the target.
+		f.count = w.rng.IntN(3)
+		f.dur = 2*p.ht + time.Duration(f.count)*(time.Second+2*p.hbInterval)
 	}
 	return f
 }
@@ -244,6 +312,8 @@ func (a *simAdversary) rebalanceStarted() {
 	a.triggered(trigRebalance, nil)
 }
 
+func (a *simAdversary) endsAsked(m *simMember) { a.triggered(trigEndsAsked, m) }
+
 func (a *simAdversary) acquired(m *simMember) {
 	if !a.started {
 		a.start()
@@ -259,28 +329,47 @@ func (a *simAdversary) triggered(t simTrigger, m *simMember) {
 		if f.planned || f.trigger != t || a.w.now < f.armAt {
 			continue
 		}
-		if m != nil && t != trigAcquired && a.resolve(f) != m {
+		if t == trigEndsAsked {
+			f.asker = m
+		} else if m != nil && t != trigAcquired && a.resolve(f) != m {
 			continue
 		}
 		a.schedule(f, a.w.now)
 	}
 }
 
-// leader is the member that leads now, or that last did.
+// leader is the member that leads the most roles now, or else that leads the most by its leases
+// (it may not have announced them yet, or be yielding).
 func (a *simAdversary) leader() *simMember {
-	var last *simMember
+	var best, last *simMember
+	most, mostLast := 0, 0
 	for _, m := range a.w.members {
-		if m.alive && m.leading {
-			return m
+		if !m.alive {
+			continue
 		}
-		if m.alive && m.view().Leading {
-			last = m
+		n := 0
+		for p := range m.rs {
+			if m.rs[p].leading {
+				n++
+			}
 		}
+		if n > most {
+			best, most = m, n
+		}
+		if n := m.leads(); n > mostLast {
+			last, mostLast = m, n
+		}
+	}
+	if best != nil {
+		return best
 	}
 	return last
 }
 
 func (a *simAdversary) resolve(f *simFault) *simMember {
+	if f.target == targetOther && f.asker != nil && f.asker.alive {
+		return f.asker
+	}
 	l := a.leader()
 	if f.target == targetLeader && l != nil {
 		return l
@@ -314,39 +403,57 @@ func (a *simAdversary) fire(f *simFault) {
 	if w.tracing() {
 		w.note("adv", "fault %s on %s (%s, armed at %s, +%s)", f.kind, who, f.trigger, fmtDur(f.armAt), fmtDur(f.delay))
 	}
-	if m == nil && f.kind != faultJoin && f.kind != faultCoordSlow && f.kind != faultAppendSlow && f.kind != faultLogRestart {
+	if m == nil && f.kind != faultJoin && f.kind != faultStandby && f.kind != faultCoordSlow && f.kind != faultAppendSlow &&
+		f.kind != faultLogRestart {
 		return
 	}
 	switch f.kind {
 	case faultPause:
-		if f.flag {
-			// Inside a cycle: the loop's next rebalance callback stalls between the machine's
-			// judgement of the assignment and librdkafka's assign call (a process starved of CPU,
-			// or the wait for the partitions' ends).
-			m.stallAssign = f.dur
-			if w.tracing() {
-				w.note(m.name, "the next rebalance callback stalls for %s before the assign call", fmtDur(f.dur))
+		// In the process: a stopped one pauses once it continues.
+		m.do(func() {
+			if f.flag {
+				// Inside a cycle: the loop's next rebalance callback stalls between the machine's
+				// takeAt and librdkafka's assign call (a process starved of CPU).
+				m.stallAssign = f.dur
+				if w.tracing() {
+					w.note(m.name, "the next rebalance callback stalls for %s before the assign call", fmtDur(f.dur))
+				}
+			} else {
+				m.pause(f.dur)
 			}
-		} else {
-			m.pause(f.dur)
-		}
+		})
 	case faultStop:
 		m.stop(f.dur)
 	case faultCrash:
-		wasLeader := m.isLeader()
+		var led simParts
+		for p := int32(0); p < int32(w.roles); p++ {
+			if m.isLeader(p) {
+				led = led.add(p)
+			}
+		}
 		m.crash()
 		if f.flag {
 			name := m.name
-			w.after(f.dur, func() { w.startMember(name+"'", 0) })
+			w.after(f.dur, func() { w.startMember(name+"'", 0, 0) })
 		}
-		if wasLeader && a.quiet() {
-			w.oracle.watchFailover(w, m)
+		if led != 0 && a.quiet() {
+			w.oracle.watchFailover(w, m, led)
 			w.end = max(w.end, w.oracle.liveBy+time.Millisecond)
 		}
 	case faultJoin:
-		w.startMember(a.name(), 0)
+		w.startMember(a.name(), 0, 0)
+	case faultStandby:
+		var standby time.Duration
+		if w.roles > 1 {
+			standby = f.dur
+		}
+		w.startMember(a.name(), 0, standby)
+	case faultYield:
+		m.do(func() { m.requestYield(f.dur) })
+	case faultTransfer:
+		m.do(func() { a.transfer(f, m) })
 	case faultLeave:
-		m.close()
+		m.do(m.close) // Close is the application's call, in the process
 	case faultJoinFail:
 		m.failJoins, m.failJoinErr = f.count, f.err
 	case faultSlowLink, faultLinkDown:
@@ -362,6 +469,11 @@ func (a *simAdversary) fire(f *simFault) {
 			l = m.prodConn.up
 		case linkCheck:
 			l = m.checkConn.down
+		case linkEnds:
+			l = m.endsConn.down
+			if f.flag {
+				l = m.endsConn.up
+			}
 		}
 		l.spike(f.dur, f.extra, f.kind == faultLinkDown)
 		if w.tracing() {
@@ -376,8 +488,32 @@ func (a *simAdversary) fire(f *simFault) {
 	case faultConnReset:
 		m.coordConn.reset()
 	case faultLogRestart:
-		w.topic.restart()
+		w.topic.restart(int32(f.pick % w.roles))
 	}
+}
+
+// transfer is TransferTo on m (transfer.go): refused unless m leads the single role and another
+// member is there to take it; carried out by m's next cycle (carryOut).
+func (a *simAdversary) transfer(f *simFault, m *simMember) {
+	w := a.w
+	if w.roles > 1 {
+		m.requestYield(f.dur)
+		return
+	}
+	var others []*simMember
+	for _, o := range w.members {
+		if o.alive && !o.closing && o != m {
+			others = append(others, o)
+		}
+	}
+	if !m.isLeader(0) || len(others) == 0 {
+		m.note("TransferTo refused: it does not lead, or no other member is there")
+		return
+	}
+	to := others[f.pick%len(others)]
+	m.transfer = &simTransfer{to: to.name, hold: f.dur, tenure: m.view(0).Tenure}
+	m.note("TransferTo %s", to.name)
+	m.wakePoll()
 }
 
 // quiet reports whether nothing the adversary did still holds the system back, and every member
@@ -397,7 +533,8 @@ func (a *simAdversary) quiet() bool {
 	for _, m := range w.members {
 		// A crashed member's requests still on their way count too: a heartbeat held up by a slow
 		// link keeps its session when it lands.
-		for _, l := range []*simLink{m.coordConn.up, m.coordConn.down, m.fetchLink, m.prodConn.up, m.prodConn.down, m.checkConn.up, m.checkConn.down} {
+		for _, l := range []*simLink{m.coordConn.up, m.coordConn.down, m.fetchLink, m.prodConn.up, m.prodConn.down, m.checkConn.up,
+			m.checkConn.down, m.endsConn.up, m.endsConn.down} {
 			for _, s := range l.spikes {
 				if w.now < s.to+s.extra {
 					return false
@@ -408,7 +545,7 @@ func (a *simAdversary) quiet() bool {
 			continue
 		}
 		if m.frozen || w.now < m.pausedUntil || m.failJoins > 0 || m.closing || w.now < m.barrierSlowUntil || !m.rdk.steady() ||
-			m.stallAssign > 0 || w.now < m.stalledUntil {
+			m.stallAssign > 0 || w.now < m.stalledUntil || m.transfer != nil || m.mach.Yielding() || m.mach.Yield.Unsubscribed {
 			return false
 		}
 		healthy++
@@ -424,6 +561,11 @@ func (a *simAdversary) coordDelay() time.Duration {
 		d += a.coordSlowBy
 	}
 	return d
+}
+
+// endsDelay is the broker's time to answer a ListOffsets.
+func (a *simAdversary) endsDelay() time.Duration {
+	return a.coordDelay() + a.w.between(0, a.endsSlow)
 }
 
 func (a *simAdversary) appendDelay() time.Duration {

@@ -3,11 +3,12 @@ package core
 import "time"
 
 // simConsumer is what librdkafka's consumer does the same under both group protocols: the
-// assignment the application has taken (and the fetcher it starts, at OffsetTail(releaseLookback)
-// as driver.rebalanced asks), the stored offset, the auto-commit timer
-// (rd_kafka_cgrp_offset_commit_tmr_cb: in the steady join state only, the stored offset whenever it
-// is above the committed one, so again at every tick until a commit of it is answered; none for an
-// assignment that was lost), the commit that an orderly unassign makes of the stored offset
+// assignment the application has taken (and a fetcher for each partition of it, from the offset
+// the assign call names: driver.rebalanced's takeAt), the offsets stored, the auto-commit timer
+// (rd_kafka_cgrp_offset_commit_tmr_cb: in the steady join state only, one OffsetCommit carrying
+// every assigned partition whose stored offset is above its committed one, so again at every
+// tick until a commit of it is answered; none for an assignment that was lost), the commit that an
+// orderly unassign makes of the stored offsets of the partitions it removes
 // (rd_kafka_assignment_serve_removals), and the count of commits under way that an unassign waits
 // for. The protocol's client (simRdk, simRdk848) embeds it and decides the join state.
 type simConsumer struct {
@@ -15,17 +16,20 @@ type simConsumer struct {
 	w    *simWorld
 	conn *simConn
 
-	state      rdkState
-	assignedP0 bool // the consumer's assignment, after the application's assign
-	lost       bool // rd_kafka_cgrp_assignment_is_lost
-	fetch      *simFetch
+	state rdkState
+	taken simParts // the consumer's assignment, after the application's assign
+	lost  bool     // rd_kafka_cgrp_assignment_is_lost
+	fetch []*simFetch
 
-	stored, committed int64  // -1 for none
-	storedTag         string // the stored offset's metadata
+	// stored and committed are each partition's stored and committed offsets, -1 for none;
+	// storedTag is a stored offset's metadata.
+	stored, committed []int64
+	storedTag         []string
 	tickArmed         bool
 	waitCommits       int
 	// afterUnassign is what follows once the application has served a revocation and the commits
-	// it started are answered: a rejoin, or the LeaveGroup of an unsubscribe.
+	// it started are answered: a rejoin, the assignment that follows a cooperative revocation, or
+	// the LeaveGroup of an unsubscribe.
 	afterUnassign func()
 	wake          time.Duration // the true time of the next scheduled serve, 0 for none
 	// ids are the member id and the generation (classic) or member epoch (KIP-848) that a commit
@@ -37,6 +41,13 @@ type simConsumer struct {
 	hbSent, hbAnswered time.Duration
 }
 
+// simOffset is one partition's offset in an OffsetCommit and its answer.
+type simOffset struct {
+	partition int32
+	offset    int64
+	tag       string
+}
+
 // heartbeatAnswered records the answer of the group heartbeat sent at sent.
 func (c *simConsumer) heartbeatAnswered(sent time.Duration) {
 	c.hbSent, c.hbAnswered = sent, c.now()
@@ -45,12 +56,18 @@ func (c *simConsumer) heartbeatAnswered(sent time.Duration) {
 func (c *simConsumer) lastHeartbeat() (sent, answered time.Duration) { return c.hbSent, c.hbAnswered }
 
 func newSimConsumer(m *simMember, conn *simConn, ids func() (int, int)) simConsumer {
-	return simConsumer{m: m, w: m.w, conn: conn, stored: -1, committed: -1, ids: ids}
+	n := m.w.roles
+	c := simConsumer{m: m, w: m.w, conn: conn, ids: ids, fetch: make([]*simFetch, n), stored: make([]int64, n),
+		committed: make([]int64, n), storedTag: make([]string, n)}
+	for p := range n {
+		c.stored[p], c.committed[p] = -1, -1
+	}
+	return c
 }
 
 func (c *simConsumer) now() time.Duration { return c.m.clock.local(c.w.now) }
 
-func (c *simConsumer) fetcher() *simFetch { return c.fetch }
+func (c *simConsumer) fetching() []*simFetch { return c.fetch }
 
 // serveAt makes serve run when the member's clock reads local, unless it runs sooner anyway.
 func (c *simConsumer) serveAt(local time.Duration, serve func()) {
@@ -70,48 +87,83 @@ func (c *simConsumer) serveAt(local time.Duration, serve func()) {
 	})
 }
 
-// take is the application's assign of partition 0.
-func (c *simConsumer) take() {
-	c.assignedP0, c.lost = true, false
-	c.stored = -1
-	c.fetch = c.w.topic.fetch(c.m, c.m.fetchLink, ReleaseLookback)
+// take is the application's incremental assign: each partition is fetched from its offset.
+func (c *simConsumer) take(offsets []OffsetRef) {
+	c.lost = false
+	for _, o := range offsets {
+		p := o.Partition
+		if c.taken.has(p) {
+			continue // librdkafka refuses a partition assigned already
+		}
+		c.taken = c.taken.add(p)
+		c.stored[p] = -1
+		c.fetch[p] = c.w.topic.fetch(c.m, c.m.fetchLink, p, o.Offset)
+	}
 }
 
-// giveBack is the application's unassign of partition 0: the fetcher stops, and the stored offset
-// is committed once more unless the assignment was lost.
-func (c *simConsumer) giveBack() {
-	if !c.assignedP0 {
-		return
+// giveBack is the application's incremental unassign of parts: their fetchers stop, and their
+// stored offsets are committed once more, in one request, unless the assignment was lost.
+func (c *simConsumer) giveBack(parts simParts) {
+	var offs []simOffset
+	for _, p := range (parts & c.taken).list() {
+		c.taken = c.taken.del(p)
+		if f := c.fetch[p]; f != nil {
+			f.stopped = true
+			c.fetch[p] = nil
+		}
+		if !c.lost && c.stored[p] > c.committed[p] {
+			offs = append(offs, simOffset{p, c.stored[p], c.storedTag[p]})
+		}
+		if rs := &c.m.rs[p]; !c.lost && rs.handing != nil && !rs.released {
+			rs.released, rs.releasedAt = true, c.w.now
+		}
+		c.stored[p] = -1
 	}
-	c.assignedP0 = false
-	if c.fetch != nil {
-		c.fetch.stopped = true
-		c.fetch = nil
+	if len(offs) > 0 {
+		c.sendCommit(offs, true)
 	}
-	if !c.lost && c.stored > c.committed {
-		c.sendCommit(c.stored, c.storedTag, true)
-	}
-	c.stored = -1
 }
 
-// store is StoreOffsets: it reports whether the offset was stored (the partition is assigned).
-func (c *simConsumer) store(off int64, tag string) bool {
-	if !c.assignedP0 {
+// store is StoreOffsets for one partition: it reports whether the offset was stored (the
+// partition is assigned).
+func (c *simConsumer) store(p int32, off int64, tag string) bool {
+	if !c.taken.has(p) {
 		return false
 	}
-	c.stored, c.storedTag = off, tag
+	c.stored[p], c.storedTag[p] = off, tag
 	c.armTick()
 	return true
 }
 
 // withdraw stores the logical offset, which commits nothing (driver.withdraw).
-func (c *simConsumer) withdraw() { c.stored = -1 }
+func (c *simConsumer) withdraw(p int32) { c.stored[p] = -1 }
+
+// due returns the offsets an auto-commit would send now.
+func (c *simConsumer) due() []simOffset {
+	var offs []simOffset
+	for _, p := range c.taken.list() {
+		if c.stored[p] > c.committed[p] {
+			offs = append(offs, simOffset{p, c.stored[p], c.storedTag[p]})
+		}
+	}
+	return offs
+}
 
 // armTick makes sure the next auto-commit tick runs while there is something to commit. The timer
 // runs every auto.commit.interval.ms from the client's creation; ticks with nothing to do are
 // skipped here, which changes nothing.
 func (c *simConsumer) armTick() {
-	if c.tickArmed || c.stored <= c.committed {
+	if c.tickArmed {
+		return
+	}
+	pending := false
+	for p := range c.stored {
+		if c.taken.has(int32(p)) && c.stored[p] > c.committed[p] {
+			pending = true
+			break
+		}
+	}
+	if !pending {
 		return
 	}
 	c.tickArmed = true
@@ -121,24 +173,26 @@ func (c *simConsumer) armTick() {
 
 func (c *simConsumer) tick() {
 	c.tickArmed = false
-	if c.state == rdkSteady && c.assignedP0 && !c.lost && c.stored > c.committed {
-		c.sendCommit(c.stored, c.storedTag, true)
+	if c.state == rdkSteady && !c.lost {
+		if offs := c.due(); len(offs) > 0 {
+			c.sendCommit(offs, true)
+		}
 	}
 	c.armTick()
 }
 
-// sendCommit sends an OffsetCommit at the client's member id and generation, whatever its join
-// state (an explicit commit goes out so too: rd_kafka_cgrp_offsets_commit).
-func (c *simConsumer) sendCommit(off int64, tag string, auto bool) {
+// sendCommit sends an OffsetCommit of offs at the client's member id and generation, whatever its
+// join state (an explicit commit goes out so too: rd_kafka_cgrp_offsets_commit).
+func (c *simConsumer) sendCommit(offs []simOffset, auto bool) {
 	c.waitCommits++
 	member, gen := c.ids()
-	c.conn.send(&simReq{kind: reqCommit, from: c.m, member: member, gen: gen, offset: off, tag: tag, auto: auto})
+	c.conn.send(&simReq{kind: reqCommit, from: c.m, member: member, gen: gen, offsets: offs, auto: auto})
 }
 
 // commit is the explicit commit that goneli's committer makes (commit.go).
-func (c *simConsumer) commit(off int64, tag string) { c.sendCommit(off, tag, false) }
+func (c *simConsumer) commit(offs []simOffset) { c.sendCommit(offs, false) }
 
-// committedAnswer takes a commit's answer: the committed offset moves on, the result goes to the
+// committedAnswer takes a commit's answer: the committed offsets move on, the result goes to the
 // application (the OffsetsCommitted event, or the committer's answer), and an unassign waiting for
 // the commits under way may go on. report says whether an automatic commit's result is reported
 // (one that librdkafka sends again is not).
@@ -147,13 +201,15 @@ func (c *simConsumer) committedAnswer(q *simReq, report bool) {
 	if q.err == errNone {
 		// rd_kafka_cgrp_update_committed_offsets sets the committed position to what was
 		// committed, lower or not: a log that restarted below it is committed from then on.
-		c.committed = q.offset
+		for _, o := range q.offsets {
+			c.committed[o.partition] = o.offset
+		}
 	}
 	switch {
 	case !q.auto:
-		c.m.explicitAnswered(q.offset, q.tag, q.err)
+		c.m.explicitAnswered(q.offsets, q.err)
 	case report:
-		c.m.push(simAppEvent{kind: appCommitted, offset: q.offset, tag: q.tag, err: q.err, accepted: q.acceptedAt})
+		c.m.push(simAppEvent{kind: appCommitted, offsets: q.offsets, err: q.err, accepted: q.acceptedAt})
 	}
 	c.armTick()
 }

@@ -11,15 +11,15 @@ import (
 // throwIfConsumerGroupMemberEpochIsInvalid), CurrentAssignmentBuilder (build,
 // computeNextAssignment) and ConsumerGroup.validateOffsetCommit (apache/kafka 1eb7644). Sessions
 // are kept by ConsumerGroupHeartbeats alone: OffsetMetadataManager.commitOffset refreshes a
-// session only for classic groups. A member's partition moves only once its owner has revoked it
-// (or was fenced), within the rebalance timeout. The server-side assignor keeps the partition
-// with its target owner while that one is a member, and otherwise gives it to any member (the
-// adversary picks).
+// session only for classic groups. A partition moves only once its owner has revoked it (or was
+// fenced), within the rebalance timeout. The server-side assignor (UniformAssignor) computes the
+// target assignment at each bump of the group epoch: a partition stays with its target owner while
+// that one is a member, and the rest are balanced by count (simBalance).
 type simCG struct {
 	w          *simWorld
 	clock      *simClock
 	groupEpoch int
-	target     int // the member the target assignment gives partition 0; 0 for none
+	target     []int // the member the target assignment gives each partition; 0 for none
 	members    []*simCGMember
 	nextID     int
 }
@@ -29,8 +29,8 @@ type simCGMember struct {
 	inst         *simMember
 	epoch, prev  int
 	state        cgMemberState
-	assigned     bool // partition 0 is in the member's assigned partitions
-	revoking     bool // partition 0 is pending revocation
+	assigned     simParts // the member's assigned partitions
+	revoking     simParts // its partitions pending revocation
 	sessionTimer int
 	rebalTimer   int
 	rebalance    time.Duration
@@ -45,7 +45,7 @@ const (
 )
 
 func newSimCG(w *simWorld, clock *simClock) *simCG {
-	return &simCG{w: w, clock: clock, nextID: 1}
+	return &simCG{w: w, clock: clock, nextID: 1, target: make([]int, w.roles)}
 }
 
 func (c *simCG) member(id int) *simCGMember {
@@ -62,9 +62,9 @@ func (c *simCG) member(id int) *simCGMember {
 func (c *simCG) describe() GroupDesc {
 	d := GroupDesc{Group: c.w.prof.group}
 	for _, m := range c.members {
-		gm := GroupMember{ClientID: m.inst.name, MemberID: fmt.Sprintf("m%d", m.id)}
-		if m.assigned {
-			gm.Parts = []TopicPart{{Topic: c.w.prof.topic, Partition: 0}}
+		gm := GroupMember{ClientID: m.inst.mach.ClientID, MemberID: fmt.Sprintf("m%d", m.id)}
+		for _, p := range m.assigned.list() {
+			gm.Parts = append(gm.Parts, TopicPart{Topic: c.w.prof.topic, Partition: p})
 		}
 		d.Members = append(d.Members, gm)
 	}
@@ -94,24 +94,36 @@ func (c *simCG) serve(r *simReq) {
 // bump raises the group epoch and recomputes the target assignment.
 func (c *simCG) bump(reason string) {
 	c.groupEpoch++
-	if c.member(c.target) == nil {
-		c.target = 0
-		if len(c.members) > 0 {
-			c.target = c.members[c.w.rng.IntN(len(c.members))].id
-		}
+	ids := make([]int, len(c.members))
+	for i, m := range c.members {
+		ids[i] = m.id
 	}
-	c.note("%s: target assignment gives partition 0 to m%d", reason, c.target)
+	c.target = c.w.simBalance(len(c.target), ids, c.target)
+	if c.w.tracing() {
+		c.note("%s: target assignment %v", reason, c.target)
+	}
 	c.w.adv.rebalanceStarted()
 }
 
-// p0Owned is currentPartitionEpoch(p0) != -1: some member has it assigned or pending revocation.
-func (c *simCG) p0Owned(except *simCGMember) bool {
-	for _, m := range c.members {
-		if m != except && (m.assigned || m.revoking) {
-			return true
+// targetOf is m's target assignment.
+func (c *simCG) targetOf(m *simCGMember) simParts {
+	var s simParts
+	for p, id := range c.target {
+		if id == m.id {
+			s = s.add(int32(p))
 		}
 	}
-	return false
+	return s
+}
+
+// owned is the partitions whose currentPartitionEpoch is not -1: some member has them assigned or
+// pending revocation.
+func (c *simCG) owned() simParts {
+	var s simParts
+	for _, m := range c.members {
+		s |= m.assigned | m.revoking
+	}
+	return s
 }
 
 func (c *simCG) heartbeat(r *simReq) {
@@ -137,7 +149,7 @@ func (c *simCG) heartbeat(r *simReq) {
 			c.members = append(c.members, m)
 			c.note("member m%d (%s) joins", m.id, r.from.name)
 			c.bump(fmt.Sprintf("m%d joined", m.id))
-		} else if m.epoch != 0 && (m.prev != 0 || r.owned && !m.assigned) {
+		} else if m.epoch != 0 && (m.prev != 0 || !r.owned.subsetOf(m.assigned)) {
 			r.err = errFencedMemberEpoch
 			r.conn.answer(r)
 			return
@@ -150,7 +162,7 @@ func (c *simCG) heartbeat(r *simReq) {
 		r.err = errFencedMemberEpoch
 		r.conn.answer(r)
 		return
-	case r.gen < m.epoch && (r.gen != m.prev || (r.owned && !m.assigned)):
+	case r.gen < m.epoch && (r.gen != m.prev || !r.owned.subsetOf(m.assigned)):
 		r.err = errFencedMemberEpoch
 		r.conn.answer(r)
 		return
@@ -160,13 +172,13 @@ func (c *simCG) heartbeat(r *simReq) {
 	c.scheduleSession(m)
 	r.ansMember, r.ansGen, r.interval = m.id, m.epoch, c.w.prof.hbInterval
 	if r.gen == 0 || before != m.assigned || r.full {
-		r.assigns, r.hasP0 = true, m.assigned
+		r.assigns, r.assigned = true, m.assigned
 	}
 	r.conn.answer(r)
 }
 
 // reconcile is maybeReconcile with CurrentAssignmentBuilder.build.
-func (c *simCG) reconcile(m *simCGMember, owned bool) {
+func (c *simCG) reconcile(m *simCGMember, owned simParts) {
 	if m.state == cgStable && m.epoch == c.groupEpoch {
 		return
 	}
@@ -175,7 +187,7 @@ func (c *simCG) reconcile(m *simCGMember, owned bool) {
 	case cgStable:
 		c.next(m, m.epoch, owned)
 	case cgUnrevoked:
-		if owned {
+		if owned&m.revoking != 0 {
 			return
 		}
 		c.next(m, m.epoch+1, owned)
@@ -195,42 +207,44 @@ func (c *simCG) reconcile(m *simCGMember, owned bool) {
 		m.rebalTimer++
 	}
 	if c.w.tracing() && (was.epoch != m.epoch || was.assigned != m.assigned || was.state != m.state) {
-		c.note("m%d (%s) now at epoch %d, state %d, partition 0 %v (revoking %v)", m.id, m.inst.name, m.epoch, m.state, m.assigned, m.revoking)
+		c.note("m%d (%s) now at epoch %d, state %d, partitions %s (revoking %s)", m.id, m.inst.name, m.epoch, m.state, m.assigned, m.revoking)
 	}
 }
 
-// next is computeNextAssignment for the one partition.
-func (c *simCG) next(m *simCGMember, epoch int, owned bool) {
-	target := c.target == m.id
-	keep := m.assigned && target
-	revoke := m.assigned && !target
-	assign := target && !m.assigned
-	unreleased := false
-	if assign && c.p0Owned(m) {
-		assign, unreleased = false, true
-	}
+// next is computeNextAssignment: what m keeps of its target, what it must revoke first (while it
+// still owns it), and what it is given of the rest once no other member owns it.
+func (c *simCG) next(m *simCGMember, epoch int, owned simParts) {
+	target := c.targetOf(m)
+	keep := m.assigned & target
+	revoke := m.assigned &^ keep
+	pending := target &^ keep
+	unreleased := pending & c.owned()
+	pending &^= unreleased
 	setEpoch := func(e int) {
 		if e != m.epoch {
 			m.prev, m.epoch = m.epoch, e
 		}
 	}
 	switch {
-	case revoke && owned:
-		m.state, m.assigned, m.revoking = cgUnrevoked, keep, true
+	case revoke != 0 && owned&revoke != 0:
+		m.state, m.assigned, m.revoking = cgUnrevoked, keep, revoke
 		setEpoch(epoch)
-	case assign:
-		m.state, m.assigned, m.revoking = cgStable, true, false
+	case pending != 0:
+		m.state, m.assigned, m.revoking = cgStable, keep|pending, 0
+		if unreleased != 0 {
+			m.state = cgUnreleased
+		}
 		setEpoch(c.groupEpoch)
-	case unreleased:
-		m.state, m.assigned, m.revoking = cgUnreleased, keep, false
+	case unreleased != 0:
+		m.state, m.assigned, m.revoking = cgUnreleased, keep, 0
 		setEpoch(c.groupEpoch)
 	default:
-		m.state, m.assigned, m.revoking = cgStable, keep, false
+		m.state, m.assigned, m.revoking = cgStable, keep, 0
 		setEpoch(c.groupEpoch)
 	}
 }
 
-// fence removes m (consumerGroupFenceMember): the group epoch is bumped and partition 0 is free.
+// fence removes m (consumerGroupFenceMember): the group epoch is bumped and its partitions are free.
 func (c *simCG) fence(m *simCGMember, why string) {
 	m.sessionTimer++
 	m.rebalTimer++
@@ -272,9 +286,9 @@ func (c *simCG) commit(r *simReq) {
 			kind = "auto"
 		}
 		if err == errNone {
-			c.note("accepts %s commit of offset %d from m%d (%s, epoch %d)", kind, r.offset, r.member, r.from.name, r.gen)
+			c.note("accepts %s commit of %s from m%d (%s, epoch %d)", kind, fmtOffsets(r.offsets), r.member, r.from.name, r.gen)
 		} else {
-			c.note("refuses %s commit of offset %d from m%d (%s, epoch %d): %s", kind, r.offset, r.member, r.from.name, r.gen, err)
+			c.note("refuses %s commit of %s from m%d (%s, epoch %d): %s", kind, fmtOffsets(r.offsets), r.member, r.from.name, r.gen, err)
 		}
 	}
 	if err == errNone {

@@ -36,9 +36,6 @@ type simClassic struct {
 	// joinTimer and syncTimer number the rebalance's join and sync deadlines; a deadline whose
 	// number is no longer current was cancelled.
 	joinTimer, syncTimer int
-	// owner is the member that the current generation's assignment gives partition 0, once the
-	// group leader's SyncGroup has set it; 0 for none.
-	owner int
 	// describeAll says that descriptions show assignments in every state of the group, as Apache
 	// Kafka 4.0's coordinator does (ClassicGroupMember.describeNoMetadata sets the member's
 	// assignment, which only the next SyncGroup replaces); else only while it is Stable, as 3.x's
@@ -65,10 +62,14 @@ type simClassicMember struct {
 	session, rebalance time.Duration
 	join, sync         *simReq // the JoinGroup and SyncGroup held until the rebalance gets that far
 	isNew              bool
-	owned              bool // cooperative-sticky metadata of its last JoinGroup
+	owned              simParts // cooperative-sticky metadata of its last JoinGroup
 	ownedGen           int
-	hbTimer            int // numbers the session deadline
-	pendingSync        bool
+	// assignment is what the group leader's last SyncGroup gave this member
+	// (ClassicGroupMember.assignment): set for every member when the leader's SyncGroup completes
+	// the rebalance, emptied only when a rebalance begins before that (resetAndPropagateAssignmentWithError).
+	assignment  simParts
+	hbTimer     int // numbers the session deadline
+	pendingSync bool
 }
 
 type simPendingMember struct {
@@ -123,9 +124,11 @@ func (c *simClassic) allJoined() bool {
 func (c *simClassic) describe() GroupDesc {
 	d := GroupDesc{Group: c.w.prof.group}
 	for _, m := range c.members {
-		gm := GroupMember{ClientID: m.inst.name, MemberID: fmt.Sprintf("m%d", m.id)}
-		if c.owner == m.id && (c.state == groupStable || c.describeAll) {
-			gm.Parts = []TopicPart{{Topic: c.w.prof.topic, Partition: 0}}
+		gm := GroupMember{ClientID: m.inst.mach.ClientID, MemberID: fmt.Sprintf("m%d", m.id)}
+		if c.state == groupStable || c.describeAll {
+			for _, p := range m.assignment.list() {
+				gm.Parts = append(gm.Parts, TopicPart{Topic: c.w.prof.topic, Partition: p})
+			}
 		}
 		d.Members = append(d.Members, gm)
 	}
@@ -276,6 +279,9 @@ func (c *simClassic) prepareRebalance(reason string) {
 	if c.state == groupCompletingRebalance {
 		// resetAndPropagateAssignmentWithError
 		for _, m := range c.members {
+			m.assignment = 0
+		}
+		for _, m := range c.members {
 			if m.sync != nil {
 				s := m.sync
 				m.sync = nil
@@ -290,7 +296,6 @@ func (c *simClassic) prepareRebalance(reason string) {
 	c.syncTimer++
 	initial := c.state == groupEmpty
 	c.prev, c.state = c.state, groupPreparingRebalance
-	c.owner = 0
 	c.note("rebalance starts: %s", reason)
 	c.w.adv.rebalanceStarted()
 	c.joinTimer++
@@ -410,20 +415,35 @@ func (c *simClassic) syncGroup(r *simReq) {
 		if m.id != c.leader {
 			return
 		}
-		c.owner = r.assignTo
+		// setAndPropagateAssignment: the leader's assignment, empty for a member it does not
+		// name.
+		for _, x := range c.members {
+			x.assignment = 0
+			for i, j := range r.members {
+				if j.id == x.id {
+					x.assignment = r.assignment[i]
+				}
+			}
+		}
 		c.prev, c.state = c.state, groupStable
-		c.note("assignment of m%d: partition 0 to m%d", m.id, c.owner)
+		if c.w.tracing() {
+			a := ""
+			for _, x := range c.members {
+				a += fmt.Sprintf(" m%d:%s", x.id, x.assignment)
+			}
+			c.note("assignment of m%d:%s", m.id, a)
+		}
 		for _, x := range c.members {
 			if s := x.sync; s != nil {
 				x.sync = nil
-				s.hasP0 = x.id == c.owner
+				s.assigned = x.assignment
 				c.scheduleHeartbeat(x, x.session)
 				c.reply(s, errNone)
 			}
 		}
 	case groupStable:
 		m.pendingSync = false
-		r.hasP0 = m.id == c.owner
+		r.assigned = m.assignment
 		c.reply(r, errNone)
 	}
 }
@@ -475,9 +495,9 @@ func (c *simClassic) commit(r *simReq) {
 			kind = "auto"
 		}
 		if err == errNone {
-			c.note("accepts %s commit of offset %d from m%d (%s, gen %d)", kind, r.offset, r.member, r.from.name, r.gen)
+			c.note("accepts %s commit of %s from m%d (%s, gen %d)", kind, fmtOffsets(r.offsets), r.member, r.from.name, r.gen)
 		} else {
-			c.note("refuses %s commit of offset %d from m%d (%s, gen %d): %s", kind, r.offset, r.member, r.from.name, r.gen, err)
+			c.note("refuses %s commit of %s from m%d (%s, gen %d): %s", kind, fmtOffsets(r.offsets), r.member, r.from.name, r.gen, err)
 		}
 	}
 	if err == errNone {
@@ -528,9 +548,6 @@ func (c *simClassic) remove(m *simClassicMember) {
 			c.members = append(c.members[:i], c.members[i+1:]...)
 			break
 		}
-	}
-	if c.owner == m.id {
-		c.owner = 0
 	}
 }
 

@@ -49,14 +49,71 @@ func (m *simMember) pollFor() time.Duration {
 
 // idle reports whether a cycle would do nothing but poll (see cycle).
 func (m *simMember) idle() bool {
-	return !m.mach.BusyLoop() && !m.mach.Yield.Unsubscribed && m.commitAns == nil && m.checkAns == nil &&
-		!m.mach.explicit.busy && !m.mach.Check.busy && len(m.mach.commitAsks) == 0 && !m.part.wantCheck
+	if m.mach.BusyLoop() || m.mach.Yield.Unsubscribed || m.commitAns != nil || m.checkAns != nil || m.transfer != nil ||
+		m.mach.explicit.busy || m.mach.Check.busy || len(m.mach.commitAsks) > 0 {
+		return false
+	}
+	for _, r := range m.roles {
+		if r.wantCheck {
+			return false
+		}
+	}
+	return true
 }
 
-// cycle is driver.cycle: a yield applied, a poll, then the rest (finish).
+// cycle is driver.cycle: a transfer asked for carried out (holdOut's takeAsked), a yield applied,
+// a poll, then the rest (finish).
 func (m *simMember) cycle(wait time.Duration) {
+	next := func() {
+		w, then := m.mach.ApplyYield()
+		m.wait(w, then, func() { m.poll(wait) })
+	}
+	if t := m.transfer; t != nil {
+		m.transfer = nil
+		if m.carryOut(t, next) {
+			return
+		}
+	}
+	next()
+}
+
+// carryOut is transfer.go's carryOut: the tenures end with release markers that name the target,
+// and the instance leaves the group for the transfer's hold, as for a yield; then goes on with
+// next. It reports false if the tenure that asked no longer leads.
+func (m *simMember) carryOut(t *simTransfer, next func()) bool {
+	v := m.view(0)
+	if !v.Leading || v.Tenure != t.tenure || m.mach.Yield.Unsubscribed {
+		m.note("no longer leads; not handing over to %s", t.to)
+		return false
+	}
+	m.note("hands over to %s, staying out of the group for %s", t.to, fmtDur(t.hold))
+	m.mach.Tagging = t.to
+	m.mach.ExtendYield(t.hold)
+	m.mach.Yield.Requested.Store(true)
 	w, then := m.mach.ApplyYield()
-	m.wait(w, then, func() { m.poll(wait) })
+	m.mach.Tagging = ""
+	m.wait(w, then, next)
+	return true
+}
+
+// requestYield is Curator.Yield (driver.requestYield): the machine's requestYield, carried out by
+// the next cycle. The driver's loop holds its lock while it polls, so the yield waits for the poll
+// under way; a member of the simulation that waits in its poll for the next event (poll) is woken.
+func (m *simMember) requestYield(d time.Duration) {
+	m.mach.RequestYield(d)
+	m.wakePoll()
+}
+
+// wakePoll ends a poll's wait now, if one is under way.
+func (m *simMember) wakePoll() {
+	if m.polling {
+		tok := m.pollTok
+		m.at(m.w.now, func() {
+			if m.polling && tok == m.pollTok {
+				m.pollWake()
+			}
+		})
+	}
 }
 
 // poll is the cycle's poll.
@@ -104,14 +161,7 @@ func (m *simMember) pollWake() {
 func (m *simMember) push(e simAppEvent) {
 	e.queued = m.w.now
 	m.queue = append(m.queue, e)
-	if m.polling {
-		tok := m.pollTok
-		m.at(m.w.now, func() {
-			if m.polling && tok == m.pollTok {
-				m.pollWake()
-			}
-		})
-	}
+	m.wakePoll()
 }
 
 // drain handles the polled events, then finishes the cycle. A rebalance callback that waits

@@ -4,36 +4,46 @@ import (
 	"time"
 )
 
-// simMember is one goneli instance contending for the single role (New): a process with its own
-// clock, librdkafka's group client (simGroupClient), the heartbeat producer, the fetcher, goneli's
-// own connection for the group check, and the instance's machine (machine.go), the very type the
-// driver runs, which makes every decision. Around the machine the member carries out what the
-// driver's shell does (sim_shell_test.go): it hands the machine librdkafka's events, makes the
-// machine's effects happen on the models, and makes the waits the machine leaves to the shell.
+// simMember is one goneli instance contending for the schedule's roles (NewRoles; New's single
+// role when there is one): a process with its own clock, librdkafka's group client
+// (simGroupClient), the heartbeat producer, the fetcher, goneli's own connection for the group
+// check and for the ends of the partitions an assignment takes, and the instance's machine
+// (machine.go), the very type the driver runs, which makes every decision. Around the machine the
+// member carries out what the driver's shell does (sim_shell_test.go): it hands the machine
+// librdkafka's events, makes the machine's effects happen on the models, and makes the waits the
+// machine leaves to the shell.
 //
 // What the shell does, and how it is modelled:
 //
 //   - The pulse loop (neli.pulse, Background, driver.cycle): a full cycle when the poll deadline of
 //     MinPollInterval has expired, else a step every proofPoll while a tenure proves its first
-//     lease; a cycle applies a yield, polls (PollDuration while it holds a partition), handles at
-//     most maxEventsPerCycle events, then hands the machine the explicit commit's answer and the
-//     group check's, lets it finish releases and see the time (tick), sends the heartbeats it
-//     produced, lets it check the hand-over and start the group check and the commits, and aims the
-//     alarm.
-//   - The rebalance callback (driver.rebalanced): the machine's assign, takeAt and taken around
-//     librdkafka's assign call, or revoke, the waits it leaves (the releasing markers' delivery, up
-//     to HeartbeatTimeout/2, or the barrier's return, up to the rebalance timeout) and the unassign.
-//     The adversary can stall the callback between the machine's judgement and the assign call
-//     (a process starved of CPU, or the wait for the partitions' ends).
+//     lease; a cycle applies a yield (and a transfer asked for: transfer.go's carryOut), polls
+//     (PollDuration while it holds a partition), handles at most maxEventsPerCycle events, then
+//     hands the machine the explicit commit's answer and the group check's, lets it finish
+//     releases and see the time (tick), sends the heartbeats it produced, lets it check the
+//     hand-over and start the group check and the commits, and aims the alarm.
+//   - The rebalance callback (driver.rebalanced): the machine's assign; the read of the
+//     partitions' ends it asks for (tails.go: a ListOffsets over goneli's own connection, answered
+//     with each partition's end when the broker serves it, waited for with the loop blocked up to
+//     HeartbeatTimeout/2, driver.tailsWait); takeAt with the ends read, or none; librdkafka's
+//     assign call; taken. Or revoke, the waits it leaves (the releasing markers' delivery, up to
+//     HeartbeatTimeout/2, or the barrier's return, up to the rebalance timeout) and the unassign.
+//     The adversary can stall the callback between takeAt and the assign call (a process starved
+//     of CPU), and slow or cut the connection that reads the ends.
 //   - The committer (commit.go): one explicit commit at a time, its answer handed to the machine
 //     by the next cycle. The group check (groupcheck.go): one description at a time over a
 //     connection of its own, answered from the coordinator's state as Apache Kafka describes it
 //     (simCoordinator.describe), judged by the machine (judgeGroup), by the next cycle. The
 //     heartbeat producer: one round in flight (driver.mayProduce). The alarm (watchdog.go): the
 //     machine's deadline, which fences leases and withdraws stored offsets whatever the loop does.
-//     The dispatcher (dispatch.go): the barrier's calls one at a time, each taking a while, and
-//     IsLeader only once the LeaderAcquired call has returned (neli.deliver).
-//   - Close (closer.go): IsLeader turns false, the machine ends the tenure (endAll), the released
+//     The dispatchers (dispatch.go): one per role, the barrier's calls one at a time, each taking
+//     a while, and IsLeader only once the LeaderAcquired call has returned (neli.deliver).
+//   - Yields (yield.go: Curator.Yield, the machine's requestYield, carried out by the next cycle's
+//     applyYield), transfers (transfer.go's carryOut: a yield whose release markers name the
+//     target), priority hand-overs and standby (groupwatch.go: yields of a recheck, extended while
+//     a member of higher priority stays; standbyAtJoin: an instance of several roles that starts
+//     out of the group): the adversary draws them (simAdversary).
+//   - Close (closer.go): IsLeader turns false, the machine ends the tenures (endAll), the released
 //     or releasing markers are written, the consumer unsubscribes and the process exits once its
 //     LeaveGroup is out.
 //
@@ -45,13 +55,13 @@ import (
 //     the next event comes (loop), where the driver would go round every MinPollInterval: such a
 //     cycle finds nothing to do but take what the poll brings.
 //   - The consumer's replacement when it reads nothing back (driver.renewConsumer), the producer's
-//     recycling, goneli's own connection giving way to librdkafka, and the check's wait for broker
+//     recycling, goneli's own connection giving way to librdkafka (the ends are then not read, and
+//     heartbeats of several roles go out one by one as here), and the check's wait for broker
 //     connections to settle (checkQuiet): each only leaves the group, loses heartbeats or delays a
-//     check. Reachability, logs, metrics and the observer decide nothing. Priorities and transfers
-//     (groupwatch.go, transfer.go) are not drawn; what they do to a tenure is a yield, which is.
-//   - Roles: the simulation runs New's one role. Each role's lease is the same machine on a
-//     partition of its own, renewed on shared ticks (renewalTick), which changes when heartbeats go
-//     out, not what renews a lease.
+//     check. Reachability, logs, metrics and the observer decide nothing. What decides when a
+//     priority hand-over, a standby's end or a transfer happens (descriptions of the group, the
+//     settle time, a member that passes a transfer on: transfer.go's hops, the leave check of
+//     groupwatch.go) is the driver's and not modelled: the adversary draws the yields they make.
 type simMember struct {
 	w     *simWorld
 	idx   int
@@ -59,13 +69,17 @@ type simMember struct {
 	prof  *simProfile
 	clock *simClock
 	rdk   simGroupClient
-	// mach is the instance's machine, and part its one role.
-	mach *Machine
-	part *Role
+	// mach is the instance's machine, and roles its roles, by partition.
+	mach  *Machine
+	roles []*Role
+	rs    []simRoleState
 
 	coordConn, prodConn, checkConn *simConn
-	fetchLink                      *simLink
-	leaseBase                      time.Duration // the machine's origin on the member's clock
+	// endsConn is goneli's own connection to the leader topic's broker, which reads the ends of
+	// the partitions an assignment takes (tails.go).
+	endsConn  *simConn
+	fetchLink *simLink
+	leaseBase time.Duration // the machine's origin on the member's clock
 
 	alive, frozen bool
 	deferred      []func() // member events that came while the process was stopped
@@ -84,9 +98,9 @@ type simMember struct {
 	queue        []simAppEvent
 
 	// The shell's state: the heartbeats the machine produced in this cycle, the round in flight
-	// (driver.mayProduce), the answers waiting for the next cycle, the alarm, the releases Close
-	// left, and librdkafka's view of partition 0.
-	beats        []*Heartbeat
+	// (driver.mayProduce), the answers waiting for the next cycle, the alarm, and the releases
+	// Close left.
+	beats        []simBeat
 	lastBeat     *simReq
 	lastBeatAt   time.Duration
 	commitAns    *simAnswer
@@ -94,11 +108,12 @@ type simMember struct {
 	checkTenures map[int32]uint64
 	alarmTok     int
 	finals       []Release
-	groupP0      bool
+	// transfer is a transfer asked for (transfer.go's pendingTransfer), carried out by the next
+	// cycle: to names the target, hold is how long this instance then stays out.
+	transfer *simTransfer
+	// endsGot is the last ListOffsets answer that reached the instance (tails.go's EndOffsets).
+	endsGot *simReq
 
-	// The dispatcher.
-	disp     []*simDelivery
-	dispBusy bool
 	// barrier is how long the barrier takes with an event; the adversary may slow it.
 	barrier          time.Duration
 	barrierSlowUntil time.Duration
@@ -115,27 +130,60 @@ type simMember struct {
 	inCallback   bool
 
 	// For the oracle and the adversary's triggers.
-	leading bool // IsLeader at the last check
 	// autoAccepted, autoQueued and autoProcessed are when the coordinator accepted the last
 	// automatic commit whose result the driver processed, when its result reached the consumer's
 	// queue, and when the driver processed it (true time).
 	autoAccepted, autoQueued, autoProcessed time.Duration
+	// restartedAsk is the offset of the explicit commit that a log restarted below the committed
+	// offset asks for (lease.readBack).
+	restartedAsk int64
+	storedCount  int
+}
+
+// simRoleState is what the shell and the oracle keep of one role of a member.
+type simRoleState struct {
+	leading bool // IsLeader at the last check
 	// renewedExplicitly says that the lease's last renewal came from an explicit commit, and
-	// renewedRestarted from the one a log restarted below the committed offset asks for
-	// (lease.readBack), whose offset restartedAsk is.
+	// renewedRestarted from the one a log restarted below the committed offset asks for.
 	renewedExplicitly, renewedRestarted bool
-	restartedAsk                        int64
 	tracedEnd                           time.Duration
-	storedCount                         int
+	// appLeads says that the application has been told it leads: a LeaderAcquired was posted to
+	// the barrier, and no LeaderFenced or LeaderRevoked since. handing is the LeaderRevoked of a
+	// voluntary hand-over (the tenure led when it was revoked, without a fence: a yield, a
+	// transfer, Close, a rebalance that moved the role) while the barrier has it, and handedAt
+	// when it was posted: the hand-over check (simOracle.handOver).
+	appLeads bool
+	handing  *Delivery
+	handedAt time.Duration
+	// released says that the instance then gave the partition back to the group in an orderly way
+	// (an unassign of an assignment not lost: simConsumer.giveBack), at releasedAt: only then may
+	// a successor be assigned it before the instance's session or rebalance timeout runs out.
+	released   bool
+	releasedAt time.Duration
+	// The role's dispatcher.
+	disp     []*simDelivery
+	dispBusy bool
+}
+
+// simBeat is a heartbeat the machine produced for a role in this cycle.
+type simBeat struct {
+	role *Role
+	hb   *Heartbeat
+}
+
+// simTransfer is a transfer asked for (transfer.go's pendingTransfer).
+type simTransfer struct {
+	to     string
+	hold   time.Duration
+	tenure uint64
 }
 
 // simAnswer is an answer waiting to be collected by a cycle: an explicit commit's or a group check's.
 type simAnswer struct {
-	offset int64
-	tag    string
-	err    simErr
-	desc   GroupDesc
-	failed bool
+	offsets []simOffset
+	err     simErr
+	desc    GroupDesc
+	failed  bool
 }
 
 // simDelivery is one call of the barrier (dispatch.go's delivery).
@@ -148,13 +196,12 @@ type simDelivery struct {
 
 // simAppEvent is an event in the consumer's queue, which goneli reads with Poll.
 type simAppEvent struct {
-	kind   simAppKind
-	rec    simRecord
-	offset int64
-	tag    string // appCommitted: the commit's metadata, as librdkafka hands it back
-	err    simErr
-	p0     bool // appAssigned: partition 0 is newly assigned
-	lost   bool // appRevoked
+	kind    simAppKind
+	rec     simRecord
+	offsets []simOffset // appCommitted: the commit's offsets and their metadata
+	err     simErr
+	parts   simParts // appAssigned, appRevoked: the partitions added or revoked
+	lost    bool     // appRevoked
 	// accepted is when the coordinator accepted the commit (appCommitted), in true time; queued is
 	// when the event entered the queue.
 	accepted, queued time.Duration
@@ -176,23 +223,25 @@ type simGroupClient interface {
 	serve()
 	polled()
 	answer(q *simReq)
-	assigned(p0 bool)
-	unassigned()
-	store(off int64, tag string) bool
-	withdraw()
-	commit(off int64, tag string)
+	// assigned is the application's incremental assign, at the offsets takeAt named; unassigned
+	// its incremental unassign of parts.
+	assigned(offsets []OffsetRef)
+	unassigned(parts simParts)
+	store(p int32, off int64, tag string) bool
+	withdraw(p int32)
+	commit(offs []simOffset)
 	id() int
 	left() bool   // unsubscribed and its LeaveGroup is out
 	steady() bool // in the group, steady: a healthy member
-	fetcher() *simFetch
+	fetching() []*simFetch
 	lastHeartbeat() (sent, answered time.Duration)
 	describe() string
 }
 
 // startMember starts a goneli instance now: its process, clock and connections, its machine as
-// New makes it (newParts, newMachine, and the broker's timing as join reads it), then New's
-// subscribe.
-func (w *simWorld) startMember(name string, ppm int64) *simMember {
+// New makes it (NewRoles, NewMachine, and the broker's timing as join reads it), then New's
+// subscribe, or, with standby set, New's standbyAtJoin: out of the group for that long.
+func (w *simWorld) startMember(name string, ppm int64, standby time.Duration) *simMember {
 	p := &w.prof
 	m := &simMember{w: w, idx: len(w.members), name: name, prof: p, alive: true, startedAt: w.now}
 	m.clock = &simClock{w: w, ppm: ppm, zero: time.Unix(1_700_000_000+int64(m.idx)*1000, 0)}
@@ -200,15 +249,20 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 	m.lastPoll = m.clock.local(w.now)
 	m.deadlineAt = m.lastPoll - p.minPoll
 	base := m.clock.Now()
-	roles := NewRoles(p.settings, p.timing, []string{""}, m.clock, base)
-	m.part = roles[0]
-	// Tenure ids come from the schedule's random source rather than crypto/rand.
-	m.part.Lease.random = w.rng.Uint64
+	m.roles = NewRoles(p.settings, p.timing, w.roleNames, m.clock, base)
+	m.rs = make([]simRoleState, len(m.roles))
+	for _, r := range m.roles {
+		// Tenure ids come from the schedule's random source rather than crypto/rand.
+		r.Lease.random = w.rng.Uint64
+	}
 	config := p.settings
 	config.Name = name
 	fx := simFx{m}
-	m.mach = NewMachine(config, p.timing, roles, fx, m.clock, base)
+	m.mach = NewMachine(config, p.timing, m.roles, fx, m.clock, base)
 	m.mach.ClientID = name
+	if len(w.roleNames) > 1 {
+		m.mach.ClientID += RolesSuffix + RolesDigest(w.roleNames)
+	}
 	m.mach.UseTiming(p.timing)
 	m.mach.NewGate(fx.StoreOffsets)
 	m.barrier = w.between(0, 2*time.Millisecond)
@@ -221,6 +275,8 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 		deliver: func(q *simReq) { m.do(func() { m.produced(q) }) }}
 	m.checkConn = &simConn{w: w, up: lat(), down: lat(), serve: w.coord.serve, procDelay: w.adv.coordDelay,
 		deliver: func(q *simReq) { m.do(func() { m.checkAnswered(q) }) }}
+	m.endsConn = &simConn{w: w, up: lat(), down: lat(), serve: w.listOffsets, procDelay: w.adv.endsDelay,
+		deliver: func(q *simReq) { m.do(func() { m.endsGot = q }) }}
 	m.fetchLink = lat()
 	if p.classic {
 		m.rdk = newSimRdk(m, m.coordConn)
@@ -229,7 +285,13 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 	}
 	w.members = append(w.members, m)
 	w.note(name, "starts (clock %+d ppm)", ppm)
-	m.rdk.subscribe()
+	if standby > 0 {
+		m.note("stands by for %s", fmtDur(standby))
+		m.mach.Yield.Unsubscribed = true
+		m.mach.ExtendYield(standby)
+	} else {
+		m.rdk.subscribe()
+	}
 	m.wakeLoop(w.now)
 	return m
 }
@@ -237,6 +299,18 @@ func (w *simWorld) startMember(name string, ppm int64) *simMember {
 // appendRecord is the partition leader's Produce handler.
 func (w *simWorld) appendRecord(q *simReq) {
 	w.topic.append(*q.rec)
+	q.conn.answer(q)
+}
+
+// listOffsets is the partition leader's ListOffsets handler: each partition's end as it is now.
+func (w *simWorld) listOffsets(q *simReq) {
+	q.ends = make([]int64, w.roles)
+	for p := range q.ends {
+		q.ends[p] = -1
+	}
+	for _, p := range q.parts.list() {
+		q.ends[p] = w.topic.end(p)
+	}
 	q.conn.answer(q)
 }
 
@@ -286,9 +360,11 @@ func (m *simMember) dnow() time.Duration {
 // exit ends the process: nothing it holds is answered any more.
 func (m *simMember) exit() {
 	m.alive = false
-	m.coordConn.dead, m.prodConn.dead, m.checkConn.dead = true, true, true
-	if f := m.rdk.fetcher(); f != nil {
-		f.stopped = true
+	m.coordConn.dead, m.prodConn.dead, m.checkConn.dead, m.endsConn.dead = true, true, true, true
+	for _, f := range m.rdk.fetching() {
+		if f != nil {
+			f.stopped = true
+		}
 	}
 }
 
@@ -343,25 +419,38 @@ func (m *simMember) pause(d time.Duration) {
 	m.at(m.clock.afterLocal(m.prof.timing.MaxPoll+time.Millisecond), m.rdk.serve)
 }
 
-// isLeader is IsLeader: Live, not yielding, the lease announced and not run out.
-func (m *simMember) isLeader() bool {
-	if !m.alive || m.closing || m.mach.Yielding() {
+// isLeader is IsLeader of role p: Live, not yielding, the lease announced and not run out.
+func (m *simMember) isLeader(p int32) bool {
+	if !m.alive || m.closing {
 		return false
 	}
-	l := m.part.Lease
+	l := m.roles[p].Lease
 	v := l.Load()
-	return l.Announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.End
+	// The yield last: the oracle asks after every event, and reading the machine's clock costs
+	// more than the rest.
+	return l.Announced(v) && m.clock.local(m.w.now) < m.leaseBase+v.End && !m.mach.Yielding()
 }
 
-// view is what the lease publishes.
-func (m *simMember) view() *LeaseView { return m.part.Lease.Load() }
+// view is what role p's lease publishes.
+func (m *simMember) view(p int32) *LeaseView { return m.roles[p].Lease.Load() }
 
-// leaseEnd is the true time at which the current lease runs out.
-func (m *simMember) leaseEnd() time.Duration {
-	return m.clock.trueAt(m.leaseBase + m.view().End)
+// leaseEnd is the true time at which role p's current lease runs out.
+func (m *simMember) leaseEnd(p int32) time.Duration {
+	return m.clock.trueAt(m.leaseBase + m.view(p).End)
 }
 
-// leaseEndNote renders the lease end in true time, for the timeline.
-func (m *simMember) leaseEndNote() string {
-	return fmtDur(m.leaseEnd())
+// leaseEndNote renders role p's lease end in true time, for the timeline.
+func (m *simMember) leaseEndNote(p int32) string {
+	return fmtDur(m.leaseEnd(p))
+}
+
+// leads counts the roles whose leases lead (whether or not announced yet).
+func (m *simMember) leads() int {
+	n := 0
+	for _, r := range m.roles {
+		if r.Lease.Load().Leading {
+			n++
+		}
+	}
+	return n
 }

@@ -87,34 +87,40 @@ type simConn struct {
 
 // simReq is one request and, once answered, its answer.
 type simReq struct {
-	kind     simReqKind
-	conn     *simConn
-	epoch    int
-	sentAt   time.Duration
-	from     *simMember
-	member   int        // member id, 0 for none
-	gen      int        // generation (classic) or member epoch (KIP-848); -1 for none
-	offset   int64      // OffsetCommit
-	tag      string     // OffsetCommit: the metadata of the committed offset
-	auto     bool       // OffsetCommit: librdkafka's auto-commit rather than goneli's explicit one
-	owned    bool       // JoinGroup (cooperative metadata) and ConsumerGroupHeartbeat: owns partition 0
-	ownedGen int        // JoinGroup: the generation in which partition 0 was assigned
-	leaving  bool       // ConsumerGroupHeartbeat: epoch -1, leaving
-	full     bool       // ConsumerGroupHeartbeat: a full request, answered with the assignment
-	assignTo int        // SyncGroup from the group leader: the member given partition 0, 0 for none
-	rec      *simRecord // Produce
+	kind    simReqKind
+	conn    *simConn
+	epoch   int
+	sentAt  time.Duration
+	from    *simMember
+	member  int         // member id, 0 for none
+	gen     int         // generation (classic) or member epoch (KIP-848); -1 for none
+	offsets []simOffset // OffsetCommit: each partition's offset and metadata
+	auto    bool        // OffsetCommit: librdkafka's auto-commit rather than goneli's explicit one
+	// owned is what JoinGroup's cooperative metadata and ConsumerGroupHeartbeat say the member
+	// owns; ownedGen is JoinGroup's generation of that assignment.
+	owned    simParts
+	ownedGen int
+	leaving  bool     // ConsumerGroupHeartbeat: epoch -1, leaving
+	full     bool     // ConsumerGroupHeartbeat: a full request, answered with the assignment
+	parts    simParts // ListOffsets: the partitions whose ends are asked for
+	// SyncGroup from the group leader: the members as its JoinGroup answer listed them, and each
+	// one's assignment.
+	assignment []simParts
+	rec        *simRecord // Produce
 
 	// The answer.
 	err       simErr
 	ansMember int
 	ansGen    int
 	leader    bool              // JoinGroup: this member leads the group and assigns
-	members   []simJoinedMember // JoinGroup, to the group leader
-	hasP0     bool              // SyncGroup and ConsumerGroupHeartbeat: the assignment includes partition 0
-	assigns   bool              // ConsumerGroupHeartbeat: the answer carries an assignment
-	desc      GroupDesc         // DescribeGroups for the group check
-	interval  time.Duration     // ConsumerGroupHeartbeat: the heartbeat interval
-	answered  bool
+	members   []simJoinedMember // JoinGroup, to the group leader (and its SyncGroup, from it)
+	// assigned is the member's assignment in a SyncGroup or ConsumerGroupHeartbeat answer.
+	assigned simParts
+	assigns  bool          // ConsumerGroupHeartbeat: the answer carries an assignment
+	ends     []int64       // ListOffsets: each partition's end, by partition (-1 where not asked)
+	desc     GroupDesc     // DescribeGroups for the group check
+	interval time.Duration // ConsumerGroupHeartbeat: the heartbeat interval
+	answered bool
 	// acceptedAt is when the coordinator accepted an OffsetCommit (true time), for the timeline's
 	// analysis of an overlap.
 	acceptedAt time.Duration
@@ -131,17 +137,18 @@ const (
 	reqCGHeartbeat // KIP-848 ConsumerGroupHeartbeat
 	reqDescribe    // the group check
 	reqProduce
+	reqListOffsets // the ends of the partitions an assignment takes (tails.go)
 )
 
 func (k simReqKind) String() string {
-	return [...]string{"JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit", "LeaveGroup", "ConsumerGroupHeartbeat", "DescribeGroups", "Produce"}[k]
+	return [...]string{"JoinGroup", "SyncGroup", "Heartbeat", "OffsetCommit", "LeaveGroup", "ConsumerGroupHeartbeat", "DescribeGroups", "Produce", "ListOffsets"}[k]
 }
 
 // simJoinedMember is what a JoinGroup answer tells the group leader of one member: its id and the
-// cooperative-sticky metadata (whether it owns partition 0, since which generation).
+// cooperative-sticky metadata (the partitions it owns, and the generation that assigned them).
 type simJoinedMember struct {
 	id       int
-	owned    bool
+	owned    simParts
 	ownedGen int
 }
 

@@ -20,8 +20,8 @@ type simRdk848 struct {
 
 	memberID, epoch int
 	subscribed      bool
-	joined          bool // has a member id and epoch from the coordinator
-	groupP0         bool // the assignment the coordinator gave (the target librdkafka reconciles to)
+	joined          bool     // has a member id and epoch from the coordinator
+	groupParts      simParts // the assignment the coordinator gave (the target librdkafka reconciles to)
 	interval        time.Duration
 	hbInFlight      bool
 	hbLast          time.Duration
@@ -95,7 +95,7 @@ func (r *simRdk848) serve() {
 func (r *simRdk848) heartbeat(leaving bool) {
 	r.expedite = false
 	r.hbInFlight, r.hbLast, r.hbSet = true, r.now(), true
-	q := &simReq{kind: reqCGHeartbeat, from: r.m, member: r.memberID, gen: r.epoch, owned: r.assignedP0, leaving: leaving, full: r.full}
+	q := &simReq{kind: reqCGHeartbeat, from: r.m, member: r.memberID, gen: r.epoch, owned: r.taken, leaving: leaving, full: r.full}
 	if !r.joined {
 		q.gen = 0
 	}
@@ -144,14 +144,14 @@ func (r *simRdk848) onHeartbeat(q *simReq) {
 	if q.interval > 0 {
 		r.interval = q.interval
 	}
-	if q.assigns && !q.hasP0 && r.state == rdkInit {
+	if q.assigns && q.assigned == 0 && r.state == rdkInit {
 		// The first assignment of a membership, empty: the rebalance callback still hears of it,
 		// and the join state becomes steady once the application has assigned nothing.
 		r.state = rdkWaitAssignCall
 		r.m.push(simAppEvent{kind: appAssigned})
 		return
 	}
-	if !q.assigns || q.hasP0 == r.groupP0 {
+	if !q.assigns || q.assigned == r.groupParts {
 		return
 	}
 	if r.rebalancing() {
@@ -159,17 +159,26 @@ func (r *simRdk848) onHeartbeat(q *simReq) {
 		r.full = true
 		return
 	}
-	r.groupP0 = q.hasP0
-	if q.hasP0 {
-		r.m.note("librdkafka: partition 0 assigned (epoch %d)", r.epoch)
+	// rd_kafka_cgrp_handle_assignment_cooperative, as under the classic protocol: what the new
+	// assignment lacks is revoked first, what it adds assigned once that is done; the heartbeat
+	// after acknowledges it.
+	had := r.groupParts
+	revoked, added := had&^q.assigned, q.assigned&^had
+	r.groupParts = q.assigned
+	if revoked == 0 {
+		r.m.note("librdkafka: partitions %s assigned (epoch %d)", added, r.epoch)
 		r.state = rdkWaitAssignCall
-		r.m.push(simAppEvent{kind: appAssigned, p0: true})
+		r.m.push(simAppEvent{kind: appAssigned, parts: added})
 		return
 	}
-	r.m.note("librdkafka: partition 0 revoked (epoch %d)", r.epoch)
+	r.m.note("librdkafka: partitions %s revoked, %s added (epoch %d)", revoked, added, r.epoch)
 	r.state = rdkWaitUnassignCall
-	r.afterUnassign = func() { r.expedite = true }
-	r.m.push(simAppEvent{kind: appRevoked})
+	r.afterUnassign = func() {
+		r.expedite = true
+		r.state = rdkWaitAssignCall
+		r.m.push(simAppEvent{kind: appAssigned, parts: added})
+	}
+	r.m.push(simAppEvent{kind: appRevoked, parts: revoked})
 }
 
 // revokeAllRejoin loses the assignment and joins again at epoch 0.
@@ -177,16 +186,21 @@ func (r *simRdk848) revokeAllRejoin(lost bool) {
 	r.lost = r.lost || lost
 	r.joined, r.epoch, r.full = false, 0, true
 	if r.state == rdkWaitUnassignCall || r.state == rdkWaitUnassignToComplete {
+		// A revocation is under way already: once it is done, whatever is still assigned is
+		// revoked too.
+		r.groupParts = 0
+		r.afterUnassign = func() { r.revokeAllRejoin(lost) }
 		return
 	}
-	if !r.groupP0 && !r.assignedP0 {
+	parts := r.groupParts | r.taken
+	if parts == 0 {
 		r.state = rdkInit
 		return
 	}
-	r.groupP0 = false
+	r.groupParts = 0
 	r.state = rdkWaitUnassignCall
 	r.afterUnassign = nil
-	r.m.push(simAppEvent{kind: appRevoked, lost: lost})
+	r.m.push(simAppEvent{kind: appRevoked, parts: parts, lost: lost})
 }
 
 func (r *simRdk848) polled() {
@@ -196,24 +210,22 @@ func (r *simRdk848) polled() {
 	}
 }
 
-func (r *simRdk848) assigned(p0 bool) {
+func (r *simRdk848) assigned(offsets []OffsetRef) {
 	if r.state != rdkWaitAssignCall {
 		return
 	}
-	if p0 {
-		r.take()
-	}
+	r.take(offsets)
 	r.state = rdkSteady
 	r.expedite = true // the acknowledgement
 	r.armTick()
 	r.serve()
 }
 
-func (r *simRdk848) unassigned() {
+func (r *simRdk848) unassigned(parts simParts) {
 	if r.state != rdkWaitUnassignCall {
 		return
 	}
-	r.giveBack()
+	r.giveBack(parts)
 	r.state = rdkWaitUnassignToComplete
 	r.unassignDone()
 }
@@ -237,14 +249,14 @@ func (r *simRdk848) unassignDone() {
 
 func (r *simRdk848) unsubscribe() {
 	r.subscribed = false
-	if r.groupP0 || r.assignedP0 {
-		r.groupP0 = false
+	if parts := r.groupParts | r.taken; parts != 0 {
+		r.groupParts = 0
 		r.state = rdkWaitUnassignCall
 		r.afterUnassign = func() {
 			r.sendLeave()
 			r.state = rdkInit
 		}
-		r.m.push(simAppEvent{kind: appRevoked})
+		r.m.push(simAppEvent{kind: appRevoked, parts: parts})
 		return
 	}
 	r.sendLeave()

@@ -11,12 +11,16 @@ import (
 // every heartbeat.interval.ms, in the steady and assign-call states only), the JoinGroup rate limit
 // (rkcg_join_intvl: a join at most once a second, a second more after a failed one), the answers'
 // handling (rd_kafka_cgrp_handle_JoinGroup, _SyncGroup_memberstate, _Heartbeat,
-// rd_kafka_cgrp_op_handle_OffsetCommit), the client's own session timeout
-// (rd_kafka_cgrp_session_timeout_check, in the steady state only), max.poll.interval.ms, and the
-// auto-commit timer (rd_kafka_cgrp_offset_commit_tmr_cb: only in the steady state, committing the
-// stored offset whenever it is above the committed one, so again at every tick until a commit of
-// it is answered: simConsumer). Its threads run on while goneli's poll loop is paused, and stop
-// only when the whole process does (simMember.do).
+// rd_kafka_cgrp_op_handle_OffsetCommit), the cooperative assignment's handling
+// (rd_kafka_cgrp_handle_assignment_cooperative: what a new assignment lacks is revoked first, what
+// it adds is assigned once that is done, and a revocation is followed by a rejoin without the rate
+// limit: rd_kafka_cgrp_incr_unassign_done, rd_kafka_cgrp_assignment_done), the group leader's
+// assignor (assign), the client's own session timeout (rd_kafka_cgrp_session_timeout_check, in
+// the steady state only), max.poll.interval.ms, and the auto-commit timer
+// (rd_kafka_cgrp_offset_commit_tmr_cb: only in the steady state, committing each stored offset
+// that is above its committed one, so again at every tick until a commit of it is answered:
+// simConsumer). Its threads run on while goneli's poll loop is paused, and stop only when the
+// whole process does (simMember.do).
 //
 // Simplified: the coordinator never moves, so there is no FindCoordinator, NOT_COORDINATOR or
 // coordinator reload (a reload gives every member a fresh session from the load, which only keeps
@@ -29,14 +33,18 @@ type simRdk struct {
 	simConsumer
 
 	memberID, gen int
-	// groupP0 is the group's assignment to this member (rkcg_group_assignment), groupP0Gen the
-	// generation that gave it; the consumer's own assignment follows once the application has
-	// served the rebalance event (simConsumer).
-	groupP0    bool
-	groupP0Gen int
+	// groupParts is the group's assignment to this member (rkcg_group_assignment), and ownedGen
+	// the generation of the SyncGroup that gave it (the sticky assignor's generation_id); the
+	// consumer's own assignment follows once the application has served the rebalance event
+	// (simConsumer).
+	groupParts simParts
+	ownedGen   int
 
 	subscribed bool
 	awaiting   bool // a JoinGroup or SyncGroup awaits its answer
+	// rejoinAfterAssign says that the assignment under way follows a cooperative revocation, after
+	// which the member rejoins at once (rd_kafka_cgrp_incr_unassign_done, the rejoin flag).
+	rejoinAfterAssign bool
 	// The JoinGroup rate limit, rd_interval_immediate(rkcg_join_intvl, 1 s), on the member's clock.
 	joinLast    time.Duration
 	joinSet     bool
@@ -65,7 +73,7 @@ func (s rdkState) String() string {
 }
 
 func newSimRdk(m *simMember, conn *simConn) *simRdk {
-	r := &simRdk{gen: -1}
+	r := &simRdk{gen: -1, ownedGen: -1}
 	r.simConsumer = newSimConsumer(m, conn, func() (int, int) { return r.memberID, r.gen })
 	return r
 }
@@ -114,10 +122,15 @@ func (r *simRdk) serve() {
 		r.join()
 	case rdkSteady, rdkWaitAssignCall, rdkWaitUnassignCall:
 		if !r.hbInFlight {
-			if !r.hbSet || now-r.hbLast > p.hbInterval {
+			if !r.hbSet || now-r.hbLast >= p.hbInterval {
 				r.heartbeat()
 			}
-			r.serveAt(r.hbLast + p.hbInterval + time.Microsecond)
+			// The heartbeat goes out when the main thread next serves the group once the interval
+			// is over (rd_kafka_cgrp_join_state_serve, rd_interval from the last one sent): at an
+			// event, or at the latest at the next tick of the auto-commit timer, which runs from the
+			// client's creation; so its phase drifts by a few milliseconds with each one.
+			iv := p.commitInterval
+			r.serveAt((r.hbLast + p.hbInterval + iv - 1) / iv * iv)
 		}
 		if r.state == rdkSteady && r.sessionAt != 0 {
 			r.serveAt(r.sessionAt)
@@ -129,11 +142,9 @@ func (r *simRdk) serve() {
 func (r *simRdk) join() {
 	r.joinLast, r.joinSet, r.joinBackoff = r.now(), true, 0
 	r.state, r.awaiting = rdkWaitJoin, true
-	owned := r.groupP0 && !r.lost
-	q := &simReq{kind: reqJoin, from: r.m, member: r.memberID, gen: r.gen, owned: owned}
-	if owned {
-		q.ownedGen = r.groupP0Gen
-	}
+	// The cooperative-sticky metadata: the partitions the group assigned this member (none once
+	// an assignment was lost), and the generation of its last assignment.
+	q := &simReq{kind: reqJoin, from: r.m, member: r.memberID, gen: r.gen, owned: r.groupParts, ownedGen: r.ownedGen}
 	r.m.note("librdkafka: JoinGroup (m%d, gen %d)", r.memberID, r.gen)
 	r.w.adv.joinSent(r.m)
 	r.conn.send(q)
@@ -170,7 +181,8 @@ func (r *simRdk) onJoin(q *simReq) {
 		r.memberID, r.gen = q.ansMember, q.ansGen
 		s := &simReq{kind: reqSync, from: r.m, member: r.memberID, gen: r.gen}
 		if q.leader {
-			s.assignTo = r.assign(q.members)
+			s.members = q.members
+			s.assignment = r.assign(q.members)
 		}
 		r.state, r.awaiting = rdkWaitSync, true
 		r.conn.send(s)
@@ -194,20 +206,54 @@ func (r *simRdk) onJoin(q *simReq) {
 	r.rejoin()
 }
 
-// assign is the group leader's cooperative-sticky assignment of the one partition: it stays with
-// the member that owns it (the newest generation's claim wins), and otherwise goes to any member;
-// the adversary picks which, as member ids sort as they will.
-func (r *simRdk) assign(members []simJoinedMember) int {
-	best, bestGen := 0, -1
-	for _, m := range members {
-		if m.owned && m.ownedGen > bestGen {
-			best, bestGen = m.id, m.ownedGen
+// assign is the group leader's cooperative-sticky assignment (rd_kafka_sticky_assignor_assign_cb,
+// then rd_kafka_cooperative_protocol_adjust_assignment): each partition stays with the member
+// that claims it in the newest generation (claims of one generation that clash void it:
+// prepopulateCurrentAssignments), the rest are balanced by count (simBalance); then a partition
+// that the assignor moves away from the member that still owns it (the last in the group's order
+// to claim it) is assigned to nobody in this generation: its owner revokes it and rejoins, and
+// the next generation assigns it. The result is each member's assignment, in members' order.
+func (r *simRdk) assign(members []simJoinedMember) []simParts {
+	n := r.w.roles
+	current := make([]int, n)
+	owner := make([]int, n)
+	ids := make([]int, len(members))
+	for i, m := range members {
+		ids[i] = m.id
+	}
+	for p := int32(0); p < int32(n); p++ {
+		best, bestGen, clash := 0, -1, false
+		for i, m := range members {
+			if !m.owned.has(p) {
+				continue
+			}
+			owner[p] = m.id
+			for _, o := range members[:i] {
+				if o.owned.has(p) && o.ownedGen == m.ownedGen {
+					clash = true
+				}
+			}
+			if m.ownedGen > bestGen {
+				best, bestGen = m.id, m.ownedGen
+			}
+		}
+		if !clash {
+			current[p] = best
 		}
 	}
-	if best != 0 || len(members) == 0 {
-		return best
+	to := r.w.simBalance(n, ids, current)
+	out := make([]simParts, len(members))
+	for p := int32(0); p < int32(n); p++ {
+		if owner[p] != 0 && owner[p] != to[p] {
+			continue // revoked by its owner first
+		}
+		for i, id := range ids {
+			if id == to[p] {
+				out[i] = out[i].add(p)
+			}
+		}
 	}
-	return members[r.w.rng.IntN(len(members))].id
+	return out
 }
 
 // onSync is rd_kafka_cgrp_handle_SyncGroup_memberstate and the cooperative assignment handling.
@@ -232,22 +278,26 @@ func (r *simRdk) onSync(q *simReq) {
 		return
 	}
 	r.sessionAt = r.now() + r.m.prof.session
-	had := r.groupP0
-	switch {
-	case had && !q.hasP0:
-		r.groupP0 = false
-		r.m.note("librdkafka: partition 0 revoked (gen %d)", r.gen)
+	// rd_kafka_cgrp_handle_assignment_cooperative: what the new assignment lacks is revoked
+	// first, and what it adds is assigned once the revocation is done, followed by a rejoin.
+	had := r.groupParts
+	revoked, added := had&^q.assigned, q.assigned&^had
+	r.groupParts, r.ownedGen = q.assigned, r.gen
+	if revoked != 0 {
+		r.m.note("librdkafka: partitions %s revoked, %s added (gen %d)", revoked, added, r.gen)
 		r.state = rdkWaitUnassignCall
-		r.afterUnassign = r.rejoin
-		r.m.push(simAppEvent{kind: appRevoked})
-	default:
-		if !had && q.hasP0 {
-			r.groupP0, r.groupP0Gen = true, r.gen
-			r.m.note("librdkafka: partition 0 assigned (gen %d)", r.gen)
+		r.afterUnassign = func() {
+			r.state, r.rejoinAfterAssign = rdkWaitAssignCall, true
+			r.m.push(simAppEvent{kind: appAssigned, parts: added})
 		}
-		r.state = rdkWaitAssignCall
-		r.m.push(simAppEvent{kind: appAssigned, p0: q.hasP0 && !had})
+		r.m.push(simAppEvent{kind: appRevoked, parts: revoked})
+		return
 	}
+	if added != 0 {
+		r.m.note("librdkafka: partitions %s assigned (gen %d)", added, r.gen)
+	}
+	r.state = rdkWaitAssignCall
+	r.m.push(simAppEvent{kind: appAssigned, parts: added})
 }
 
 // onHeartbeat is rd_kafka_cgrp_handle_Heartbeat.
@@ -290,6 +340,14 @@ func (r *simRdk) rejoin() {
 	r.state = rdkInit
 }
 
+// rejoinNow rejoins without the JoinGroup rate limit: rd_kafka_cgrp_incr_unassign_done and
+// rd_kafka_cgrp_assignment_done reset it (rd_interval_reset) before the rejoin that follows a
+// revocation.
+func (r *simRdk) rejoinNow() {
+	r.joinSet = false
+	r.rejoin()
+}
+
 // revokeAllRejoin is rd_kafka_cgrp_revoke_all_rejoin: the application is told of the revocation
 // (as lost, if so), and the client rejoins once it has served it.
 func (r *simRdk) revokeAllRejoin(lost bool) {
@@ -297,16 +355,23 @@ func (r *simRdk) revokeAllRejoin(lost bool) {
 		r.lost = true
 	}
 	if r.state == rdkWaitUnassignCall || r.state == rdkWaitUnassignToComplete {
-		return // a revocation is under way already; it rejoins when done
+		// A revocation is under way already: once it is done, whatever is still assigned is
+		// revoked too, and the member rejoins.
+		r.groupParts = 0
+		r.rejoinAfterAssign = false
+		r.afterUnassign = func() { r.revokeAllRejoin(lost) }
+		return
 	}
-	if !r.groupP0 && !r.assignedP0 {
+	parts := r.groupParts | r.taken
+	if parts == 0 {
 		r.rejoin()
 		return
 	}
-	r.groupP0 = false
+	r.groupParts = 0
+	r.rejoinAfterAssign = false
 	r.state = rdkWaitUnassignCall
-	r.afterUnassign = r.rejoin
-	r.m.push(simAppEvent{kind: appRevoked, lost: lost})
+	r.afterUnassign = r.rejoinNow
+	r.m.push(simAppEvent{kind: appRevoked, parts: parts, lost: lost})
 }
 
 // maxPollExceeded: goneli has not polled for max.poll.interval.ms; librdkafka leaves the group
@@ -334,25 +399,28 @@ func (r *simRdk) leaveGroup() {
 }
 
 // assigned is the application's incremental assign after an assignment event.
-func (r *simRdk) assigned(p0 bool) {
+func (r *simRdk) assigned(offsets []OffsetRef) {
 	if r.state != rdkWaitAssignCall {
 		return
 	}
-	if p0 {
-		r.take()
-	}
+	r.take(offsets)
 	r.state = rdkSteady
 	r.armTick()
+	if r.rejoinAfterAssign {
+		r.rejoinAfterAssign = false
+		r.m.note("librdkafka: rejoining to redistribute the partitions revoked")
+		r.rejoinNow()
+	}
 	r.serve()
 }
 
 // unassigned is the application's incremental unassign after a revocation: it goes on once every
 // commit under way is answered.
-func (r *simRdk) unassigned() {
+func (r *simRdk) unassigned(parts simParts) {
 	if r.state != rdkWaitUnassignCall {
 		return
 	}
-	r.giveBack()
+	r.giveBack(parts)
 	r.state = rdkWaitUnassignToComplete
 	r.unassignDone()
 }
@@ -378,11 +446,12 @@ func (r *simRdk) unsubscribe() {
 		r.leaveGroup()
 		r.state = rdkInit
 	}
-	if r.groupP0 || r.assignedP0 {
-		r.groupP0 = false
+	if parts := r.groupParts | r.taken; parts != 0 {
+		r.groupParts = 0
+		r.rejoinAfterAssign = false
 		r.state = rdkWaitUnassignCall
 		r.afterUnassign = leave
-		r.m.push(simAppEvent{kind: appRevoked})
+		r.m.push(simAppEvent{kind: appRevoked, parts: parts})
 		return
 	}
 	leave()

@@ -44,6 +44,7 @@ type simSearchResult struct {
 	schedules          int64
 	elapsed            time.Duration
 	overlaps, liveness int64
+	handOvers          int64        // successors that led while a voluntary hand-over's barrier still ran
 	runaways           int64        // schedules the model could not finish: bugs of the simulation
 	findings           []simFinding // the first few, in the order found
 	first              *simFinding  // the first overlap
@@ -118,6 +119,8 @@ func (s simSearch) run() simSearchResult {
 						}
 					} else if v.kind == "liveness" {
 						res.liveness++
+					} else if v.kind == "hand-over" {
+						res.handOvers++
 					} else {
 						res.runaways++
 					}
@@ -125,7 +128,7 @@ func (s simSearch) run() simSearchResult {
 						res.findings = append(res.findings, f)
 					}
 					mu.Unlock()
-					if s.stopAtFirst && v.kind == "overlap" {
+					if s.stopAtFirst && (v.kind == "overlap" || v.kind == "hand-over") {
 						stop.Store(true)
 					}
 				}
@@ -148,7 +151,7 @@ func (s simSearch) run() simSearchResult {
 func simReport(seed uint64, prof simProfile) (string, *simVerdict) {
 	w := simSchedule(seed, prof, true)
 	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d, profile %s\n", seed, prof)
+	fmt.Fprintf(&b, "seed %d, profile %s; %d roles, %d members at the start\n", seed, prof, w.roles, w.startMembers)
 	if v := w.verdict; v != nil {
 		fmt.Fprintf(&b, "%s at %s: %s", strings.ToUpper(v.kind), fmtDur(v.at), v.detail)
 		if v.kind == "overlap" {
@@ -199,8 +202,8 @@ const simTimeColumns = 15
 // simSummary renders a search's result as a line.
 func (r simSearchResult) summary() string {
 	rate := float64(r.schedules) / r.elapsed.Seconds()
-	s := fmt.Sprintf("%s: %d schedules in %v (%.0f/s, %.1f simulated hours, %d events), %d overlaps, %d liveness violations, %d runaways",
-		r.prof.name, r.schedules, r.elapsed.Round(time.Millisecond), rate, r.simulated.Hours(), r.steps, r.overlaps, r.liveness, r.runaways)
+	s := fmt.Sprintf("%s: %d schedules in %v (%.0f/s, %.1f simulated hours, %d events), %d overlaps, %d hand-over violations, %d liveness violations, %d runaways",
+		r.prof.name, r.schedules, r.elapsed.Round(time.Millisecond), rate, r.simulated.Hours(), r.steps, r.overlaps, r.handOvers, r.liveness, r.runaways)
 	if r.first != nil {
 		s += fmt.Sprintf("; first overlap at schedule %d after %v (seed %d)", r.first.index+1, r.first.after.Round(time.Millisecond), r.first.seed)
 	}

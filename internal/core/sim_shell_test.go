@@ -15,17 +15,18 @@ func (m *simMember) handle(e simAppEvent) {
 	switch e.kind {
 	case appMessage:
 		r := e.rec
+		role := m.roles[r.partition]
 		if r.hb.Kind == KindHeartbeat && r.writer.name == m.name {
-			m.mach.ReadBack(m.part, r.hb, r.offset)
+			m.mach.ReadBack(role, r.hb, r.offset)
 			return
 		}
-		m.mach.Foreign(m.part, r.hb)
+		m.mach.Foreign(role, r.hb)
 	case appCommitted:
-		if e.err == errNone && e.offset >= 0 {
+		if e.err == errNone && len(e.offsets) > 0 {
 			m.autoAccepted, m.autoQueued, m.autoProcessed = e.accepted, e.queued, m.w.now
-			m.note("OffsetsCommitted of offset %d processed (the coordinator accepted it at %s)", e.offset, fmtDur(e.accepted))
+			m.note("OffsetsCommitted of %s processed (the coordinator accepted it at %s)", fmtOffsets(e.offsets), fmtDur(e.accepted))
 		}
-		m.renewal(false, 0, func() { m.mach.AutoCommitted(m.answerOf(e.offset, e.tag, e.err)) })
+		m.renewal(false, e.offsets, func() { m.mach.AutoCommitted(m.answerOf(e.offsets, e.err)) })
 	case appAssigned:
 		m.inCallback = true
 		m.assigned(e)
@@ -38,26 +39,60 @@ func (m *simMember) handle(e simAppEvent) {
 	}
 }
 
-// assigned is the rebalance callback for an assignment: the machine's judgement, the stall the
-// adversary may put between it and librdkafka's assign call, the assign call, and the tenure.
+// assigned is the rebalance callback for an assignment: the machine's assign; the read of the
+// partitions' ends it asks for, over goneli's own connection, waited for up to
+// HeartbeatTimeout/2 (driver.endsOf, tailsWait); takeAt; the stall the adversary may put before
+// librdkafka's assign call; the assign call, and the tenures.
 func (m *simMember) assigned(e simAppEvent) {
-	var partitions []int32
-	if e.p0 {
-		m.groupP0 = true
-		partitions = []int32{0}
-	}
-	_, take := m.mach.Assign(partitions, m.memberName(), true, false)
+	partitions := e.parts.list()
+	read, take := m.mach.Assign(partitions, m.memberName(), true, true)
 	if !take {
-		m.rdk.assigned(e.p0) // confluent-kafka-go applies it itself
+		// confluent-kafka-go applies it itself, from the committed offsets; the fetch position
+		// decides nothing once Close has begun.
+		offsets := make([]OffsetRef, len(partitions))
+		for i, p := range partitions {
+			offsets[i] = OffsetRef{Partition: p, Offset: offsetTail(ReleaseLookback)}
+		}
+		m.rdk.assigned(offsets)
 		return
 	}
-	m.mach.TakeAt(nil)
+	if len(read) == 0 {
+		m.takeAt(partitions, nil)
+		return
+	}
+	q := &simReq{kind: reqListOffsets, from: m, parts: partsOf(read...)}
+	m.note("the rebalance callback reads the ends of partitions %s", q.parts)
+	m.endsConn.send(q)
+	m.w.adv.endsAsked(m)
+	m.block(m.prof.ht/2, func() bool { return m.endsGot == q || m.closing }, func() {
+		var ends map[int32]int64
+		if m.endsGot == q {
+			ends = make(map[int32]int64, len(read))
+			for _, p := range read {
+				ends[p] = q.ends[p]
+			}
+			m.note("the ends of partitions %s are read: %v", q.parts, q.ends)
+		} else {
+			m.note("the ends of partitions %s are not read within %s: librdkafka resolves them", q.parts, fmtDur(m.prof.ht/2))
+		}
+		m.takeAt(partitions, ends)
+	})
+}
+
+// takeAt is the rest of the callback once the ends are read, or not: the machine's takeAt, the
+// stall the adversary may put before librdkafka's assign call, the assign call and taken.
+func (m *simMember) takeAt(partitions []int32, ends map[int32]int64) {
+	offsets := m.mach.TakeAt(ends)
 	finish := func() {
-		m.rdk.assigned(e.p0)
+		m.rdk.assigned(offsets)
 		m.mach.Taken(nil)
-		if e.p0 {
-			_, name := m.part.Lease.Tenure()
-			m.note("tenure %s begins (%s, vouched %v)", name, m.memberName(), m.mach.Group.member.Vouched)
+		if m.w.tracing() {
+			for _, p := range partitions {
+				if l := m.roles[p].Lease; l.active() {
+					_, name := l.Tenure()
+					m.roleNote(p, "tenure %s begins (%s, vouched %v)", name, m.memberName(), m.mach.Group.member.Vouched)
+				}
+			}
 		}
 	}
 	if stall := m.stallAssign; stall > 0 {
@@ -70,24 +105,25 @@ func (m *simMember) assigned(e simAppEvent) {
 	finish()
 }
 
-// revoked is the rebalance callback for a revocation: the machine ends the tenure, the waits it
+// revoked is the rebalance callback for a revocation: the machine ends the tenures, the waits it
 // leaves, then librdkafka's unassign.
 func (m *simMember) revoked(e simAppEvent) {
-	var partitions []int32
-	if m.groupP0 {
-		partitions = []int32{0}
-		m.groupP0 = false
+	partitions := e.parts.list()
+	var active simParts
+	for _, p := range partitions {
+		if m.roles[p].Lease.active() {
+			active = active.add(p)
+		}
 	}
-	active := m.part.Lease.active()
 	w, _, give := m.mach.Revoke(partitions, e.lost, true)
 	if !give {
-		m.rdk.unassigned()
+		m.rdk.unassigned(e.parts)
 		return
 	}
-	if active {
-		m.note("tenure ends (lost %v)", e.lost)
+	if active != 0 {
+		m.note("tenures of partitions %s end (lost %v)", active, e.lost)
 	}
-	m.wait(w, nil, m.rdk.unassigned)
+	m.wait(w, nil, func() { m.rdk.unassigned(e.parts) })
 }
 
 func (m *simMember) memberName() string {
@@ -129,7 +165,7 @@ func (m *simMember) wait(w *ReleaseWait, then func(), next func()) {
 	// lease (driver.releaseFlush).
 	var qs []*simReq
 	for _, r := range w.Pending {
-		qs = append(qs, m.produceRecord(r.Marker))
+		qs = append(qs, m.produceRecord(r.Role.ID, r.Marker))
 	}
 	written := func() bool {
 		for _, q := range qs {
@@ -171,50 +207,66 @@ func (m *simMember) block(limit time.Duration, ready func() bool, then func()) {
 		if m.inCallback {
 			// The rebalance callback returns, and with it the consumer's poll: librdkafka counts
 			// max.poll.interval.ms from here (rd_kafka_app_polled), not from before the callback.
-			m.inCallback = false
 			m.lastPoll = m.clock.local(m.w.now)
 		}
 		then()
 		if !m.blocked {
+			// Unless then waits on (the callback's stall after its read of the ends).
+			m.inCallback = false
 			m.drain()
 		}
 	}
 	m.at(m.w.now, poll)
 }
 
-// renewal runs call, a machine call that may renew the lease, and notes for the oracle whether it
-// did by an explicit commit (offset, if explicit, is the commit's).
-func (m *simMember) renewal(explicit bool, offset int64, call func()) {
-	before := m.view().End
+// renewal runs call, a machine call that may renew leases, and notes for the oracle whether it
+// renewed each role by an explicit commit (offs are the commit's).
+func (m *simMember) renewal(explicit bool, offs []simOffset, call func()) {
+	var before [simMaxRoles]time.Duration
+	for i, r := range m.roles {
+		before[i] = r.Lease.Load().End
+	}
 	call()
-	if v := m.view(); v.Leading && v.End != before {
-		m.renewedExplicitly = explicit
-		m.renewedRestarted = explicit && offset == m.restartedAsk
+	for i, r := range m.roles {
+		if v := r.Lease.Load(); v.Leading && v.End != before[i] {
+			rs := &m.rs[i]
+			rs.renewedExplicitly, rs.renewedRestarted = explicit, false
+			for _, o := range offs {
+				if explicit && o.partition == int32(i) && o.offset == m.restartedAsk {
+					rs.renewedRestarted = true
+				}
+			}
+		}
 	}
 }
 
-// answerOf is a commit's answer for partition 0, as driver.commitAnswerOf translates librdkafka's.
-func (m *simMember) answerOf(offset int64, tag string, err simErr) CommitAnswer {
-	c := Committed{OffsetRef: OffsetRef{Partition: 0, Offset: offset, Tag: tag}}
-	switch err {
-	case errNone:
-	case errUnknownMemberID, errFencedMemberEpoch:
-		c.Err, c.Outcome = err, CommitGone
-	case errIllegalGeneration:
-		c.Err, c.Outcome = err, CommitGeneration
-	default:
-		c.Err, c.Outcome = err, CommitNotAccepted
+// answerOf is a commit's answer, as driver.commitAnswerOf translates librdkafka's: the coordinator
+// judges the member and its generation once for the request, so every partition carries its error.
+func (m *simMember) answerOf(offs []simOffset, err simErr) CommitAnswer {
+	var a CommitAnswer
+	for _, o := range offs {
+		c := Committed{OffsetRef: OffsetRef{Partition: o.partition, Offset: o.offset, Tag: o.tag}}
+		switch err {
+		case errNone:
+		case errUnknownMemberID, errFencedMemberEpoch:
+			c.Err, c.Outcome = err, CommitGone
+		case errIllegalGeneration:
+			c.Err, c.Outcome = err, CommitGeneration
+		default:
+			c.Err, c.Outcome = err, CommitNotAccepted
+		}
+		a.Offsets = append(a.Offsets, c)
 	}
 	if err == errIllegalGeneration {
 		// librdkafka reports a refused commit as the whole request's error as well.
-		return CommitAnswer{Offsets: []Committed{c}, Err: err, Outcome: CommitGeneration}
+		a.Err, a.Outcome = err, CommitGeneration
 	}
-	return CommitAnswer{Offsets: []Committed{c}}
+	return a
 }
 
 // explicitAnswered is the committer goroutine's answer, for the next cycle.
-func (m *simMember) explicitAnswered(off int64, tag string, err simErr) {
-	m.commitAns = &simAnswer{offset: off, tag: tag, err: err}
+func (m *simMember) explicitAnswered(offs []simOffset, err simErr) {
+	m.commitAns = &simAnswer{offsets: offs, err: err}
 }
 
 // collectCommits is driver.collectCommits.
@@ -224,7 +276,7 @@ func (m *simMember) collectCommits() {
 		return
 	}
 	m.commitAns = nil
-	m.renewal(true, a.offset, func() { m.mach.ExplicitAnswered(m.answerOf(a.offset, a.tag, a.err)) })
+	m.renewal(true, a.offsets, func() { m.mach.ExplicitAnswered(m.answerOf(a.offsets, a.err)) })
 }
 
 func (m *simMember) checkAnswered(q *simReq) {
@@ -262,15 +314,16 @@ func (m *simMember) mayProduce() bool {
 
 // sendBeats is driver.sendHeartbeats: the heartbeats the machine produced in this cycle go out.
 func (m *simMember) sendBeats() {
-	for _, h := range m.beats {
-		m.lastBeat, m.lastBeatAt = m.produceRecord(*h), m.dnow()
-		m.part.Lease.Sent()
+	for _, b := range m.beats {
+		m.lastBeat, m.lastBeatAt = m.produceRecord(b.role.ID, *b.hb), m.dnow()
+		b.role.Lease.Sent()
 	}
+	clear(m.beats)
 	m.beats = m.beats[:0]
 }
 
-func (m *simMember) produceRecord(h Heartbeat) *simReq {
-	q := &simReq{kind: reqProduce, from: m, rec: &simRecord{writer: m, hb: h}}
+func (m *simMember) produceRecord(p int32, h Heartbeat) *simReq {
+	q := &simReq{kind: reqProduce, from: m, rec: &simRecord{writer: m, hb: h, partition: p}}
 	m.prodConn.send(q)
 	return q
 }
@@ -315,29 +368,33 @@ func (m *simMember) aim() {
 
 // The dispatcher.
 
-// dispatch delivers the queued barrier calls one at a time; IsLeader counts a LeaderAcquired once
-// its call has returned (neli.deliver).
-func (m *simMember) dispatch() {
-	if m.dispBusy || len(m.disp) == 0 {
+// dispatch delivers role p's queued barrier calls one at a time (each role has a dispatcher of its
+// own); IsLeader counts a LeaderAcquired once its call has returned (neli.deliver).
+func (m *simMember) dispatch(p int32) {
+	rs := &m.rs[p]
+	if rs.dispBusy || len(rs.disp) == 0 {
 		return
 	}
-	d := m.disp[0]
-	m.disp = m.disp[1:]
-	m.dispBusy = true
+	d := rs.disp[0]
+	rs.disp = rs.disp[1:]
+	rs.dispBusy = true
 	took := m.barrier
 	if m.w.now < m.barrierSlowUntil {
 		took += m.barrierSlowBy
 	}
 	m.at(m.clock.afterLocal(took), func() {
 		if d.acquired {
-			m.part.Lease.AcquiredDelivered(d.epoch)
-			m.note("barrier returned from LeaderAcquired: leads until %s", m.leaseEndNote())
+			m.roles[p].Lease.AcquiredDelivered(d.epoch)
+			m.roleNote(p, "barrier returned from LeaderAcquired: leads until %s", m.leaseEndNote(p))
 		}
 		if d.dl != nil {
 			d.dl.Finish()
 		}
-		m.dispBusy = false
-		m.dispatch()
+		if m.rs[p].handing == d.dl {
+			m.rs[p].handing = nil
+		}
+		m.rs[p].dispBusy = false
+		m.dispatch(p)
 	})
 }
 
@@ -369,11 +426,11 @@ func (m *simMember) close() {
 			switch {
 			case r.Done.delivered():
 				r.Marker.Kind = KindReleased
-				m.produceRecord(r.Marker)
+				m.produceRecord(r.Role.ID, r.Marker)
 			default:
 				busy = append(busy, r)
 				if r.Fresh {
-					m.produceRecord(r.Marker)
+					m.produceRecord(r.Role.ID, r.Marker)
 				}
 			}
 		}
@@ -390,7 +447,7 @@ func (m *simMember) afterClosingCycle() {
 	for _, r := range m.finals {
 		if r.Done.delivered() {
 			r.Marker.Kind = KindReleased
-			m.produceRecord(r.Marker)
+			m.produceRecord(r.Role.ID, r.Marker)
 			continue
 		}
 		kept = append(kept, r)
@@ -413,17 +470,17 @@ func (f simFx) StoreOffsets(offsets []OffsetRef) ([]OffsetRef, error) {
 	m := f.m
 	var stored []OffsetRef
 	for _, o := range offsets {
-		if o.Partition != 0 {
+		if int(o.Partition) >= len(m.roles) {
 			continue
 		}
 		if o.Offset < 0 {
-			m.rdk.withdraw()
+			m.rdk.withdraw(o.Partition)
 			continue
 		}
-		if m.rdk.store(o.Offset, o.Tag) {
+		if m.rdk.store(o.Partition, o.Offset, o.Tag) {
 			stored = append(stored, o)
 			m.storedCount++
-			m.note("stores offset %d", o.Offset)
+			m.roleNote(o.Partition, "stores offset %d", o.Offset)
 			m.w.adv.offsetStored(m)
 		}
 	}
@@ -431,20 +488,19 @@ func (f simFx) StoreOffsets(offsets []OffsetRef) ([]OffsetRef, error) {
 }
 
 func (f simFx) Produce(p *Role, h *Heartbeat) {
-	f.m.beats = append(f.m.beats, h)
+	f.m.beats = append(f.m.beats, simBeat{p, h})
 }
 
 func (f simFx) WriteMarker(p *Role, h *Heartbeat) {
-	f.m.produceRecord(*h)
+	f.m.produceRecord(p.ID, *h)
 }
 
 func (f simFx) Commit(offsets []OffsetRef) {
-	m := f.m
+	offs := make([]simOffset, 0, len(offsets))
 	for _, o := range offsets {
-		if o.Partition == 0 {
-			m.rdk.commit(o.Offset, o.Tag)
-		}
+		offs = append(offs, simOffset{o.Partition, o.Offset, o.Tag})
 	}
+	f.m.rdk.commit(offs)
 }
 
 func (f simFx) Describe(tenures map[int32]uint64) error {
@@ -455,30 +511,66 @@ func (f simFx) Describe(tenures map[int32]uint64) error {
 
 func (f simFx) Deliver(p *Role, events []TenureEvent, dl *Delivery) {
 	m := f.m
+	rs := &m.rs[p.ID]
 	for i, e := range events {
 		d := &simDelivery{what: fmt.Sprint(e)}
 		if i == len(events)-1 {
 			d.dl = dl
 		}
-		if _, ok := e.(Acquired); ok {
+		switch e.(type) {
+		case Acquired:
 			d.acquired, d.epoch = true, p.Lease.newestEpoch()
+			rs.appLeads = true
+		case Fenced:
+			rs.appLeads = false
+		case Revoked:
+			if rs.appLeads {
+				if d.dl == nil {
+					d.dl = NewDelivery()
+				}
+				rs.handing, rs.handedAt, rs.released = d.dl, m.w.now, false
+			}
+			rs.appLeads = false
 		}
 		if m.w.tracing() {
 			switch e := e.(type) {
 			case Acquired:
-				m.note("LeaderAcquired (lease to %s)", m.leaseEndNote())
+				m.roleNote(p.ID, "LeaderAcquired (lease to %s)", m.leaseEndNote(p.ID))
 			case Fenced:
-				m.note("LeaderFenced: %s", e.Reason)
+				m.roleNote(p.ID, "LeaderFenced: %s", e.Reason)
 			case Revoked:
-				m.note("LeaderRevoked")
+				m.roleNote(p.ID, "LeaderRevoked")
 			}
 		}
-		m.disp = append(m.disp, d)
+		rs.disp = append(rs.disp, d)
 	}
-	m.dispatch()
+	m.dispatch(p.ID)
 	// IsLeader reads the published view without the driver's lock, so every state between two
 	// transitions of one cycle is visible: the oracle looks at each.
 	m.w.oracle.check(m.w)
+}
+
+// roleNote records a line of the timeline about role p, naming it when there are several.
+func (m *simMember) roleNote(p int32, format string, args ...any) {
+	if !m.w.tracing() {
+		return
+	}
+	if m.w.roles > 1 {
+		format = fmt.Sprintf("[p%d] ", p) + format
+	}
+	m.w.note(m.name, format, args...)
+}
+
+// fmtOffsets renders a commit's offsets for the timeline.
+func fmtOffsets(offs []simOffset) string {
+	var b strings.Builder
+	for i, o := range offs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "p%d@%d", o.partition, o.offset)
+	}
+	return b.String()
 }
 
 func (f simFx) Note(_ LogLevel, _, format string, args ...any) {

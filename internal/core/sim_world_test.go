@@ -7,12 +7,13 @@ import (
 	"time"
 )
 
-// The simulation (issue 38) runs members made of the real lease state machine (lease.go) and a
-// model of the driver around it (sim_member_test.go) against models of librdkafka's group client
+// The simulation (issue 38) runs members made of goneli's own machine (machine.go: the leases, the
+// commit gate and every decision the driver makes) and the shell around it (sim_member_test.go)
+// against models of librdkafka's group client
 // (sim_rdk_test.go, sim_rdk848_test.go) and of Apache Kafka's group coordinator
 // (sim_coord_test.go, sim_coord848_test.go), on one virtual clock, under schedules that an
 // adversary draws (sim_adversary_test.go), and checks that no two members hold an unexpired lease
-// of the role at one instant (sim_oracle_test.go). Everything runs on one goroutine: an event
+// of one role at one instant (sim_oracle_test.go). Everything runs on one goroutine: an event
 // queue ordered by (time, sequence) drives it, and every random choice comes from one PCG seeded
 // from the schedule's seed, so a seed replays its schedule exactly (TestSimDeterministic). No
 // map is iterated where its order could decide anything.
@@ -38,6 +39,13 @@ type simWorld struct {
 	end    time.Duration // the schedule stops here
 
 	trace *simTrace // the timeline, recorded only when a schedule is replayed for a report
+
+	// roles is how many roles every member contends for, roleNames their names as NewRoles takes
+	// them (New's single unnamed role when there is one); partition i is role i.
+	roles     int
+	roleNames []string
+	// startMembers is how many members the schedule starts with.
+	startMembers int
 
 	coord      simCoordinator
 	topic      *simTopic

@@ -21,7 +21,8 @@
 // Options.Listeners adds client listeners of a test's own beside the harness's PLAINTEXT one: a
 // SASL_PLAINTEXT or SASL_SSL listener for principals an authorizer tells apart (Options.SCRAM
 // formats SCRAM users into the cluster; the TLS listeners present a certificate of the cluster's
-// own authority, Cluster.CAFile), or a listener per client advertised at another address.
+// own authority, Cluster.CAFile), or a listener per client advertised at a Proxy's address,
+// through which a test cuts that client off from the cluster.
 //
 // See docs/testing.md for what is fetched, how big it is and how long it takes.
 package realkafka

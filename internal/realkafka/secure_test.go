@@ -85,8 +85,8 @@ func TestSASLSSLListener(t *testing.T) {
 	}
 }
 
-// Users and listeners that kafka-storage format or Kafka would refuse or misread are refused before
-// any JVM starts, naming the field.
+// Users that kafka-storage format would refuse or misread are refused before any JVM starts,
+// naming the field.
 func TestCheckSCRAM(t *testing.T) {
 	for _, tc := range []struct {
 		u    SCRAMUser
@@ -106,11 +106,5 @@ func TestCheckSCRAM(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%+v: %v, want an error naming %s", tc.u, err, tc.want)
 		}
-	}
-	if err := checkListeners(Options{Nodes: 1, Listeners: []Listener{{Name: "A", Protocol: "SASL_SSL"}, {Name: "B", Protocol: "SSL"}}}); err != nil {
-		t.Errorf("SASL_SSL and SSL listeners: %v", err)
-	}
-	if err := checkListeners(Options{Nodes: 1, Listeners: []Listener{{Name: "A", Protocol: "TLS"}}}); err == nil || !strings.Contains(err.Error(), "Options.Listeners[0].Protocol") {
-		t.Errorf("a listener of protocol TLS: %v, want an error naming Options.Listeners[0].Protocol", err)
 	}
 }

@@ -72,8 +72,9 @@ type Client struct {
 
 	mu      sync.Mutex
 	leaders map[string]topicLeaders // by topic: where Produce sends each partition
-	// coordinators are the brokers that last answered a description of each group, by group: a
-	// GROUP config resource of the group goes there (DescribeConfigs).
+	// coordinators are the brokers that coordinate each group, by group, as last found: the next
+	// description of the group (requestGroup) and a GROUP config resource of it (DescribeConfigs)
+	// go there.
 	coordinators map[string]int32
 }
 
@@ -331,33 +332,95 @@ func (c *Client) Request(ctx context.Context, req kmsg.Request) (kmsg.Response, 
 	return resp, err
 }
 
-// requestGroup is Request for a request that kgo sends to group's coordinator, noting which broker
-// answered it.
+// requestGroup sends req, a request about group alone, to the group's coordinator: the broker that
+// answered the last such request, or else the one FindCoordinator names. It asks again while the
+// answer (the group's result in it) says that the coordinator is not ready or is another broker
+// now, and, of the broker FindCoordinator names then, when the request gets no answer and that is
+// another broker: a coordinator that died, and whose group has moved. Other errors in the answer are
+// the caller's to read.
+//
+// kgo would route the request itself, but it keeps the coordinators it has found and forgets one
+// only when it answers that it no longer coordinates the group, which a broker that died never
+// does: every description then went to the dead broker until it came back, long after the group
+// had moved (found on Apache Kafka 4.4, realtest's TestBrokerCrash; TestDescribeAfterTheCoordinatorDied).
 func (c *Client) requestGroup(ctx context.Context, group string, req kmsg.Request) (kmsg.Response, error) {
 	if err := c.Fallback(); err != nil {
 		return nil, err
 	}
 	var resp kmsg.Response
 	err := c.retry(ctx, func() error {
-		shards := c.cl.RequestSharded(ctx, req)
-		if len(shards) != 1 {
-			return fmt.Errorf("a request for one group went to %d brokers", len(shards))
+		node, ok := c.coordinatorOf(group)
+		if !ok {
+			var err error
+			if node, err = c.FindCoordinator(ctx, GroupCoordinator, group); err != nil {
+				return err
+			}
 		}
-		if shards[0].Err == nil {
-			c.mu.Lock()
-			c.coordinators[group] = shards[0].Meta.NodeID
-			c.mu.Unlock()
+		r, err := c.BrokerRequest(ctx, node, req)
+		if err != nil {
+			c.setCoordinator(group, node, false)
+			var ke *kerr.Error
+			if errors.As(err, &ke) || ctx.Err() != nil || IsFallback(err) {
+				return err
+			}
+			// No answer, or kgo did not send the request (a broker that does not offer it, which
+			// the caller tells): asked again only where the group has gone meanwhile.
+			if moved, ferr := c.FindCoordinator(ctx, GroupCoordinator, group); ferr == nil && moved != node {
+				c.setCoordinator(group, moved, true)
+				return &coordinatorMoved{err}
+			}
+			return err
 		}
-		resp = shards[0].Resp
-		return shards[0].Err
+		resp = r
+		if err := kerr.ErrorForCode(groupErrorCode(r)); coordinatorNotReady(err) {
+			c.setCoordinator(group, node, false)
+			return err
+		}
+		c.setCoordinator(group, node, true)
+		return nil
 	})
 	if fe := c.Fallback(); fe != nil && err != nil {
 		return nil, fe
 	}
+	var moved *coordinatorMoved
+	switch {
+	case errors.As(err, &moved):
+		return nil, moved.err
+	case err != nil && resp != nil && coordinatorNotReady(err):
+		// The coordinator still was not ready when the retries ran out: the answer says so.
+		return resp, nil
+	}
 	return resp, err
 }
 
-// coordinatorOf is the broker that last answered a description of group, if one did.
+// groupErrorCode is the error code of the one group in a description's answer.
+func groupErrorCode(r kmsg.Response) int16 {
+	switch r := r.(type) {
+	case *kmsg.DescribeGroupsResponse:
+		if len(r.Groups) == 1 {
+			return r.Groups[0].ErrorCode
+		}
+	case *kmsg.ConsumerGroupDescribeResponse:
+		if len(r.Groups) == 1 {
+			return r.Groups[0].ErrorCode
+		}
+	}
+	return 0
+}
+
+// setCoordinator notes node as group's coordinator, or forgets it (is false) if it is the one noted.
+func (c *Client) setCoordinator(group string, node int32, is bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case is:
+		c.coordinators[group] = node
+	case c.coordinators[group] == node:
+		delete(c.coordinators, group)
+	}
+}
+
+// coordinatorOf is the broker that coordinates group as last found (requestGroup), if one was.
 func (c *Client) coordinatorOf(group string) (int32, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -413,9 +476,17 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 
 // coordinatorNotReady reports whether err says to ask again shortly.
 func coordinatorNotReady(err error) bool {
+	var moved *coordinatorMoved
 	return errors.Is(err, kerr.CoordinatorNotAvailable) || errors.Is(err, kerr.NotCoordinator) ||
-		errors.Is(err, kerr.CoordinatorLoadInProgress)
+		errors.Is(err, kerr.CoordinatorLoadInProgress) || errors.As(err, &moved)
 }
+
+// coordinatorMoved is a request to a group's coordinator that got no answer from a broker that
+// FindCoordinator no longer names: it is asked again of the one it names.
+type coordinatorMoved struct{ err error }
+
+func (e *coordinatorMoved) Error() string { return e.err.Error() }
+func (e *coordinatorMoved) Unwrap() error { return e.err }
 
 // KafkaError makes a Kafka protocol error code a kafka.Error, whose codes are the protocol's for
 // broker errors, so that callers treat it like one that librdkafka reports.

@@ -337,6 +337,37 @@ func TestEndOffsetsOfEveryLeader(t *testing.T) {
 	}
 }
 
+// A group whose coordinator died (its connections reset, its port closed) and moved to another
+// broker is described at the new one. kgo keeps the coordinators it has found and forgets one only
+// when it answers that it no longer coordinates the group, which a dead broker never does: on
+// Apache Kafka 4.4 every description went to the dead broker until it came back, and no instance
+// led meanwhile (realtest's TestBrokerCrash).
+func TestDescribeAfterTheCoordinatorDied(t *testing.T) {
+	b := start(t, kfake.NumBrokers(3))
+	const group = "g"
+	c := newClient(t, b, nil, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.AwaitLimit)
+	defer cancel()
+	if _, err := c.DescribeConsumerGroups(ctx, []string{group}); err != nil {
+		t.Fatal(err)
+	}
+	dead := b.CoordinatorFor(group)
+	b.Net.CutBroker(b.Addrs[dead], kafkatest.Refuse)
+	if err := b.RemoveNode(dead); err != nil {
+		t.Fatal(err)
+	}
+	if now := b.CoordinatorFor(group); now == dead {
+		t.Fatalf("group %s is still coordinated by node %d after its removal", group, dead)
+	}
+	res, err := c.DescribeConsumerGroups(ctx, []string{group})
+	if err != nil {
+		t.Fatalf("describing group %s after its coordinator, node %d, died: %v", group, dead, err)
+	}
+	if d := res.ConsumerGroupDescriptions[0]; d.Error.Code() != kafka.ErrNoError {
+		t.Fatalf("describing group %s after its coordinator, node %d, died: %v", group, dead, d.Error)
+	}
+}
+
 // A broker before Kafka 3.7 offers no ConsumerGroupDescribe, and kgo does not send a request that
 // the broker's ApiVersions does not list, with an error it does not export: the connection asks
 // the coordinator what it offers, and describes the group with DescribeGroups, as it describes

@@ -2,6 +2,7 @@ package realtest
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -40,40 +41,51 @@ func (r *rig) settle(what string) {
 	r.awaitAct(time.Now().Add(time.Second), "", "a leader "+what)
 }
 
+// elect starts members, one leader among them, and waits until one leads and the group has
+// settled; it returns the rig and the group's timing.
+func elect(t *testing.T, c *realkafka.Cluster, p protocol, members int, opts ...rigOption) (*rig, timing) {
+	t.Helper()
+	began := time.Now()
+	r := newRig(t, c, p, members, 0, opts...)
+	first := r.awaitAct(began, "", "a first leader")
+	t.Logf("the first leader acted %v after the members were started", first.Sub(began).Round(time.Millisecond))
+	r.settle("in the settled group")
+	tm := r.groupTiming()
+	t.Logf("group timing: heartbeat %v, session %v, assignment interval %v", tm.heartbeat, tm.session, tm.assignment)
+	return r, tm
+}
+
 // Three members elect one leader, which is then stopped gracefully, killed with SIGKILL and frozen
 // with SIGSTOP in turn: each time another member takes over within the documented bound, and at
 // no instant do two members act as leader.
 func TestElection(t *testing.T) {
 	eachProtocol(t, func(t *testing.T, c *realkafka.Cluster, p protocol) {
-		began := time.Now()
-		r := newRig(t, c, p, 3, 0)
-		first := r.awaitAct(began, "", "a first leader")
-		t.Logf("the first leader acted %v after the members were started", first.Sub(began).Round(time.Millisecond))
-		r.settle("in the settled group")
-		tm := r.groupTiming()
-		t.Logf("group timing: heartbeat %v, session %v, assignment interval %v", tm.heartbeat, tm.session, tm.assignment)
-
-		slot := r.leader()
-		r.inject("sigterm", slot)
-		r.start(slot)
-		r.settle("after a newcomer replaced the stopped leader")
-
-		slot = r.leader()
-		r.inject("sigkill", slot)
-		r.start(slot)
-		r.settle("after a newcomer replaced the killed leader")
-
-		slot = r.leader()
-		r.inject("sigstop", slot)
-		// The frozen leader's lease ran out while it was stopped: resumed, it must not act, and it
-		// joins the group again as a follower.
-		if _, err := r.fleet.Signal(r.procs[slot], syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		r.settle("after the frozen leader resumed")
-
-		r.check(bounds(tm))
+		election(t, c, p, "sigterm", "sigkill", "sigstop")
 	})
+}
+
+// election elects a leader among three members and hits it with each fault of kinds in turn
+// (sigterm, sigkill, sigstop), settling the group with a newcomer (or the resumed member) after
+// each, then checks that no two led at once and that each failed over within bounds.
+func election(t *testing.T, c *realkafka.Cluster, p protocol, kinds ...string) {
+	r, tm := elect(t, c, p, 3)
+	for _, kind := range kinds {
+		slot := r.leader()
+		r.inject(kind, slot)
+		switch kind {
+		case "sigstop":
+			// The frozen leader's lease ran out while it was stopped: resumed, it must not act, and
+			// it joins the group again as a follower.
+			if _, err := r.fleet.Signal(r.procs[slot], syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			r.settle("after the frozen leader resumed")
+		default:
+			r.start(slot)
+			r.settle(fmt.Sprintf("after a newcomer replaced the leader ended by %s", kind))
+		}
+	}
+	r.check(bounds(tm))
 }
 
 // Three members share 64 roles: every role is led by exactly one member at a time, the roles are
