@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -77,6 +78,9 @@ type scriptConsumer struct {
 	// wake ends the waits of commits under way, for a test that ends early: the close that waits
 	// for them takes a mutex, which does not let the bubble's clock move on.
 	wake chan struct{}
+	// closeHold, if set, holds Close until it is closed, as confluent-kafka-go v2.11.1 holds the
+	// Close of a consumer that raised a fatal error, for good.
+	closeHold chan struct{}
 }
 
 type rebalanceEvent struct{ ev kafka.Event }
@@ -295,6 +299,12 @@ func (c *scriptConsumer) CommitOffsets(tps []kafka.TopicPartition) ([]kafka.Topi
 }
 
 func (c *scriptConsumer) Close() error {
+	c.mu.Lock()
+	hold := c.closeHold
+	c.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -1167,4 +1177,29 @@ func TestDriverFatalGroupAuthorization(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A consumer that raised a fatal error never finishes closing under confluent-kafka-go v2.11.1
+// (its Close drops librdkafka's refusal to close such a consumer and polls for a close that never
+// comes: confluentinc/confluent-kafka-go#1588). Close must still return by its deadline, and say
+// why the consumer stays behind rather than ask whether the broker is reachable (seen on Apache
+// Kafka 4.4 under KIP-848 with Read on the group missing, TestACLsOnKafka).
+func TestDriverCloseAfterAFatalErrorSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		release := make(chan struct{})
+		r.consumer.mu.Lock()
+		r.consumer.closeHold = release
+		r.consumer.mu.Unlock()
+		r.consumer.push(kafka.NewError(kafka.ErrGroupAuthorizationFailed, "ConsumerGroupHeartbeat fatal error: Broker: Group authorization failed", true))
+		if _, err := r.n.Pulse(scriptLease); err == nil {
+			t.Fatal("Pulse after a fatal error: nil")
+		}
+		err := r.n.Close()
+		close(release)
+		if !errors.Is(err, ErrCloseTimeout) || !strings.Contains(err.Error(), "raised a fatal error") ||
+			!strings.Contains(err.Error(), "confluentinc/confluent-kafka-go#1588") {
+			t.Fatalf("Close: %v; want ErrCloseTimeout saying that the consumer raised a fatal error", err)
+		}
+	})
 }
