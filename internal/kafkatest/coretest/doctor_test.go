@@ -164,6 +164,10 @@ func TestCheckMissingGrant(t *testing.T) {
 	// Reading the broker's session bounds takes DescribeConfigs on the cluster, which docs/operations.md
 	// does not ask of a classic group: a warning, not a failure.
 	wantCheck(t, r, "session", CheckWarn, "could not read the broker's group.min/max.session.timeout.ms")
+	// alice answers to that warning with the grant's command, as to the failures.
+	if c := resultOf(t, r, "session"); !strings.Contains(c.Fix, "kafka-acls.sh --add --allow-principal User:alice --operation DescribeConfigs --cluster") {
+		t.Errorf("session's fix %q; want the kafka-acls command that grants DescribeConfigs on the cluster", c.Fix)
+	}
 }
 
 // TestCheckWrongPassword: the bootstrap server is Kafka, but it does not let the user in.
