@@ -469,7 +469,9 @@ func TestACLsOnKafka(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "neli")
 	built := make(chan error, 1)
 	go func() { built <- buildNeli(bin) }()
-	c := realkafka.Shared(t, aclOptions())
+	// Its own cluster, closed when the test ends: no other test of the package authorises over
+	// SASL_SSL, so a shared one would idle until the package ends.
+	c := realkafka.Start(t, aclOptions())
 	t.Logf("Kafka %s: %s", c.Version(), c.Timing())
 	cl := secureClient(t, c)
 	if err := <-built; err != nil {
