@@ -291,10 +291,11 @@
 // and Go's crypto/tls does not (a host named only in the subject's CN, a certificate Go cannot
 // parse such as one with a negative serial number, a listener offering only TLS_RSA_* suites), from
 // the first connection that meets it, for the instance's life; and so does any other way in which
-// the connection cannot do what librdkafka does: when its group checks, or whole rounds of its
-// heartbeats, have failed for a HeartbeatTimeout while librdkafka's commits were accepted
-// (internal/driver, sidefail.go), the session reads of KIP-848, the heartbeats and the tails go through librdkafka
-// too from then on. There the check is sent once per membership
+// the connection cannot do what librdkafka does: when its group checks have failed for a
+// HeartbeatTimeout while librdkafka's commits were accepted (internal/driver, sidefail.go), the
+// session reads of KIP-848, the heartbeats and the tails go through librdkafka too from then on.
+// (A heartbeat that the connection fails to write goes to librdkafka at once, and the next ones
+// go there for a lease, longer after rounds that no broker answered.) There the check is sent once per membership
 // and not within a second of a failed broker connection (for at most ten seconds), and an abort
 // stays possible. The group handles an abort as a crash, so it costs a failover, not safety: run
 // contenders under a supervisor that restarts them, as Kubernetes and systemd do.

@@ -98,13 +98,13 @@ type checkState struct {
 	// it cannot follow the clients' settings, and the check then goes through librdkafka's admin
 	// client, as it does once the connection has given way to librdkafka (viaSide).
 	wire sidechan.Channel
-	// began is when the check under way began, and sided whether it went over wire; side and
-	// sideBeats watch wire's group checks and heartbeats, and sideOff says that wire gave way to
-	// librdkafka at the instance's behest (sidefail.go), for a wire that cannot be told to.
-	began           time.Duration
-	sided           bool
-	side, sideBeats sideWatch
-	sideOff         atomic.Bool
+	// began is when the check under way began, and sided whether it went over wire; side watches
+	// wire's group checks, and sideOff says that wire gave way to librdkafka at the instance's
+	// behest (sidefail.go), for a wire that cannot be told to.
+	began   time.Duration
+	sided   bool
+	side    sideWatch
+	sideOff atomic.Bool
 	// timings keeps what each broker answered for its KIP-848 group settings (session848.go).
 	timings brokerTimings
 }

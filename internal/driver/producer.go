@@ -151,7 +151,7 @@ func (d *Driver) sendHeartbeats() {
 
 // collectHeartbeats takes the results of a round of heartbeats written over goneli's own
 // connection. A heartbeat it failed to write goes to librdkafka now, with its own send time, and
-// the next lease's heartbeats go there too.
+// the heartbeats of the next lease (or longer: sidechan.Beats.Fail) go there too.
 func (d *Driver) collectHeartbeats() {
 	if d.wire == nil {
 		return
@@ -161,9 +161,8 @@ func (d *Driver) collectHeartbeats() {
 		return
 	}
 	var failed error
-	answered, began := false, d.now()
+	answered := false
 	for _, r := range res {
-		began = min(began, r.Beat.Made)
 		var ke kafka.Error
 		answered = answered || r.Err == nil || errors.As(r.Err, &ke) && ke.Code() > 0
 		if r.Err == nil {
@@ -181,19 +180,16 @@ func (d *Driver) collectHeartbeats() {
 			d.throttle.Log(d.log.W(), "produce", "goneli %s: cannot send heartbeat: %v", d.config.Name, err)
 		}
 	}
-	if answered {
-		// A broker answered, if only to refuse: the connection works. Only a round of which no
-		// broker answered anything counts against it (sidefail.go), so that a broker that
-		// neither connection reaches costs only its own partitions' heartbeats.
-		d.check.sideBeats.worked()
-	} else {
-		d.sideFailed(&d.check.sideBeats, began, failed)
+	if failed == nil {
+		d.wire.Worked()
+		return
 	}
-	if failed != nil {
-		d.wire.Fail(d.now())
-		d.throttle.Log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
-			d.config.Name, failed, *d.config.HeartbeatTimeout)
-	}
+	// A broker that answered, if only to refuse, shows the connection working: the pause is a
+	// lease. Rounds that none answered pause it for longer each time (sidechan.Beats.Fail), but
+	// never make it give way: librdkafka writes what fails here.
+	d.wire.Fail(d.now(), answered)
+	d.throttle.Log(d.log.W(), "wire heartbeats", "goneli %s: heartbeats not written over goneli's own connection (%v); librdkafka writes them for the next %v",
+		d.config.Name, failed, d.wire.Pause(*d.config.HeartbeatTimeout))
 }
 
 // awaitHeartbeats waits for the rounds of heartbeats on goneli's own connection to end, within

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 )
 
@@ -73,12 +74,18 @@ type kafkaConfig struct {
 	// FindCoordinator for a group; load how long a coordinator takes to load a group's partition,
 	// after that creation and after the coordinator moves.
 	offsetsCreate, load time.Duration
-	idle                time.Duration // connections.max.idle.ms
-	reauth              time.Duration // connections.max.reauth.ms; 0 turns re-authentication off
-	ackDelay            time.Duration // how long every node takes to have acks=-1 acknowledged
-	sessions            bool          // KIP-848 sessions end a session timeout after the last heartbeat
+	idle                time.Duration   // connections.max.idle.ms
+	reauth              time.Duration   // connections.max.reauth.ms; 0 turns re-authentication off
+	ackDelay            time.Duration   // how long every node takes to have acks=-1 acknowledged
+	sessions            bool            // KIP-848 sessions end a session timeout after the last heartbeat
+	bounds              *consumerBounds // nil: Kafka's defaults, widened to the broker's values
+	consumerProtocol    *bool           // nil: as the release does by default
 	groupConfigsDenied  map[string]bool
 }
+
+// groupMaxSession is Kafka's default group.max.session.timeout.ms
+// (GroupCoordinatorConfig.GROUP_MAX_SESSION_TIMEOUT_MS_DEFAULT).
+const groupMaxSession = 30 * time.Minute
 
 // Defaults: Kafka's for the settings it has (connections.max.idle.ms 10 min, re-authentication
 // off), and for the rest what a small cluster shows: creating __consumer_offsets (50 partitions)
@@ -135,6 +142,23 @@ func GroupConfigsDeniedTo(users ...string) KafkaOpt {
 	}
 }
 
+// ConsumerProtocol says whether the brokers serve the consumer group protocol (KIP-848), as
+// group.coordinator.rebalance.protocols does in Kafka: by default they do from 4.0, and 3.9 does
+// only where an operator names "consumer" there. A broker that does not answers
+// ConsumerGroupHeartbeat and ConsumerGroupDescribe UNSUPPORTED_VERSION, though it lists both in
+// ApiVersions (KafkaApis.isConsumerGroupProtocolEnabled).
+func ConsumerProtocol(enabled bool) KafkaOpt {
+	return func(c *kafkaConfig) { c.consumerProtocol = &enabled }
+}
+
+// consumerProtocolOn reports whether the brokers serve the consumer group protocol.
+func (c kafkaConfig) consumerProtocolOn() bool {
+	if c.consumerProtocol != nil {
+		return *c.consumerProtocol
+	}
+	return c.version != Kafka39
+}
+
 // LenientSessions keeps kfake's KIP-848 sessions, which an OffsetCommit refreshes as a heartbeat
 // does, instead of ending them a session timeout after the last heartbeat as Kafka does.
 func LenientSessions() KafkaOpt { return func(c *kafkaConfig) { c.sessions = false } }
@@ -152,8 +176,18 @@ func (c kafkaConfig) kfakeOpts() []kfake.Opt {
 	versions := kversion.V4_0_0()
 	if c.version == Kafka39 {
 		versions = kversion.V3_9_0()
+		// Kafka 3.8 added DescribeTopicPartitions (KIP-966), which kversion's 3.9 leaves out; the
+		// doctor reads it as a sign of 3.8 or later.
+		versions.SetMaxKeyVersion(kmsg.DescribeTopicPartitions.Int16(), 0)
 	}
-	opts := []kfake.Opt{kfake.MaxVersions(versions)}
+	opts := []kfake.Opt{kfake.MaxVersions(versions),
+		// A Metadata request that allows it creates a missing topic, with num.partitions (1), as
+		// Kafka does by default (auto.create.topics.enable, KafkaApis.handleTopicMetadataRequest;
+		// ServerLogConfigs.NUM_PARTITIONS_DEFAULT): librdkafka's producer and admin client allow it.
+		// kfake creates none, and gives a topic created with -1 partitions 10.
+		kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1),
+		// Kafka's group.max.session.timeout.ms is 30 min (GroupCoordinatorConfig); kfake's 5 min.
+		kfake.GroupMaxSessionTimeout(groupMaxSession)}
 	if c.reauth > 0 {
 		// kfake then answers session_lifetime_ms and accepts a new handshake on an authenticated
 		// connection; AsKafka adds the closing of an expired one.

@@ -1,6 +1,9 @@
 package kafkatest
 
 import (
+	"math"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -15,22 +18,61 @@ import (
 func (k *Kafka) clusterOperations(x *exchange) ([]byte, bool) {
 	const describe = int32(1) << kmsg.ACLOperationDescribe
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
+		var ops *int32
+		refused := false
 		switch r := resp.(type) {
 		case *kmsg.MetadataResponse:
 			q := req.(*kmsg.MetadataRequest)
-			if q.Version < 8 || q.Version > 10 || !q.IncludeClusterAuthorizedOperations || r.AuthorizedOperations&describe != 0 || r.AuthorizedOperations == 0 {
-				return false
+			refused = refusedTopicOperations(r)
+			if q.Version < 8 || q.Version > 10 || !q.IncludeClusterAuthorizedOperations {
+				return refused
 			}
-			r.AuthorizedOperations = 0
+			ops = &r.AuthorizedOperations
 		case *kmsg.DescribeClusterResponse:
-			q := req.(*kmsg.DescribeClusterRequest)
-			if !q.IncludeClusterAuthorizedOperations || r.ClusterAuthorizedOperations&describe != 0 || r.ClusterAuthorizedOperations == 0 {
+			if !req.(*kmsg.DescribeClusterRequest).IncludeClusterAuthorizedOperations {
 				return false
 			}
-			r.ClusterAuthorizedOperations = 0
+			ops = &r.ClusterAuthorizedOperations
 		default:
 			return false
 		}
-		return true
+		was := *ops
+		switch {
+		case *ops == math.MinInt32:
+		case *ops&describe == 0:
+			*ops = 0
+		default:
+			*ops &= clusterSupported
+		}
+		return *ops != was || refused
 	})
+}
+
+// refusedTopicOperations leaves a topic that Metadata refuses (TOPIC_AUTHORIZATION_FAILED) without
+// authorized operations, Integer.MIN_VALUE, as Kafka does: KafkaApis.handleTopicMetadataRequest
+// fills them in only for the topics it describes, and adds the refused ones after, at the field's
+// default (MetadataResponse.json). kfake gives them 0.
+func refusedTopicOperations(r *kmsg.MetadataResponse) bool {
+	changed := false
+	for i := range r.Topics {
+		t := &r.Topics[i]
+		if t.ErrorCode == kerr.TopicAuthorizationFailed.Code && t.AuthorizedOperations != math.MinInt32 {
+			t.AuthorizedOperations, changed = math.MinInt32, true
+		}
+	}
+	return changed
+}
+
+// clusterSupported are the operations that Kafka's authorizer knows on the cluster, the only ones it
+// reports (AclEntry.supportedOperations(CLUSTER), server/src/main/java/org/apache/kafka/security/
+// authorizer/AclEntry.java): kfake also reports Read, Write and Delete, which Kafka has no ACL for.
+var clusterSupported = opBits(kmsg.ACLOperationCreate, kmsg.ACLOperationClusterAction, kmsg.ACLOperationDescribeConfigs,
+	kmsg.ACLOperationAlterConfigs, kmsg.ACLOperationIdempotentWrite, kmsg.ACLOperationAlter, kmsg.ACLOperationDescribe)
+
+func opBits(ops ...kmsg.ACLOperation) int32 {
+	var b int32
+	for _, op := range ops {
+		b |= 1 << op
+	}
+	return b
 }

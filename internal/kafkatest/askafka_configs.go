@@ -45,6 +45,7 @@ func (k *Kafka) describeConfigs(x *exchange, node int32) ([]byte, bool) {
 		r := resp.(*kmsg.DescribeConfigsResponse)
 		changed := k.denyGroupConfigs(x, r)
 		changed = k.groupDefaults(x, node, req, r) || changed
+		changed = k.brokerDefaults(req, r) || changed
 		refused := func(rr kmsg.DescribeConfigsResponseResource) bool {
 			switch rr.ErrorCode {
 			case kerr.ClusterAuthorizationFailed.Code, kerr.TopicAuthorizationFailed.Code, kerr.GroupAuthorizationFailed.Code:
@@ -168,6 +169,52 @@ func (k *Kafka) denyGroupConfigs(x *exchange, r *kmsg.DescribeConfigsResponse) b
 		if rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig {
 			msg := kerr.GroupAuthorizationFailed.Description
 			rr.ErrorCode, rr.ErrorMessage, rr.Configs, changed = kerr.GroupAuthorizationFailed.Code, &msg, nil, true
+		}
+	}
+	return changed
+}
+
+// brokerDefaults describes two broker settings as Kafka does where kfake does not: the default
+// group.max.session.timeout.ms, 30 min (kfake's is 5 min; AsKafka enforces Kafka's), and
+// group.coordinator.rebalance.protocols, which kfake does not list, as ConsumerProtocol has it: by
+// default "classic" in 3.9, "classic,consumer" from 4.0
+// (GroupCoordinatorConfig.GROUP_COORDINATOR_REBALANCE_PROTOCOLS_DEFAULT).
+// The doctor reads the latter to tell whether the brokers serve KIP-848.
+func (k *Kafka) brokerDefaults(req *kmsg.DescribeConfigsRequest, r *kmsg.DescribeConfigsResponse) bool {
+	const maxSession, protocols = "group.max.session.timeout.ms", "group.coordinator.rebalance.protocols"
+	changed := false
+	for i := range r.Resources {
+		rr := &r.Resources[i]
+		if rr.ResourceType != kmsg.ConfigResourceTypeBroker || rr.ErrorCode != 0 {
+			continue
+		}
+		var names []string
+		for _, q := range req.Resources {
+			if q.ResourceType == rr.ResourceType && q.ResourceName == rr.ResourceName {
+				names = q.ConfigNames
+			}
+		}
+		listed := false
+		for j := range rr.Configs {
+			c := &rr.Configs[j]
+			switch c.Name {
+			case maxSession:
+				if c.Source == kmsg.ConfigSourceDefaultConfig {
+					c.Value, changed = kmsg.StringPtr(strconv.Itoa(int(groupMaxSession.Milliseconds()))), true
+				}
+			case protocols:
+				listed = true
+			}
+		}
+		if !listed && (names == nil || slices.Contains(names, protocols)) {
+			value := "classic"
+			if k.cfg.consumerProtocolOn() {
+				value = "classic,consumer"
+			}
+			c := kmsg.NewDescribeConfigsResponseResourceConfig()
+			c.Name, c.Value, c.Source, c.IsDefault, c.ConfigType = protocols, &value, kmsg.ConfigSourceDefaultConfig, true, kmsg.ConfigTypeList
+			rr.Configs = append(rr.Configs, c)
+			changed = true
 		}
 	}
 	return changed

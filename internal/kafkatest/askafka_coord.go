@@ -335,3 +335,31 @@ func (b *Broker) RemoveNode(nodeID int32) (err error) {
 	b.moveCoordinators(func() { err = b.Cluster.RemoveNode(nodeID) })
 	return err
 }
+
+// describeTransactions answers NOT_COORDINATOR for every transactional id the principal may
+// describe while __transaction_state does not exist or is being created: the transaction
+// coordinator owns no partition of it then, and TransactionStateManager.getTransactionState answers
+// so (core/src/main/scala/kafka/coordinator/transaction/TransactionCoordinator.scala,
+// handleDescribeTransactions). kfake answers from its own state at once. The doctor's check of the
+// transactional id asks so (DescribeTransactions), on a cluster that may never have had a
+// transaction.
+func (k *Kafka) describeTransactions(x *exchange) ([]byte, bool) {
+	return x.patched(func(_ kmsg.Request, resp kmsg.Response) bool {
+		k.coord.mu.Lock()
+		ready := !k.coord.txnAt.IsZero() && !time.Now().Before(k.coord.txnAt.Add(k.coord.create))
+		k.coord.mu.Unlock()
+		if ready {
+			return false
+		}
+		changed := false
+		for i := range resp.(*kmsg.DescribeTransactionsResponse).TransactionStates {
+			st := &resp.(*kmsg.DescribeTransactionsResponse).TransactionStates[i]
+			if st.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code && st.ErrorCode != kerr.NotCoordinator.Code {
+				d := kmsg.NewDescribeTransactionsResponseTransactionState()
+				d.TransactionalID, d.ErrorCode = st.TransactionalID, kerr.NotCoordinator.Code
+				*st, changed = d, true
+			}
+		}
+		return changed
+	})
+}

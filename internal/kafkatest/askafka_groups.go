@@ -3,6 +3,9 @@ package kafkatest
 import (
 	"fmt"
 	"math"
+	"net"
+	"slices"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -14,21 +17,40 @@ import (
 // group's result that carries an error.
 func (k *Kafka) describeGroups(x *exchange, node int32) ([]byte, bool) {
 	return x.patched(func(req kmsg.Request, resp kmsg.Response) bool {
-		changed := len(k.refuseGroups(node, req, resp)) > 0
+		refused := k.refuseGroups(node, req, resp)
+		changed := len(refused) > 0
 		switch r := resp.(type) {
 		case *kmsg.DescribeGroupsResponse:
 			changed = k.deadConsumerGroups(x, r) || changed
 			for i := range r.Groups {
-				changed = unsetOperations(r.Groups[i].ErrorCode, &r.Groups[i].AuthorizedOperations) || changed
+				g := &r.Groups[i]
+				changed = unsetOperations(g.ErrorCode, &g.AuthorizedOperations) || changed
+				changed = notFoundMessage(g.ErrorCode, &g.ErrorMessage, "Group %s not found.", g.Group) || changed
+				for j := range g.Members {
+					changed = clientHost(&g.Members[j].ClientHost) || changed
+				}
 			}
 		case *kmsg.ConsumerGroupDescribeResponse:
 			changed = k.nameTopics(r) || changed
 			if k.cfg.version == Kafka40 {
 				changed = authorizeTopics(x, r) || changed
 			}
+			changed = k.consumerGroupMessages(x, r) || changed
 			for i := range r.Groups {
-				changed = unsetOperations(r.Groups[i].ErrorCode, &r.Groups[i].AuthorizedOperations) || changed
+				g := &r.Groups[i]
+				changed = unsetOperations(g.ErrorCode, &g.AuthorizedOperations) || changed
+				if g.ErrorCode == 0 && g.AssignorName == "" {
+					// GroupMetadataManager.consumerGroupDescribe names the default server assignor,
+					// the first of group.consumer.assignors ("uniform"), for a group whose members
+					// name none; kfake names none.
+					g.AssignorName, changed = "uniform", true
+				}
+				for j := range g.Members {
+					changed = clientHost(&g.Members[j].ClientHost) || changed
+				}
 			}
+		case *kmsg.OffsetFetchResponse:
+			changed = unknownGroupOffsets(req.(*kmsg.OffsetFetchRequest), r, refused) || changed
 		}
 		return changed
 	})
@@ -192,6 +214,119 @@ func authorizeTopics(x *exchange, r *kmsg.ConsumerGroupDescribeResponse) bool {
 				changed = true
 				break
 			}
+		}
+	}
+	return changed
+}
+
+// clientHost renders a member's host as Kafka does, the client's address without its port behind a
+// slash ("/127.0.0.1": the group coordinator keeps RequestContext.clientAddress's
+// InetAddress.toString, GroupCoordinatorShard and GroupMetadataManager); kfake gives the remote
+// address with its port. goneli shows it (neli status, the group check's messages).
+func clientHost(h *string) bool {
+	if strings.HasPrefix(*h, "/") {
+		return false
+	}
+	host, _, err := net.SplitHostPort(*h)
+	if err != nil {
+		host = *h
+	}
+	*h = "/" + host
+	return true
+}
+
+// notFoundMessage gives a GROUP_ID_NOT_FOUND result Kafka's message where kfake gives none
+// (GroupMetadataManager.group: "Group %s not found."), which goneli puts in the error it reports.
+func notFoundMessage(code int16, msg **string, format, group string) bool {
+	if code != kerr.GroupIDNotFound.Code || *msg != nil {
+		return false
+	}
+	m := fmt.Sprintf(format, group)
+	*msg = &m
+	return true
+}
+
+// consumerGroupMessages gives ConsumerGroupDescribe's GROUP_ID_NOT_FOUND results Kafka's messages:
+// GroupMetadataManager.consumerGroup says "Group %s not found." of a group that does not exist and
+// "Group %s is not a consumer group." of a classic one. Which it is, ListGroups tells, asked as the
+// principal on the same connection.
+func (k *Kafka) consumerGroupMessages(x *exchange, r *kmsg.ConsumerGroupDescribeResponse) bool {
+	missing := slices.ContainsFunc(r.Groups, func(g kmsg.ConsumerGroupDescribeResponseGroup) bool {
+		return g.ErrorCode == kerr.GroupIDNotFound.Code && g.ErrorMessage == nil
+	})
+	if !missing {
+		return false
+	}
+	known := map[string]bool{}
+	if resp, err := x.c.ask(kmsg.NewPtrListGroupsRequest()); err == nil {
+		for _, g := range resp.(*kmsg.ListGroupsResponse).Groups {
+			known[g.Group] = true
+		}
+	}
+	changed := false
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		format := "Group %s not found."
+		if known[g.Group] {
+			format = "Group %s is not a consumer group."
+		}
+		changed = notFoundMessage(g.ErrorCode, &g.ErrorMessage, format, g.Group) || changed
+	}
+	return changed
+}
+
+// unknownGroupOffsets answers OffsetFetch for a group that does not exist as Kafka does: no error,
+// and each partition asked for at offset -1 with metadata "" (OffsetMetadataManager.fetchOffsets,
+// which treats GROUP_ID_NOT_FOUND from validateOffsetFetch as "no offsets"); kfake answers
+// GROUP_ID_NOT_FOUND. Kafka's metadata of an offset committed without any is "" (OffsetAndMetadata's
+// NO_METADATA), where kfake gives null. Groups the coordinator refused (refused) keep their error.
+func unknownGroupOffsets(req *kmsg.OffsetFetchRequest, r *kmsg.OffsetFetchResponse, refused map[string]bool) bool {
+	changed := false
+	empty := func(m **string) {
+		if *m == nil {
+			*m, changed = kmsg.StringPtr(""), true
+		}
+	}
+	if r.Version >= 8 {
+		for i := range r.Groups {
+			g := &r.Groups[i]
+			if g.ErrorCode == kerr.GroupIDNotFound.Code && !refused[g.Group] && i < len(req.Groups) && req.Groups[i].Group == g.Group {
+				g.ErrorCode, g.Topics, changed = 0, nil, true
+				for _, rt := range req.Groups[i].Topics {
+					t := kmsg.NewOffsetFetchResponseGroupTopic()
+					t.Topic = rt.Topic
+					for _, p := range rt.Partitions {
+						pp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+						pp.Partition, pp.Offset, pp.LeaderEpoch, pp.Metadata = p, -1, -1, kmsg.StringPtr("")
+						t.Partitions = append(t.Partitions, pp)
+					}
+					g.Topics = append(g.Topics, t)
+				}
+			}
+			for j := range g.Topics {
+				for l := range g.Topics[j].Partitions {
+					empty(&g.Topics[j].Partitions[l].Metadata)
+				}
+			}
+		}
+		return changed
+	}
+	if r.ErrorCode == kerr.GroupIDNotFound.Code && !refused[req.Group] {
+		r.ErrorCode, r.Topics, changed = 0, nil, true
+		for _, rt := range req.Topics {
+			t := kmsg.NewOffsetFetchResponseTopic()
+			t.Topic = rt.Topic
+			for _, p := range rt.Partitions {
+				pp := kmsg.NewOffsetFetchResponseTopicPartition()
+				pp.Partition, pp.Offset, pp.LeaderEpoch, pp.Metadata = p, -1, -1, kmsg.StringPtr("")
+				t.Partitions = append(t.Partitions, pp)
+			}
+			r.Topics = append(r.Topics, t)
+		}
+	}
+	for j := range r.Topics {
+		for l := range r.Topics[j].Partitions {
+			empty(&r.Topics[j].Partitions[l].Metadata)
 		}
 	}
 	return changed

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -117,18 +118,34 @@ func (k *Kafka) exchange(x *exchange) ([]byte, bool) {
 			return x.answer(resp), true
 		}
 	case kmsg.ConsumerGroupHeartbeat:
+		if resp := k.protocolOff(x); resp != nil {
+			return x.answer(resp), true
+		}
 		if resp := k.coordinatorRefuses(x, node); resp != nil {
 			return x.answer(resp), true
 		}
 		return k.consumerHeartbeat(x, node)
-	case kmsg.DescribeGroups, kmsg.ConsumerGroupDescribe, kmsg.OffsetFetch:
+	case kmsg.ConsumerGroupDescribe:
+		if resp := k.protocolOff(x); resp != nil {
+			return x.answer(resp), true
+		}
 		return k.describeGroups(x, node)
-	case kmsg.Metadata, kmsg.DescribeCluster:
+	case kmsg.DescribeGroups, kmsg.OffsetFetch:
+		return k.describeGroups(x, node)
+	case kmsg.Metadata:
+		return k.metadata(x)
+	case kmsg.DescribeCluster:
 		return k.clusterOperations(x)
 	case kmsg.DescribeConfigs:
 		return k.describeConfigs(x, node)
 	case kmsg.CreateTopics:
 		return k.createTopics(x)
+	case kmsg.IncrementalAlterConfigs:
+		return k.alterConfigs(x)
+	case kmsg.DescribeTransactions:
+		return k.describeTransactions(x)
+	case kmsg.ApiVersions:
+		return x.patched(featuresBeforeV4)
 	}
 	raw, err := x.forwardRaw()
 	return raw, err == nil
@@ -149,4 +166,51 @@ func (x *exchange) patched(fix func(req kmsg.Request, resp kmsg.Response) bool) 
 		return raw, true
 	}
 	return x.answer(resp), true
+}
+
+// protocolOff is the answer of a broker that does not serve the consumer group protocol to a
+// request of it, UNSUPPORTED_VERSION for the request or each group, and nil where it is served
+// (KafkaApis.handleConsumerGroupHeartbeat and handleConsumerGroupDescribe, through
+// isConsumerGroupProtocolEnabled).
+func (k *Kafka) protocolOff(x *exchange) kmsg.Response {
+	if k.cfg.consumerProtocolOn() {
+		return nil
+	}
+	switch req := x.request().(type) {
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		return resp
+	case *kmsg.ConsumerGroupDescribeRequest:
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
+		for _, g := range req.Groups {
+			rg := kmsg.NewConsumerGroupDescribeResponseGroup()
+			rg.Group, rg.ErrorCode = g, kerr.UnsupportedVersion.Code
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp
+	}
+	return nil
+}
+
+// featuresBeforeV4 leaves out of an answer to ApiVersions below v4 the supported features whose
+// least level is 0 (group.version, transaction.version), as Kafka does since 3.9 because older
+// clients cannot read such a range (KAFKA-17492; ApiVersionsResponse.maybeFilterSupportedFeatureKeys,
+// clients/src/main/java/org/apache/kafka/common/requests/ApiVersionsResponse.java, which
+// ApiVersionManager asks for below v4). kfake lists them at every version. The finalized levels
+// stay in both.
+func featuresBeforeV4(req kmsg.Request, resp kmsg.Response) bool {
+	r := resp.(*kmsg.ApiVersionsResponse)
+	if req.GetVersion() >= 4 {
+		return false
+	}
+	kept := r.SupportedFeatures[:0]
+	for _, f := range r.SupportedFeatures {
+		if f.MinVersion != 0 {
+			kept = append(kept, f)
+		}
+	}
+	changed := len(kept) != len(r.SupportedFeatures)
+	r.SupportedFeatures = kept
+	return changed
 }

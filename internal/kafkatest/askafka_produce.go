@@ -18,8 +18,7 @@ import (
 func (k *Kafka) produce(x *exchange, node int32) ([]byte, bool) {
 	req, ok := x.request().(*kmsg.ProduceRequest)
 	if !ok || req.Acks != -1 {
-		raw, err := x.forwardRaw()
-		return raw, err == nil
+		return x.patched(failedOffsets)
 	}
 	start := time.Now()
 	deadline := start.Add(time.Duration(req.TimeoutMillis) * time.Millisecond)
@@ -27,8 +26,7 @@ func (k *Kafka) produce(x *exchange, node int32) ([]byte, bool) {
 		d, changed := k.ackDelayOf(node)
 		acked := start.Add(d)
 		if !acked.After(time.Now()) {
-			raw, err := x.forwardRaw()
-			return raw, err == nil
+			return x.patched(failedOffsets)
 		}
 		if !deadline.After(time.Now()) {
 			break
@@ -56,6 +54,24 @@ func (k *Kafka) produce(x *exchange, node int32) ([]byte, bool) {
 				}
 			}
 		}
+		failedOffsets(nil, r)
 		return true
 	})
+}
+
+// failedOffsets gives each partition that failed the offsets Kafka gives it, -1 (ProduceResponse.
+// PartitionResponse(Errors), clients/src/main/java/org/apache/kafka/common/requests/
+// ProduceResponse.java: INVALID_OFFSET and NO_TIMESTAMP); kfake gives 0.
+func failedOffsets(_ kmsg.Request, resp kmsg.Response) bool {
+	r := resp.(*kmsg.ProduceResponse)
+	changed := false
+	for i := range r.Topics {
+		for j := range r.Topics[i].Partitions {
+			p := &r.Topics[i].Partitions[j]
+			if p.ErrorCode != 0 && (p.BaseOffset != -1 || p.LogAppendTime != -1 || p.LogStartOffset != -1) {
+				p.BaseOffset, p.LogAppendTime, p.LogStartOffset, changed = -1, -1, -1, true
+			}
+		}
+	}
+	return changed
 }

@@ -150,7 +150,8 @@ func TestAsKafkaConsumerGroupDescribeTopics(t *testing.T) {
 	}
 	for _, version := range []KafkaVersion{Kafka40, Kafka39} {
 		t.Run(version.String(), func(t *testing.T) {
-			eachBroker(t, append(instant, Version(version)), opts, func(t *testing.T, b *Broker, asKafka bool) {
+			// 3.9 serves the consumer protocol only where an operator enables it.
+			eachBroker(t, append(instant, Version(version), ConsumerProtocol(true)), opts, func(t *testing.T, b *Broker, asKafka bool) {
 				admin := newClient(t, b, user("admin", "admin-pw"))
 				alice := newClient(t, b, user("alice", "alice-pw"))
 				join848(t, b, admin, "g", "t")
@@ -362,6 +363,55 @@ func TestAsKafkaCreateTopicsConfigs(t *testing.T) {
 			}
 		}
 	})
+}
+
+// 4a. A topic that Metadata refuses comes without authorized operations (Integer.MIN_VALUE); kfake
+// gives it 0.
+func TestAsKafkaRefusedTopicOperations(t *testing.T) {
+	opts := append(aclBroker(), kfake.SeedTopics(1, "hidden"))
+	eachBroker(t, instant, opts, func(t *testing.T, b *Broker, asKafka bool) {
+		md := kmsg.NewPtrMetadataRequest()
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr("hidden")
+		md.Topics = append(md.Topics, mt)
+		md.IncludeTopicAuthorizedOperations = true
+		tp := direct[*kmsg.MetadataResponse](t, newClient(t, b, user("alice", "alice-pw")), 0, md).Topics[0]
+		if tp.ErrorCode != kerr.TopicAuthorizationFailed.Code {
+			t.Fatalf("alice's Metadata of a topic she may not describe: error %d, want TOPIC_AUTHORIZATION_FAILED", tp.ErrorCode)
+		}
+		if want := int32(math.MinInt32); asKafka && tp.AuthorizedOperations != want {
+			t.Errorf("the refused topic's operations are %d, want %d (unset)", tp.AuthorizedOperations, want)
+		}
+	})
+}
+
+// 4b. ApiVersions below v4 lists no supported feature whose least level is 0; v4 lists them all.
+func TestAsKafkaFeaturesBeforeV4(t *testing.T) {
+	for _, v := range []int16{3, 4} {
+		req := kmsg.NewPtrApiVersionsRequest()
+		req.Version = v
+		resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+		for _, f := range []struct {
+			name     string
+			min, max int16
+		}{{"group.version", 0, 1}, {"kraft.version", 1, 1}} {
+			sf := kmsg.NewApiVersionsResponseSupportedFeature()
+			sf.Name, sf.MinVersion, sf.MaxVersion = f.name, f.min, f.max
+			resp.SupportedFeatures = append(resp.SupportedFeatures, sf)
+		}
+		changed := featuresBeforeV4(req, resp)
+		var names []string
+		for _, f := range resp.SupportedFeatures {
+			names = append(names, f.Name)
+		}
+		want := []string{"group.version", "kraft.version"}
+		if v < 4 {
+			want = want[1:]
+		}
+		if !slices.Equal(names, want) || changed != (v < 4) {
+			t.Errorf("v%d: features %v, changed %v; want %v", v, names, changed, want)
+		}
+	}
 }
 
 // 5. DescribeConfigs: refused resources last; a GROUP setting the group does not override has the

@@ -57,9 +57,11 @@ type Beats[T any] struct {
 	// running counts the goroutine of the rounds (the caller's wait group of closers).
 	running *sync.WaitGroup
 
-	// failedAt and failed are the caller's, guarded by its lock (Usable, Fail).
+	// failedAt and streak are the caller's, guarded by its lock (Usable, Fail, Worked): when the
+	// last round with a failed heartbeat ended, and how many rounds in a row no broker answered.
 	failedAt time.Duration
 	failed   bool
+	streak   int
 
 	// mu guards what the caller and the rounds' goroutine share. active says that the goroutine
 	// runs; idle is closed when it stops. queued waits for the next round, results for Collect.
@@ -77,11 +79,12 @@ func NewBeats[T any](p Producer, topic string, limit, queueFor time.Duration, ru
 }
 
 // Usable reports whether a cycle's heartbeats may go this way at now: the connection has not given
-// way to librdkafka, no round failed within the last lease, during which librdkafka renews every
-// role as it would without this path, and no heartbeat has waited behind a round under way for
-// longer than queueFor. Called with the caller's lock held.
+// way to librdkafka, no round failed within the pause that follows a failed round (a lease, during
+// which librdkafka renews every role as it would without this path, doubled for each further round
+// in a row that no broker answered, up to 32 leases: see Fail), and no heartbeat has waited behind
+// a round under way for longer than queueFor. Called with the caller's lock held.
 func (w *Beats[T]) Usable(now, lease time.Duration) bool {
-	if w.producer.Fallback() != nil || w.failed && now-w.failedAt < lease {
+	if w.producer.Fallback() != nil || w.failed && now-w.failedAt < w.Pause(lease) {
 		return false
 	}
 	w.mu.Lock()
@@ -177,9 +180,35 @@ func (w *Beats[T]) Await(limit time.Duration) {
 	}
 }
 
-// Fail notes a round with a failed heartbeat at now. Called with the caller's lock held.
-func (w *Beats[T]) Fail(now time.Duration) {
+// Fail notes a round with a failed heartbeat at now, and answered says whether any broker answered
+// in it, if only to refuse. Called with the caller's lock held.
+//
+// Rounds that no broker answers do not make the connection give way, as a failing group check
+// does (the driver's sidefail.go): a heartbeat that fails here goes to librdkafka at once, and the
+// next ones go there for the pause, so an instance leads as it would without this path, and the
+// process keeps away from librdkafka's admin client (confluentinc/librdkafka#4605). Nor can they
+// tell a connection that cannot do what librdkafka does from brokers restarting one after another,
+// which fail a round on each broker in turn while librdkafka delivers to the others between them.
+// The pause doubles instead, so that a connection that never works costs one round per 32 leases,
+// and one that works again is back within that.
+func (w *Beats[T]) Fail(now time.Duration, answered bool) {
 	w.failed, w.failedAt = true, now
+	if answered {
+		w.streak = 0
+	} else {
+		w.streak++
+	}
+}
+
+// Worked notes a round in which every heartbeat was written. Called with the caller's lock held.
+func (w *Beats[T]) Worked() {
+	w.failed, w.streak = false, 0
+}
+
+// Pause is how long the rounds stop after a failed one: a lease, doubled for each further round in
+// a row that no broker answered, up to 32 leases. Called with the caller's lock held.
+func (w *Beats[T]) Pause(lease time.Duration) time.Duration {
+	return lease << min(max(w.streak-1, 0), 5)
 }
 
 // Close keeps rounds from starting; the one under way, if any, finishes within its limit.

@@ -29,9 +29,9 @@ func (f *fakeProducer) Produce(_ context.Context, _ string, records []Record) []
 
 func (f *fakeProducer) Fallback() error { return f.fallback }
 
-// A cycle's heartbeats go to librdkafka for a lease after a round failed, when heartbeats have
-// waited behind a round under way for longer than queueFor, and for good once the connection has
-// given way to librdkafka.
+// A cycle's heartbeats go to librdkafka for a lease after a round failed (longer after rounds that
+// no broker answered), when heartbeats have waited behind a round under way for longer than
+// queueFor, and for good once the connection has given way to librdkafka.
 func TestBeatsUsable(t *testing.T) {
 	const lease, queueFor = time.Second, 100 * time.Millisecond
 	p := &fakeProducer{}
@@ -47,7 +47,7 @@ func TestBeatsUsable(t *testing.T) {
 		t.Fatal("usable while heartbeats have waited for queueFor")
 	}
 	w.queued = nil
-	w.Fail(5 * time.Second)
+	w.Fail(5*time.Second, true)
 	for _, c := range []struct {
 		now  time.Duration
 		want bool
@@ -55,6 +55,29 @@ func TestBeatsUsable(t *testing.T) {
 		if got := w.Usable(c.now, lease); got != c.want {
 			t.Errorf("Usable at %v after a failure at 5s: %v, want %v", c.now, got, c.want)
 		}
+	}
+	// Rounds that no broker answered, one after another: the pause doubles up to 32 leases; a
+	// round that a broker answered brings it back to a lease, and one that worked ends it.
+	at := 10 * time.Second
+	for i, pause := range []time.Duration{1, 2, 4, 8, 16, 32, 32} {
+		w.Fail(at, false)
+		if w.Usable(at+pause*lease-time.Millisecond, lease) || !w.Usable(at+pause*lease, lease) {
+			t.Errorf("unanswered round %d: not paused for %d leases", i+1, pause)
+		}
+		at += pause * lease
+	}
+	w.Fail(at, true)
+	if !w.Usable(at+lease, lease) {
+		t.Error("an answered round after unanswered ones paused for more than a lease")
+	}
+	w.Fail(at, false)
+	w.Worked()
+	if !w.Usable(at, lease) {
+		t.Error("paused after a round that worked")
+	}
+	w.Fail(at, false)
+	if !w.Usable(at+lease, lease) {
+		t.Error("an unanswered round after one that worked paused for more than a lease")
 	}
 	p.fallback = &FallbackError{Broker: "b:1", Err: errors.New("x509")}
 	if w.Usable(time.Hour, lease) {
