@@ -543,7 +543,11 @@ func (d *doctor) checkSession(ctx context.Context) {
 			d.add("session", CheckFail, "lower the lease (--heartbeat-timeout) or raise the broker's group.consumer.session.timeout.ms",
 				"%s", strings.TrimPrefix(err.Error(), "goneli: "))
 		case warning != "":
-			d.add("session", CheckWarn, "check that every broker answers DescribeConfigs, or compare its settings by hand", "%s", warning)
+			fix := "check that every broker answers DescribeConfigs, or compare its settings by hand"
+			if !d.mayDescribeClusterConfigs(ctx) {
+				fix = "to read them, " + d.grant("DescribeConfigs", "cluster", "kafka-cluster") + "; or compare the brokers' settings by hand"
+			}
+			d.add("session", CheckWarn, fix, "%s", warning)
 		default:
 			d.add("session", CheckOK, "", "the broker's KIP-848 session for group %s, %v (%s), covers the lease %v and its heartbeat interval %v",
 				d.config.LeaderGroupID, t.Session.Value, t.Session.From, ht, t.Interval.Value)
@@ -564,7 +568,11 @@ func (d *doctor) checkSession(ctx context.Context) {
 		d.add("session", CheckFail, "lower the lease (--heartbeat-timeout), or raise group.max.session.timeout.ms",
 			"the group session, %v, is above the broker's maximum, %v (%s): every join is refused", session, hi.Value, hi.From)
 	case lo.From == "" || hi.From == "":
-		d.add("session", CheckWarn, "grant DescribeConfigs on the cluster to check it, or compare by hand",
+		fix := "check that every broker answers DescribeConfigs, or compare by hand"
+		if !d.mayDescribeClusterConfigs(ctx) {
+			fix = "to check it, " + d.grant("DescribeConfigs", "cluster", "kafka-cluster") + "; or compare by hand"
+		}
+		d.add("session", CheckWarn, fix,
 			"could not read the broker's group.min/max.session.timeout.ms (%s); the group session is %v", strings.Join(problems, "; "), session)
 	default:
 		d.add("session", CheckOK, "", "the group session, %v, lies within the broker's %v to %v", session, lo.Value, hi.Value)
@@ -640,13 +648,27 @@ func (d *doctor) checkCreatable(ctx context.Context) {
 	rt2 := r.Topics[0]
 	switch code := kafka.ErrorCode(rt2.ErrorCode); code {
 	case kafka.ErrNoError:
-		status, fix, note := CheckOK, "", ""
-		if rt2.ReplicationFactor > 0 && rt2.ReplicationFactor < 2 {
-			status, fix = CheckWarn, "set LeaderTopicReplicationFactor 3 (neli run --replication-factor 3), or create the topic yourself"
-			note = ": with one replica, losing that broker stops every leader of the group until it returns"
+		rf := int(rt2.ReplicationFactor)
+		if rf <= 0 {
+			rf = d.config.LeaderTopicReplicationFactor
 		}
-		d.add("topic", status, fix, "topic %s does not exist; the broker would let %s create it with %d partition(s), replication factor %d%s",
-			topic, d.who(), d.need, rt2.ReplicationFactor, note)
+		switch {
+		case rf <= 0:
+			// Apache Kafka tells the replication factor (and partitions and settings) of a topic it
+			// would create only to a principal that may describe the topic's configs, and -1 to
+			// others (ReplicationControlManager.createTopic). The broker's default is often 1.
+			d.add("topic", CheckWarn, "set LeaderTopicReplicationFactor 3 (neli run --replication-factor 3), or, to see the broker's default, "+
+				d.grant("DescribeConfigs", "topic", topic),
+				"topic %s does not exist; the broker would let %s create it with %d partition(s), at its default replication factor, which it tells "+
+					"only to a principal that may describe the topic's configs", topic, d.who(), d.need)
+		case rf < 2:
+			d.add("topic", CheckWarn, "set LeaderTopicReplicationFactor 3 (neli run --replication-factor 3), or create the topic yourself",
+				"topic %s does not exist; the broker would let %s create it with %d partition(s), replication factor %d: with one replica, "+
+					"losing that broker stops every leader of the group until it returns", topic, d.who(), d.need, rf)
+		default:
+			d.add("topic", CheckOK, "", "topic %s does not exist; the broker would let %s create it with %d partition(s), replication factor %d",
+				topic, d.who(), d.need, rf)
+		}
 	case kafka.ErrTopicAuthorizationFailed, kafka.ErrClusterAuthorizationFailed:
 		d.add("topic", CheckFail, fmt.Sprintf("create it (kafka-topics.sh --create --topic %s --partitions %d --replication-factor 3), or %s",
 			topic, d.need, d.grant("Create", "topic", topic)),
@@ -666,7 +688,7 @@ func (d *doctor) checkTopicConfig(ctx context.Context, t topicInfo) {
 		err = res[0].Error
 	}
 	if err != nil {
-		d.add("topic-config", CheckWarn, d.grant("DescribeConfigs", "topic", topic)+" to check them",
+		d.add("topic-config", CheckWarn, "to check them, "+d.grant("DescribeConfigs", "topic", topic),
 			"could not read topic %s's settings (min.insync.replicas, cleanup, retention): %v", topic, err)
 		return
 	}
@@ -767,7 +789,7 @@ func (d *doctor) checkGroupACLs(ctx context.Context) {
 	observer := group + ".observer"
 	if _, err := d.side.FindCoordinator(ctx, sidechan.GroupCoordinator, observer); err != nil {
 		if driver.IsCode(err, kafka.ErrGroupAuthorizationFailed) {
-			d.add("acl-observer", CheckFail, d.grant("Describe", "group", observer)+" (or on the groups prefixed "+observer+")",
+			d.add("acl-observer", CheckFail, d.grantPrefixed("Describe", "group", observer),
 				"%s may not describe group %s, which every observer (Watch, neli watch, ObserveLeader) and Describe (neli status) looks up", d.who(), observer)
 			return
 		}
@@ -865,13 +887,24 @@ func (d *doctor) who() string {
 // grant says how to grant ops on a resource to the principal.
 // ops is prose ("Read and Describe", "Read, Write"), whose operations the command lists.
 func (d *doctor) grant(ops, kind, name string) string {
+	return fmt.Sprintf("grant %s on %s %s: %s%s", ops, kind, name, aclGrantCommand(grantee(d.principal), opList(ops), kind, name, false), managedNote(d.principal))
+}
+
+// grantPrefixed is grant on every resource of the kind whose name starts with name, as the
+// AuthorizationError for the same refusal gives it: an observer's groups are name and name-status.
+func (d *doctor) grantPrefixed(ops, kind, name string) string {
+	return fmt.Sprintf("grant %s on the %ss prefixed %s: %s%s", ops, kind, name, aclGrantCommand(grantee(d.principal), opList(ops), kind, name, true), managedNote(d.principal))
+}
+
+// opList lists the operations of prose such as "Read and Describe".
+func opList(ops string) []string {
 	var list []string
 	for _, op := range strings.FieldsFunc(ops, func(r rune) bool { return r == ',' || r == ' ' }) {
 		if op != "and" {
 			list = append(list, op)
 		}
 	}
-	return fmt.Sprintf("grant %s on %s %s: %s%s", ops, kind, name, aclGrantCommand(grantee(d.principal), list, kind, name, false), managedNote(d.principal))
+	return list
 }
 
 // checkTransactionalID asks whether the principal may use the transactional id that a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -77,6 +78,9 @@ type scriptConsumer struct {
 	// wake ends the waits of commits under way, for a test that ends early: the close that waits
 	// for them takes a mutex, which does not let the bubble's clock move on.
 	wake chan struct{}
+	// closeHold, if set, holds Close until it is closed, as confluent-kafka-go v2.11.1 holds the
+	// Close of a consumer that raised a fatal error, for good.
+	closeHold chan struct{}
 }
 
 type rebalanceEvent struct{ ev kafka.Event }
@@ -295,6 +299,12 @@ func (c *scriptConsumer) CommitOffsets(tps []kafka.TopicPartition) ([]kafka.Topi
 }
 
 func (c *scriptConsumer) Close() error {
+	c.mu.Lock()
+	hold := c.closeHold
+	c.mu.Unlock()
+	if hold != nil {
+		<-hold
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
@@ -1146,5 +1156,50 @@ func TestDriverStoresBackOffWithoutAnswers(t *testing.T) {
 			t.Errorf("%d stores in four leases, want the gate to keep trying", stores)
 		}
 		r.close()
+	})
+}
+
+// Under KIP-848 librdkafka raises a refused ConsumerGroupHeartbeat (GROUP_AUTHORIZATION_FAILED) as
+// a fatal error (rdkafka_cgrp.c, rd_kafka_cgrp_handle_ConsumerGroupHeartbeat), where the classic
+// protocol's JoinGroup gives a plain one: Pulse must return the *AuthorizationError naming Read on
+// the group either way, not a bare fatal error (seen on Apache Kafka 4.4, TestACLsOnKafka).
+func TestDriverFatalGroupAuthorization(t *testing.T) {
+	for _, fatal := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fatal=%v", fatal), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newScriptRig(t)
+				r.consumer.push(kafka.NewError(kafka.ErrGroupAuthorizationFailed, "ConsumerGroupHeartbeat fatal error: Broker: Group authorization failed", fatal))
+				_, err := r.n.Pulse(scriptLease)
+				var ae *AuthorizationError
+				if !errors.As(err, &ae) || ae.Operation != "Read" || ae.Resource != "group" || ae.Name != scriptGroup || ae.Client != "consumer" {
+					t.Fatalf("Pulse: %v; want an *AuthorizationError for Read on group %s", err, scriptGroup)
+				}
+			})
+		})
+	}
+}
+
+// A consumer that raised a fatal error never finishes closing under confluent-kafka-go v2.11.1
+// (its Close drops librdkafka's refusal to close such a consumer and polls for a close that never
+// comes: confluentinc/confluent-kafka-go#1588). Close must still return by its deadline, and say
+// why the consumer stays behind rather than ask whether the broker is reachable (seen on Apache
+// Kafka 4.4 under KIP-848 with Read on the group missing, TestACLsOnKafka).
+func TestDriverCloseAfterAFatalErrorSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newScriptRig(t)
+		release := make(chan struct{})
+		r.consumer.mu.Lock()
+		r.consumer.closeHold = release
+		r.consumer.mu.Unlock()
+		r.consumer.push(kafka.NewError(kafka.ErrGroupAuthorizationFailed, "ConsumerGroupHeartbeat fatal error: Broker: Group authorization failed", true))
+		if _, err := r.n.Pulse(scriptLease); err == nil {
+			t.Fatal("Pulse after a fatal error: nil")
+		}
+		err := r.n.Close()
+		close(release)
+		if !errors.Is(err, ErrCloseTimeout) || !strings.Contains(err.Error(), "raised a fatal error") ||
+			!strings.Contains(err.Error(), "confluentinc/confluent-kafka-go#1588") {
+			t.Fatalf("Close: %v; want ErrCloseTimeout saying that the consumer raised a fatal error", err)
+		}
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/goneli/goneli/internal/core"
 	"github.com/goneli/goneli/internal/driver"
 )
@@ -59,14 +58,15 @@ type TopicError struct {
 
 func (e *TopicError) Error() string {
 	p := max(e.Partitions, 1)
-	grant := ""
-	var ke kafka.Error
-	if errors.As(e.Err, &ke) && (ke.Code() == kafka.ErrTopicAuthorizationFailed || ke.Code() == kafka.ErrClusterAuthorizationFailed) {
-		grant = fmt.Sprintf(", or grant Create on topic %s (or on the cluster) to the client's principal", e.Topic)
+	create := fmt.Sprintf("create it with %d partition(s), for example: kafka-topics.sh --create --topic %s --partitions %d", p, e.Topic, p)
+	var ae *AuthorizationError
+	if errors.As(e.Err, &ae) {
+		who := grantee(ae.Principal)
+		return fmt.Sprintf("goneli: leader topic %q does not exist and %s may not create it (%v); %s, or grant %s Create on topic %s "+
+			"(or on the cluster): %s%s", e.Topic, who, ae.Err, create, who, e.Topic,
+			aclGrantCommand(who, []string{ae.Operation}, ae.Resource, ae.Name, false), managedNote(ae.Principal))
 	}
-	return fmt.Sprintf("goneli: leader topic %q does not exist and could not be created (%v); "+
-		"create it with %d partition(s), for example: kafka-topics.sh --create --topic %s --partitions %d%s",
-		e.Topic, e.Err, p, e.Topic, p, grant)
+	return fmt.Sprintf("goneli: leader topic %q does not exist and could not be created (%v); %s", e.Topic, e.Err, create)
 }
 
 // PartitionsError reports that the leader topic has fewer partitions than there are roles, and
@@ -78,9 +78,16 @@ type PartitionsError struct {
 }
 
 func (e *PartitionsError) Error() string {
-	return fmt.Sprintf("goneli: leader topic %q has %d partition(s) and needs %d, one per role, but none could be added (%v); "+
-		"add them, for example: kafka-topics.sh --alter --topic %s --partitions %d",
-		e.Topic, e.Has, e.Needs, e.Err, e.Topic, e.Needs)
+	add := fmt.Sprintf("add them, for example: kafka-topics.sh --alter --topic %s --partitions %d", e.Topic, e.Needs)
+	var ae *AuthorizationError
+	if errors.As(e.Err, &ae) {
+		who := grantee(ae.Principal)
+		return fmt.Sprintf("goneli: leader topic %q has %d partition(s) and needs %d, one per role, and %s may not add them (%v); %s, "+
+			"or grant %s Alter on topic %s: %s%s", e.Topic, e.Has, e.Needs, who, ae.Err, add, who, e.Topic,
+			aclGrantCommand(who, []string{ae.Operation}, ae.Resource, ae.Name, false), managedNote(ae.Principal))
+	}
+	return fmt.Sprintf("goneli: leader topic %q has %d partition(s) and needs %d, one per role, but none could be added (%v); %s",
+		e.Topic, e.Has, e.Needs, e.Err, add)
 }
 
 // Unwrap returns the cause.

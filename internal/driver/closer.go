@@ -35,9 +35,9 @@ func (d *Driver) leave(deadline time.Duration) error {
 	}
 	commits := d.commits
 	d.machine(func(m *core.Machine) { m.Gate.Close() })
-	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }}}
+	closing := []namedConsumer{{"Kafka consumer", d.consumer, func() { commits.close() }, d.fatal}}
 	if d.observer != nil {
-		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil})
+		closing = append(closing, namedConsumer{"leader observer", d.observer.consumer, nil, nil})
 	}
 	d.closing.Store(true)
 	return errors.Join(d.closeConsumers(closing, deadline)...)
@@ -210,6 +210,11 @@ type namedConsumer struct {
 	what  string
 	c     KafkaConsumer
 	first func() // run before the consumer's Close, on the goroutine that closes it; may be nil
+	// fatal is the fatal error the consumer raised, if any. librdkafka refuses to close such a
+	// consumer (rd_kafka_consumer_close_q returns the error and starts no close), and
+	// confluent-kafka-go v2.11.1 drops that answer and polls for a close that never comes
+	// (confluentinc/confluent-kafka-go#1588, fixed in a later release): its Close never returns.
+	fatal error
 }
 
 // closeConsumers closes the consumers side by side and waits for all of them until deadline, so
@@ -243,8 +248,13 @@ func (d *Driver) closeConsumers(consumers []namedConsumer, deadline time.Duratio
 			select {
 			case err = <-results[i]:
 			default:
-				d.log.W()("goneli %s: %s did not close within %v; it goes on closing in the background", d.config.Name, nc.what, bound)
-				errs = append(errs, fmt.Errorf("%w: %s did not close within %v (is the broker reachable?)", ErrCloseTimeout, nc.what, bound))
+				why := "is the broker reachable?"
+				if nc.fatal != nil {
+					why = fmt.Sprintf("it raised a fatal error, %v, and confluent-kafka-go v2.11.1 never finishes closing such a consumer: "+
+						"its client stays behind until the process exits (confluentinc/confluent-kafka-go#1588)", nc.fatal)
+				}
+				d.log.W()("goneli %s: %s did not close within %v (%s); it goes on closing in the background", d.config.Name, nc.what, bound, why)
+				errs = append(errs, fmt.Errorf("%w: %s did not close within %v (%s)", ErrCloseTimeout, nc.what, bound, why))
 				continue
 			}
 		}

@@ -54,6 +54,9 @@ type Driver struct {
 	m  *core.Machine
 
 	consumer KafkaConsumer
+	// fatal is the fatal error the consumer raised, if it did (guarded by mu): confluent-kafka-go
+	// v2.11.1 never finishes closing such a consumer (closer.go).
+	fatal    error
 	heart    heartbeatProducer
 	observer *Observer // nil unless Setup.Observe
 	observe  bool
@@ -248,7 +251,13 @@ func (d *Driver) handle(ev kafka.Event) error {
 		d.machine(func(m *core.Machine) { m.AutoCommitted(commitAnswerOf(e)) })
 	case kafka.Error:
 		if e.IsFatal() {
+			d.fatal = e
 			d.machine(func(m *core.Machine) { m.Fail("fatal consumer error: " + e.Error()) })
+			// Under KIP-848 librdkafka raises a refused ConsumerGroupHeartbeat as a fatal error
+			// (GROUP_AUTHORIZATION_FAILED), where the classic protocol's JoinGroup gives a plain one.
+			if err := d.config.Errors.Authorization("consumer", e); err != nil {
+				return err
+			}
 			return fmt.Errorf("goneli: fatal Kafka consumer error: %w", e)
 		}
 		if e.Code() == kafka.ErrInvalidSessionTimeout && d.timing.Classic {

@@ -171,6 +171,11 @@ func (d *Driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout 
 					again = true
 				}
 			}
+			if IsCode(err, kafka.ErrTopicAuthorizationFailed) {
+				// Kafka authorises CreatePartitions by Alter on the topic
+				// (ControllerApis.handleCreatePartitions).
+				err = d.config.Errors.Refused("Alter", "topic", d.topic, err)
+			}
 			return brokers, true, again, d.config.Errors.Partitions(d.topic, has, need, err)
 		}
 		return brokers, true, false, nil
@@ -198,6 +203,11 @@ func (d *Driver) ensureTopicOnce(ctx context.Context, admin KafkaAdmin, timeout 
 			// counted like those of any topic found.
 			return brokers, true, true, nil
 		}
+	}
+	if IsCode(err, kafka.ErrTopicAuthorizationFailed) || IsCode(err, kafka.ErrClusterAuthorizationFailed) {
+		// Kafka authorises CreateTopics by Create on the cluster or on the topic
+		// (ControllerApis.handleCreateTopics): the error names the narrower grant.
+		err = d.config.Errors.Refused("Create", "topic", d.topic, err)
 	}
 	return brokers, true, false, d.config.Errors.Topic(d.topic, need, err)
 }

@@ -138,6 +138,8 @@ func (k *Kafka) exchange(x *exchange) ([]byte, bool) {
 		return k.clusterOperations(x)
 	case kmsg.DescribeConfigs:
 		return k.describeConfigs(x, node)
+	case kmsg.CreateTopics:
+		return k.createTopics(x)
 	case kmsg.IncrementalAlterConfigs:
 		return k.alterConfigs(x)
 	case kmsg.DescribeTransactions:

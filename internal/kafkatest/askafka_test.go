@@ -329,6 +329,42 @@ func TestAsKafkaClusterAuthorizedOperations(t *testing.T) {
 	})
 }
 
+// CreateTopics tells a topic's partitions, replication factor and settings only to a principal
+// that may describe the topic's configs, validating or not; to others -1, -1, none, and a config
+// error of TOPIC_AUTHORIZATION_FAILED (seen on Apache Kafka 4.4: the doctor's validating
+// CreateTopics, internal/realkafka/realtest's TestACLsOnKafka).
+func TestAsKafkaCreateTopicsConfigs(t *testing.T) {
+	opts := aclBroker(allow(kmsg.ACLResourceTypeTopic, "told", kmsg.ACLOperationCreate), allow(kmsg.ACLResourceTypeTopic, "told", kmsg.ACLOperationDescribeConfigs),
+		allow(kmsg.ACLResourceTypeTopic, "untold", kmsg.ACLOperationCreate))
+	eachBroker(t, instant, opts, func(t *testing.T, b *Broker, asKafka bool) {
+		cl := newClient(t, b, user("alice", "alice-pw"))
+		for _, validate := range []bool{true, false} {
+			req := kmsg.NewPtrCreateTopicsRequest()
+			req.ValidateOnly = validate
+			for _, name := range []string{"told", "untold"} {
+				rt := kmsg.NewCreateTopicsRequestTopic()
+				rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 2, -1
+				req.Topics = append(req.Topics, rt)
+			}
+			for _, rt := range routed[*kmsg.CreateTopicsResponse](t, cl, req).Topics {
+				if rt.ErrorCode != 0 {
+					t.Fatalf("validate %v: creating %s: error %d", validate, rt.Topic, rt.ErrorCode)
+				}
+				told := rt.Topic == "told" || !asKafka
+				switch {
+				case told && (rt.NumPartitions != 2 || rt.ReplicationFactor != 1 || rt.ConfigErrorCode != 0):
+					t.Errorf("validate %v: %s: %d partitions, replication factor %d, config error %d; want 2, 1, none",
+						validate, rt.Topic, rt.NumPartitions, rt.ReplicationFactor, rt.ConfigErrorCode)
+				case !told && (rt.NumPartitions != -1 || rt.ReplicationFactor != -1 || len(rt.Configs) != 0 || rt.ConfigErrorCode != kerr.TopicAuthorizationFailed.Code):
+					t.Errorf("validate %v: %s, which alice may not describe the configs of: %d partitions, replication factor %d, %d configs, "+
+						"config error %d; want -1, -1, none, TOPIC_AUTHORIZATION_FAILED", validate, rt.Topic, rt.NumPartitions, rt.ReplicationFactor,
+						len(rt.Configs), rt.ConfigErrorCode)
+				}
+			}
+		}
+	})
+}
+
 // 4a. A topic that Metadata refuses comes without authorized operations (Integer.MIN_VALUE); kfake
 // gives it 0.
 func TestAsKafkaRefusedTopicOperations(t *testing.T) {

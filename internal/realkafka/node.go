@@ -56,7 +56,11 @@ func (n *Node) LogPath() string { return n.logPath() }
 
 // format formats the node's storage with the cluster's id.
 func (n *Node) format(ctx context.Context) error {
-	cmd := n.c.javaCmd(n.dir, "kafka.tools.StorageTool", "format", "-t", n.c.clusterID, "-c", n.propsPath())
+	args := []string{"format", "-t", n.c.clusterID, "-c", n.propsPath()}
+	for _, u := range n.c.opts.SCRAM {
+		args = append(args, "--add-scram", fmt.Sprintf("%s=[name=%s,password=%s]", u.Mechanism, u.Name, u.Password))
+	}
+	cmd := n.c.javaCmd(n.dir, "kafka.tools.StorageTool", args...)
 	p, err := startProcess(n.c.sp, cmd, filepath.Join(n.dir, "format.log"), filepath.Join(n.c.dir, fmt.Sprintf("format-%d.pid", n.ID)))
 	if err != nil {
 		return err

@@ -145,7 +145,9 @@ func TestCheckListeners(t *testing.T) {
 		{Listener{Name: "member0"}, "upper-case"},
 		{Listener{Name: ""}, "upper-case"},
 		{Listener{Name: "PLAINTEXT"}, "taken"},
-		{Listener{Name: "TLS", Protocol: "SSL"}, "Protocol"},
+		{Listener{Name: "TLS", Protocol: "SSL"}, ""},
+		{Listener{Name: "SECURE", Protocol: "SASL_SSL"}, ""},
+		{Listener{Name: "TLS", Protocol: "TLS"}, "Protocol"},
 		{Listener{Name: "TWO", Advertise: []string{"a:1", "b:2"}}, "2 addresses for 1 nodes"},
 	} {
 		err := checkListeners(Options{Nodes: 1, Listeners: []Listener{tc.l}})

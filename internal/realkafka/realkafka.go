@@ -19,8 +19,10 @@
 //     control. Its group timing is what that cluster was given.
 //
 // Options.Listeners adds client listeners of a test's own beside the harness's PLAINTEXT one: a
-// SASL_PLAINTEXT listener for principals an authorizer tells apart, or a listener per client
-// advertised at a Proxy's address, through which a test cuts that client off from the cluster.
+// SASL_PLAINTEXT or SASL_SSL listener for principals an authorizer tells apart (Options.SCRAM
+// formats SCRAM users into the cluster; the TLS listeners present a certificate of the cluster's
+// own authority, Cluster.CAFile), or a listener per client advertised at a Proxy's address,
+// through which a test cuts that client off from the cluster.
 //
 // See docs/testing.md for what is fetched, how big it is and how long it takes.
 package realkafka
@@ -43,6 +45,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goneli/goneli/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -98,6 +101,47 @@ type Options struct {
 	// harness, the nodes among themselves and most tests use): each node binds every one on a free
 	// loopback port of its own (Node.ListenerAddr, Cluster.Listener).
 	Listeners []Listener
+	// SCRAM are SCRAM users that the cluster has from its start: formatting writes their
+	// credentials into the metadata log (kafka-storage format --add-scram, Kafka 3.5 or later), so
+	// no client waits for them to reach the brokers. A listener that serves them needs its
+	// mechanisms in Options.Configs (listener.name.<name>.sasl.enabled.mechanisms and
+	// listener.name.<name>.<mechanism>.sasl.jaas.config; see SCRAMListenerConfigs).
+	SCRAM []SCRAMUser
+}
+
+// SCRAMUser is a SCRAM credential: the user Name may authenticate with Password by Mechanism,
+// SCRAM-SHA-256 or SCRAM-SHA-512.
+type SCRAMUser struct {
+	Mechanism, Name, Password string
+}
+
+// checkSCRAM refuses users that kafka-storage format would refuse or misread: it splits a
+// credential's fields at commas (ScramParser, metadata/src/main/java/org/apache/kafka/metadata/storage).
+func checkSCRAM(o Options) error {
+	for i, u := range o.SCRAM {
+		if u.Mechanism != "SCRAM-SHA-256" && u.Mechanism != "SCRAM-SHA-512" {
+			return fmt.Errorf("Options.SCRAM[%d].Mechanism %q: want SCRAM-SHA-256 or SCRAM-SHA-512", i, u.Mechanism)
+		}
+		if u.Name == "" || strings.ContainsAny(u.Name, ",\"") {
+			return fmt.Errorf("Options.SCRAM[%d].Name %q: want a name without commas or quotes", i, u.Name)
+		}
+		if u.Password == "" || strings.ContainsAny(u.Password, ",\"") {
+			return fmt.Errorf("Options.SCRAM[%d].Password: want a password without commas or quotes", i)
+		}
+	}
+	return nil
+}
+
+// SCRAMListenerConfigs are the broker settings that make listener serve SASL with the SCRAM
+// mechanism (SCRAM-SHA-256 or SCRAM-SHA-512) to the users of Options.SCRAM. A broker needs a JAAS
+// entry for each mechanism a listener enables, even one whose credentials live in the metadata
+// log (JaasContext.loadServerContext).
+func SCRAMListenerConfigs(listener, mechanism string) map[string]string {
+	prefix := "listener.name." + strings.ToLower(listener) + "."
+	return map[string]string{
+		prefix + "sasl.enabled.mechanisms":                        mechanism,
+		prefix + strings.ToLower(mechanism) + ".sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+	}
 }
 
 // Listener is a listener for clients on every node. A client that bootstraps through a listener
@@ -108,8 +152,10 @@ type Listener struct {
 	// Name is the listener's name: upper-case letters, digits and underscores, other than PLAINTEXT
 	// and CONTROLLER (the harness's own).
 	Name string
-	// Protocol is its security protocol: PLAINTEXT (the default) or SASL_PLAINTEXT, whose
-	// mechanisms and users are broker settings of Options.Configs (listener.name.<name>.*).
+	// Protocol is its security protocol: PLAINTEXT (the default), SSL, SASL_PLAINTEXT or
+	// SASL_SSL. The SASL mechanisms and users are broker settings of Options.Configs
+	// (listener.name.<name>.*) and Options.SCRAM; a TLS listener presents a certificate for
+	// 127.0.0.1 and localhost that the cluster's own authority signed (Cluster.CAFile).
 	Protocol string
 	// Advertise, if set, holds the address that each node advertises for the listener, node i's at
 	// index i; an empty one, or none, is the address the node binds.
@@ -123,6 +169,8 @@ func (l Listener) protocol() string {
 	return l.Protocol
 }
 
+func (l Listener) tls() bool { return strings.HasSuffix(l.protocol(), "SSL") }
+
 // checkListeners refuses listeners that Kafka would refuse, or that the cluster cannot advertise.
 func checkListeners(o Options) error {
 	seen := map[string]bool{"PLAINTEXT": true, "CONTROLLER": true}
@@ -134,8 +182,8 @@ func checkListeners(o Options) error {
 			return fmt.Errorf("Options.Listeners[%d].Name %q: taken (PLAINTEXT and CONTROLLER are the harness's)", i, l.Name)
 		}
 		seen[l.Name] = true
-		if p := l.protocol(); p != "PLAINTEXT" && p != "SASL_PLAINTEXT" {
-			return fmt.Errorf("Options.Listeners[%d].Protocol %q: want PLAINTEXT or SASL_PLAINTEXT", i, l.Protocol)
+		if p := l.protocol(); p != "PLAINTEXT" && p != "SASL_PLAINTEXT" && p != "SSL" && p != "SASL_SSL" {
+			return fmt.Errorf("Options.Listeners[%d].Protocol %q: want PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL", i, l.Protocol)
 		}
 		if len(l.Advertise) > o.Nodes {
 			return fmt.Errorf("Options.Listeners[%d].Advertise: %d addresses for %d nodes", i, len(l.Advertise), o.Nodes)
@@ -169,6 +217,9 @@ func (o Options) key() string {
 	for _, l := range o.Listeners {
 		fmt.Fprintf(&sb, "/listener %s %s %s", l.Name, l.protocol(), strings.Join(l.Advertise, ","))
 	}
+	for _, u := range o.SCRAM {
+		fmt.Fprintf(&sb, "/scram %s %s %s", u.Mechanism, u.Name, u.Password)
+	}
 	return sb.String()
 }
 
@@ -186,6 +237,8 @@ type Cluster struct {
 	java      javaInfo
 	sp        *spawner
 	nodes     []*Node
+	// caFile and keyStore are the TLS listeners' authority and key store (PEM); empty without one.
+	caFile, keyStore string
 	// Took is how long Start took, fetching aside, of which Formatting formatted the storage,
 	// Serving started the nodes until each served, Warming awaited a group coordinator; Fetched is
 	// how long mvn took (0: the jars were in the cache).
@@ -340,6 +393,9 @@ func start(o Options) (*Cluster, error) {
 	if err := checkListeners(o); err != nil {
 		return nil, err
 	}
+	if err := checkSCRAM(o); err != nil {
+		return nil, err
+	}
 	j, err := checkJava(o.Version)
 	if err != nil {
 		return nil, err
@@ -402,6 +458,11 @@ func launch(o Options, j javaInfo, in *install) (c *Cluster, err error) {
 		}
 	}()
 	per := 2 + len(o.Listeners) // ports per node: the broker's, the controller's, the listeners'
+	if slices.ContainsFunc(o.Listeners, Listener.tls) {
+		if err := c.makePKI(); err != nil {
+			return c, err
+		}
+	}
 	ports, err := freePorts(per * o.Nodes)
 	if err != nil {
 		return c, err
@@ -495,7 +556,13 @@ func (c *Cluster) properties(n *Node) string {
 	listeners := []string{"PLAINTEXT://" + n.Addr, fmt.Sprintf("CONTROLLER://127.0.0.1:%d", n.controller)}
 	advertised := []string{"PLAINTEXT://" + n.Addr}
 	protocols := []string{"PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"}
+	var tlsSettings [][2]string
 	for _, l := range c.opts.Listeners {
+		if l.tls() {
+			prefix := "listener.name." + strings.ToLower(l.Name) + "."
+			tlsSettings = append(tlsSettings, [2]string{prefix + "ssl.keystore.type", "PEM"},
+				[2]string{prefix + "ssl.keystore.location", c.keyStore})
+		}
 		bound := n.listeners[l.Name]
 		listeners = append(listeners, l.Name+"://"+bound)
 		adv := bound
@@ -533,6 +600,7 @@ func (c *Cluster) properties(n *Node) string {
 		// The log cleaner's dedupe buffer is 128 MiB by default, a quarter of the small heap.
 		{"log.cleaner.dedupe.buffer.size", strconv.Itoa(16 << 20)},
 	}
+	settings = append(settings, tlsSettings...)
 	for _, k := range slices.Sorted(maps.Keys(groupSettings[c.opts.Profile])) {
 		settings = append(settings, [2]string{k, groupSettings[c.opts.Profile][k]})
 	}
@@ -689,6 +757,41 @@ func (c *Cluster) Listener(tb testing.TB, name string) string {
 		addrs = append(addrs, n.ListenerAddr(tb, name))
 	}
 	return strings.Join(addrs, ",")
+}
+
+// CAFile is the file, in PEM, of the authority that signed the certificate of the cluster's TLS
+// listeners (Options.Listeners of protocol SSL or SASL_SSL), as ssl.ca.location takes it. It fails
+// tb for a cluster without one, and skips it for an external cluster, as Listener does.
+func (c *Cluster) CAFile(tb testing.TB) string {
+	tb.Helper()
+	c.Nodes(tb)
+	if c.caFile == "" {
+		tb.Fatal("the cluster has no TLS listener (Options.Listeners of protocol SSL or SASL_SSL)")
+	}
+	return c.caFile
+}
+
+// makePKI makes the TLS listeners' authority and certificate, in the cluster's directory: one
+// certificate for every node, naming the loopback address they all bind.
+func (c *Cluster) makePKI() error {
+	dir := filepath.Join(c.dir, "tls")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	p, err := testkit.MakePKI(dir, testkit.PKIOpts{}, "127.0.0.1", "127.0.0.1", "localhost")
+	if err != nil {
+		return fmt.Errorf("making the TLS listeners' certificate: %w", err)
+	}
+	store, err := p.ServerPEM()
+	if err != nil {
+		return err
+	}
+	c.keyStore = filepath.Join(dir, "server.pem")
+	if err := os.WriteFile(c.keyStore, store, 0o600); err != nil {
+		return err
+	}
+	c.caFile = p.CAFile
+	return nil
 }
 
 // Profile is the cluster's group timing profile (for an external cluster, the one asked for,

@@ -66,21 +66,29 @@ func NewPKI(t testing.TB, cn string, sans ...string) PKI {
 // NewPKIOf is NewPKI with a server certificate changed as o says.
 func NewPKIOf(t testing.TB, o PKIOpts, cn string, sans ...string) PKI {
 	t.Helper()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
+	p, err := MakePKI(t.TempDir(), o, cn, sans...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	caKey := key()
-	var srvKey crypto.Signer = key()
+	return p
+}
+
+// MakePKI is NewPKIOf for a caller that has no test: a harness whose broker outlives the test that
+// started it (internal/realkafka's shared clusters) keeps the files in a directory of its own.
+// CAFile is written in dir.
+func MakePKI(dir string, o PKIOpts, cn string, sans ...string) (PKI, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return PKI{}, err
+	}
+	var srvKey crypto.Signer
 	if o.RSA {
-		k, err := rsa.GenerateKey(rand.Reader, 2048)
-		if err != nil {
-			t.Fatal(err)
-		}
-		srvKey = k
+		srvKey, err = rsa.GenerateKey(rand.Reader, 2048)
+	} else {
+		srvKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
+	if err != nil {
+		return PKI{}, err
 	}
 	now := time.Now()
 	caTmpl := &x509.Certificate{
@@ -90,7 +98,7 @@ func NewPKIOf(t testing.TB, o PKIOpts, cn string, sans ...string) PKI {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		t.Fatal(err)
+		return PKI{}, err
 	}
 	ca, _ := x509.ParseCertificate(caDER)
 	srvTmpl := &x509.Certificate{
@@ -107,58 +115,74 @@ func NewPKIOf(t testing.TB, o PKIOpts, cn string, sans ...string) PKI {
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, srvKey.Public(), caKey)
 	if err != nil {
-		t.Fatal(err)
+		return PKI{}, err
 	}
 	if o.NegativeSerial {
-		srvDER = negateSerial(t, srvDER, caKey)
+		if srvDER, err = negateSerial(srvDER, caKey); err != nil {
+			return PKI{}, err
+		}
 	}
-	file := filepath.Join(t.TempDir(), "ca.pem")
+	file := filepath.Join(dir, "ca.pem")
 	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), 0o600); err != nil {
-		t.Fatal(err)
+		return PKI{}, err
 	}
-	return PKI{CA: ca, Server: tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}, CAFile: file}
+	return PKI{CA: ca, Server: tls.Certificate{Certificate: [][]byte{srvDER}, PrivateKey: srvKey}, CAFile: file}, nil
+}
+
+// ServerPEM is the server's key (PKCS #8, unencrypted) followed by its certificate, in PEM: the
+// key store that a Java server reads with ssl.keystore.type=PEM (Apache Kafka's
+// DefaultSslEngineFactory.PemStore takes only a "PRIVATE KEY" block).
+func (p PKI) ServerPEM() ([]byte, error) {
+	key, err := x509.MarshalPKCS8PrivateKey(p.Server.PrivateKey)
+	if err != nil {
+		return nil, err
+	}
+	out := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key})
+	for _, der := range p.Server.Certificate {
+		out = append(out, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	return out, nil
 }
 
 // negateSerial re-signs der, a certificate that caKey signed with ECDSA and SHA-256, with its serial
 // number negated: crypto/x509 refuses to make such a certificate, so its fields are rewritten here.
-func negateSerial(t testing.TB, der []byte, caKey *ecdsa.PrivateKey) []byte {
-	t.Helper()
+func negateSerial(der []byte, caKey *ecdsa.PrivateKey) ([]byte, error) {
 	var cert struct {
 		TBS       asn1.RawValue
 		Algorithm asn1.RawValue
 		Signature asn1.BitString
 	}
 	if _, err := asn1.Unmarshal(der, &cert); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	// TBSCertificate: [0] version, serialNumber, signature, issuer, validity, subject, ...
 	var fields []asn1.RawValue
 	if _, err := asn1.Unmarshal(cert.TBS.FullBytes, &fields); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var serial *big.Int
 	if _, err := asn1.Unmarshal(fields[1].FullBytes, &serial); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	negative, err := asn1.Marshal(new(big.Int).Neg(serial))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	fields[1] = asn1.RawValue{FullBytes: negative}
 	tbs, err := asn1.Marshal(fields)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	digest := sha256.Sum256(tbs)
 	sig, err := ecdsa.SignASN1(rand.Reader, caKey, digest[:])
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	cert.TBS = asn1.RawValue{FullBytes: tbs}
 	cert.Signature = asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)}
 	out, err := asn1.Marshal(cert)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return out
+	return out, nil
 }

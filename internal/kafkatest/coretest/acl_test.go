@@ -3,6 +3,7 @@ package coretest
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -164,19 +165,23 @@ func wantDenied(t *testing.T, what string, err error, want string) {
 // by Read (KIP-253, in Kafka as in kfake), so removing those grants alone takes nothing away.
 func TestACLsOfTheREADME(t *testing.T) {
 	const group, topic = "acl", "acl.neli"
-	type want struct{ contender, watch, describe, check string }
+	// fix is a command that a failing line of the doctor's report must give.
+	type want struct{ contender, watch, describe, check, fix string }
 	cases := []struct {
 		removed string
 		want    want
 	}{
 		{"", want{}},
 		{"topic-describe", want{}},
-		{"topic-read", want{"Read on topic acl.neli", "Read on topic acl.neli", "Read on topic acl.neli", "lacks Read on topic acl.neli"}},
-		{"topic-write", want{"Write on topic acl.neli", "", "", "lacks Write on topic acl.neli"}},
+		{"topic-read", want{"Read on topic acl.neli", "Read on topic acl.neli", "Read on topic acl.neli", "lacks Read on topic acl.neli", ""}},
+		{"topic-write", want{"Write on topic acl.neli", "", "", "lacks Write on topic acl.neli", ""}},
 		{"topic-create", want{contender: "Create on topic acl.neli"}},
 		{"group-read", want{contender: "Read on group acl", check: "not read it"}},
 		{"group-describe", want{}},
-		{"observer-describe", want{watch: "Describe on group acl.observer", describe: "Describe on group acl.observer", check: "may not describe group acl.observer"}},
+		// The observers' groups are acl.observer and acl.observer-<name>: the doctor's command grants
+		// the prefix, as the AuthorizationError of Watch and Describe does.
+		{"observer-describe", want{watch: "Describe on group acl.observer", describe: "Describe on group acl.observer", check: "may not describe group acl.observer",
+			fix: "kafka-acls.sh --add --allow-principal User:alice --operation Describe --group acl.observer --resource-pattern-type prefixed"}},
 		// Only a FencedProducer needs it (TestFencedProducerNeedsWriteOnItsTransactionalID); the
 		// doctor warns.
 		{"fenced-write", want{}},
@@ -203,6 +208,9 @@ func TestACLsOfTheREADME(t *testing.T) {
 			report, err := Check(context.Background(), alice("alice-doctor"))
 			if tc.want.check == "" && err != nil || tc.want.check != "" && (err == nil || !strings.Contains(err.Error(), tc.want.check)) {
 				t.Errorf("Check: %v; want a failure naming %q (empty: none); report: %+v", err, tc.want.check, report)
+			}
+			if tc.want.fix != "" && !slices.ContainsFunc(report.Checks, func(c CheckResult) bool { return c.Status == CheckFail && strings.Contains(c.Fix, tc.want.fix) }) {
+				t.Errorf("Check: no failing line gives %q: %+v", tc.want.fix, report)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	. "github.com/goneli/goneli"
 	"github.com/goneli/goneli/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // resultOf returns the first result of the named check, failing the test if there is none.
@@ -163,6 +164,10 @@ func TestCheckMissingGrant(t *testing.T) {
 	// Reading the broker's session bounds takes DescribeConfigs on the cluster, which docs/operations.md
 	// does not ask of a classic group: a warning, not a failure.
 	wantCheck(t, r, "session", CheckWarn, "could not read the broker's group.min/max.session.timeout.ms")
+	// alice answers to that warning with the grant's command, as to the failures.
+	if c := resultOf(t, r, "session"); !strings.Contains(c.Fix, "kafka-acls.sh --add --allow-principal User:alice --operation DescribeConfigs --cluster") {
+		t.Errorf("session's fix %q; want the kafka-acls command that grants DescribeConfigs on the cluster", c.Fix)
+	}
 }
 
 // TestCheckWrongPassword: the bootstrap server is Kafka, but it does not let the user in.
@@ -228,4 +233,28 @@ func TestCheckRefusedSettings(t *testing.T) {
 		}
 	}
 	wantCheck(t, r, "reach", CheckOK, "answers as Kafka")
+}
+
+// Apache Kafka tells the replication factor that a topic it would create gets only to a principal
+// that may describe the topic's configs (AsKafka's createTopics): to one granted only the list of
+// docs/operations.md the doctor says that it cannot tell, rather than "replication factor -1" as
+// it did on Kafka 4.4 (internal/realkafka/realtest, TestACLsOnKafka); a grant of DescribeConfigs on
+// the topic shows it.
+func TestCheckReplicationFactorUntold(t *testing.T) {
+	const group, topic = "untold", "untold.neli"
+	configs := aclGrant{"topic-describe-configs", kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: topic,
+		Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribeConfigs, Allow: true}}
+	log := newTestLog(t)
+	for _, tc := range []struct {
+		grants []aclGrant
+		status CheckStatus
+		says   string
+	}{
+		{readmeGrants(group, topic), CheckWarn, "at its default replication factor, which it tells only to a principal that may describe the topic's configs"},
+		{append(readmeGrants(group, topic), configs), CheckWarn, "replication factor 1: with one replica"},
+	} {
+		b := aclBroker(t, tc.grants)
+		r, _ := Check(context.Background(), saslConfig(b, group, "doctor", "alice", "alice-secret", log))
+		wantCheck(t, r, "topic", tc.status, tc.says)
+	}
 }

@@ -554,6 +554,13 @@ func TestNewFailsWhenTopicCannotBeCreated(t *testing.T) {
 	if !errors.As(err, &ke) || ke.Code() != kafka.ErrTopicAuthorizationFailed {
 		t.Fatalf("want the broker's TOPIC_AUTHORIZATION_FAILED underneath, got %v", err)
 	}
+	// Kafka authorises CreateTopics by Create on the topic or the cluster: the error names the
+	// narrower grant and its command, as every other refused grant does.
+	var ae *AuthorizationError
+	if !errors.As(err, &ae) || ae.Operation != "Create" || ae.Resource != "topic" || ae.Name != group+".neli" ||
+		!strings.Contains(err.Error(), "kafka-acls.sh --add --allow-principal User:<the client's principal> --operation Create --topic "+group+".neli") {
+		t.Fatalf("want an *AuthorizationError for Create on topic %s.neli, with its command, got %v", group, err)
+	}
 }
 
 func TestUnreachableBrokerNeitherHangsNorLeads(t *testing.T) {

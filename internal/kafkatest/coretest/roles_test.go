@@ -251,6 +251,12 @@ func TestRolesGrowTheTopic(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Topic != group+".neli" || pe.Has != 1 || pe.Needs != 3 || !strings.Contains(err.Error(), "--partitions 3") {
 		t.Fatalf("want a *PartitionsError for 1 of 3 partitions, got %v", err)
 	}
+	// Kafka authorises CreatePartitions by Alter on the topic (ControllerApis.handleCreatePartitions).
+	var ae *AuthorizationError
+	if !errors.As(err, &ae) || ae.Operation != "Alter" || ae.Resource != "topic" || ae.Name != group+".neli" ||
+		!strings.Contains(err.Error(), "--operation Alter --topic "+group+".neli") {
+		t.Fatalf("want an *AuthorizationError for Alter on topic %s.neli, with its command, got %v", group, err)
+	}
 	refuse.Remove()
 	roleContender(t, testConfig(b, group, "a", log), Shards(3), r)
 	if got := len(b.PartitionInfos(group + ".neli")); got != 3 {

@@ -1,6 +1,7 @@
 package askafka
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -23,6 +24,9 @@ var (
 type authNames struct {
 	groupOK, groupHidden, groupMissing, group848, group848Hidden string
 	topicOK, topicHidden, txnOK, txnHidden                       string
+	// createTold and createUntold are topics alice may create and that do not exist; she may
+	// describe the configs of the first only.
+	createTold, createUntold string
 }
 
 func (p *pair) authNames() authNames {
@@ -30,6 +34,7 @@ func (p *pair) authNames() authNames {
 		groupOK: p.name("g-ok"), groupHidden: p.name("g-hidden"), groupMissing: p.name("g-missing"),
 		group848: p.name("g848-ok"), group848Hidden: p.name("g848-hidden-topic"),
 		topicOK: p.name("t-ok"), topicHidden: p.name("t-hidden"), txnOK: p.name("txn-ok"), txnHidden: p.name("txn-hidden"),
+		createTold: p.name("c-told"), createUntold: p.name("c-untold"),
 	}
 }
 
@@ -68,6 +73,7 @@ func TestAuthorizationAgainstKafka(t *testing.T) {
 		{name: "Metadata and DescribeCluster", run: authClusterOperations},
 		{name: "DescribeConfigs", run: authDescribeConfigs},
 		{name: "DescribeTransactions", run: authDescribeTransactions},
+		{name: "CreateTopics validating", run: authCreateTopics, argued: createTopicsArgued},
 	})
 }
 
@@ -90,6 +96,8 @@ func (p *pair) makeAuthResources(t *testing.T, s *side) {
 		{kmsg.ACLResourceTypeGroup, n.group848Hidden, []kmsg.ACLOperation{kmsg.ACLOperationDescribe}},
 		{kmsg.ACLResourceTypeTopic, n.topicOK, []kmsg.ACLOperation{kmsg.ACLOperationDescribe, kmsg.ACLOperationDescribeConfigs}},
 		{kmsg.ACLResourceTypeTransactionalId, n.txnOK, []kmsg.ACLOperation{kmsg.ACLOperationDescribe}},
+		{kmsg.ACLResourceTypeTopic, n.createTold, []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationDescribeConfigs}},
+		{kmsg.ACLResourceTypeTopic, n.createUntold, []kmsg.ACLOperation{kmsg.ACLOperationCreate}},
 	} {
 		for _, op := range g.ops {
 			c := kmsg.NewCreateACLsRequestCreation()
@@ -304,4 +312,48 @@ func authDescribeTransactions(t *testing.T, p *pair, s *side) *obs {
 	}
 	o.set("internal topics", "%v", s.internalTopics(t))
 	return o
+}
+
+// authCreateTopics: the doctor's validating CreateTopics of a leader topic that does not exist, as
+// alice, who may create both topics and describe the configs of one: Kafka tells the partitions,
+// replication factor and settings of a topic only to a principal that may describe its configs
+// (ControllerApis.handleCreateTopics, core/src/main/scala/kafka/server/ControllerApis.scala, and
+// ReplicationControlManager.createTopic, metadata/src/main/java/org/apache/kafka/controller), and
+// creates nothing.
+func authCreateTopics(t *testing.T, p *pair, s *side) *obs {
+	o := newObs()
+	n := p.authNames()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.ValidateOnly = true
+	for _, name := range []string{n.createTold, n.createUntold} {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, 1, -1
+		req.Topics = append(req.Topics, rt)
+	}
+	for _, rt := range s.dialAs(t, alice).send(req, 7).(*kmsg.CreateTopicsResponse).Topics {
+		o.set(p.strip(rt.Topic), "%s partitions %d replication factor %d config error %s",
+			code(rt.ErrorCode), rt.NumPartitions, rt.ReplicationFactor, code(rt.ConfigErrorCode))
+		o.set(p.strip(rt.Topic)+" configs told", "%v", len(rt.Configs) > 0)
+	}
+	md := kmsg.NewPtrMetadataRequest()
+	md.AllowAutoTopicCreation = false // a look that could create them would prove nothing
+	for _, name := range []string{n.createTold, n.createUntold} {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		md.Topics = append(md.Topics, mt)
+	}
+	for _, mt := range s.dial(t).send(md, 12).(*kmsg.MetadataResponse).Topics {
+		o.set(p.strip(*mt.Topic)+" afterwards", "%s", code(mt.ErrorCode))
+	}
+	return o
+}
+
+// createTopicsArgued: kfake lists no settings in a validating CreateTopics' answer, where Kafka
+// lists the topic's to a principal that may describe them. goneli reads only the replication
+// factor there; the doctor reads an existing topic's settings with DescribeConfigs.
+func createTopicsArgued(_ *pair, d difference) string {
+	if strings.HasSuffix(d.field, " configs told") {
+		return "goneli reads no settings from CreateTopics' answer"
+	}
+	return ""
 }
