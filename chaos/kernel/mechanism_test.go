@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"math"
 	"net"
 	"testing"
 	"time"
@@ -47,12 +48,12 @@ func TestFaultMechanisms(t *testing.T) {
 	}()
 	s := l.slots[0]
 	addr := ln.Addr().String()
-	clean, err := connectTime(s.ns, addr, 5*time.Second)
+	clean, err := cleanConnect(s.ns, addr)
 	if err != nil {
 		t.Fatalf("connect without a fault: %v", err)
 	}
 	if clean > 100*time.Millisecond {
-		t.Fatalf("connect without a fault took %v", clean)
+		t.Fatalf("connect without a fault took %v at best", clean)
 	}
 
 	var a attachment
@@ -93,9 +94,28 @@ func TestFaultMechanisms(t *testing.T) {
 		}
 		must(a.Close())
 	}
-	if d, err := connectTime(s.ns, addr, 5*time.Second); err != nil || d > 100*time.Millisecond {
-		t.Errorf("after the faults: connect %v, %v", d, err)
+	if d, err := cleanConnect(s.ns, addr); err != nil || d > 100*time.Millisecond {
+		t.Errorf("after the faults: connect %v at best, %v", d, err)
 	}
+}
+
+// cleanConnect is how long a TCP connect from ns to addr takes with no fault: the best of three,
+// after the first that succeeds. A new namespace's first SYN can be lost while its link comes up
+// (1.04 s, one retransmission, in a .ci/stress run), and a loaded machine can hold up any single
+// connect; neither is what the baseline is for.
+func cleanConnect(ns, addr string) (time.Duration, error) {
+	if _, err := connectTime(ns, addr, 5*time.Second); err != nil {
+		return 0, err
+	}
+	best := time.Duration(math.MaxInt64)
+	for range 3 {
+		d, err := connectTime(ns, addr, 5*time.Second)
+		if err != nil {
+			return 0, err
+		}
+		best = min(best, d)
+	}
+	return best, nil
 }
 
 // loadDrop loads the drop program, or skips the test where BPF or tcx is missing.

@@ -22,8 +22,21 @@ func TestWireCountsPipelinedRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	const n = 3
+	key := WireKey{Client: "piper", Key: int16(kmsg.ListGroups)}
+	var held bool
 	b.ControlKey(int16(kmsg.ListGroups), func(kmsg.Request) (kmsg.Response, error, bool) {
-		b.SleepControl(func() { time.Sleep(100 * time.Millisecond) })
+		if held {
+			return nil, nil, false
+		}
+		held = true
+		// The first answer waits until the other requests have arrived behind it (a fixed 100 ms
+		// was not always enough for their goroutines to send them under .ci/stress's load).
+		b.SleepControl(func() {
+			for deadline := time.Now().Add(10 * time.Second); w.Most()[key] < n && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+		})
 		return nil, nil, false
 	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ClientID("piper"))
@@ -34,7 +47,6 @@ func TestWireCountsPipelinedRequests(t *testing.T) {
 	if err := ping(cl, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	const n = 3
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -48,7 +60,6 @@ func TestWireCountsPipelinedRequests(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	key := WireKey{Client: "piper", Key: int16(kmsg.ListGroups)}
 	if most, total := w.Most()[key], w.Totals()[key]; most != n || total != n {
 		t.Errorf("%d list-groups requests in flight at most, %d sent; want %d and %d", most, total, n, n)
 	}
