@@ -151,8 +151,10 @@ func ConsumerProtocol(enabled bool) KafkaOpt {
 	return func(c *kafkaConfig) { c.consumerProtocol = &enabled }
 }
 
-// consumerProtocolOn reports whether the brokers serve the consumer group protocol.
-func (c kafkaConfig) consumerProtocolOn() bool {
+// consumerProtocolOn reports whether the brokers serve the consumer group protocol. A pointer
+// receiver: a copy of the whole config would read groupConfigsDenied, which DenyGroupConfigs
+// replaces under Kafka.mu while connections are served (a data race under .ci/stress).
+func (c *kafkaConfig) consumerProtocolOn() bool {
 	if c.consumerProtocol != nil {
 		return *c.consumerProtocol
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -63,6 +64,23 @@ func TestSASLSSLListener(t *testing.T) {
 	const topic = "secure"
 	if _, err := admin(t, c.Bootstrap()).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
 		t.Fatal(err)
+	}
+	// CreateTopics is answered once the controller has the topic; the broker serves its metadata
+	// only once it has applied that record, a moment later (UNKNOWN_TOPIC_OR_PARTITION meanwhile: 2
+	// of 3 runs under .ci/stress). Kafka announces nothing to wait on, so ask until it knows.
+	for {
+		resp, err := metadata("root", "root-secret", topic)
+		if err != nil {
+			t.Fatalf("root over SASL_SSL: %v", err)
+		}
+		if !errors.Is(kerr.ErrorForCode(resp.Topics[0].ErrorCode), kerr.UnknownTopicOrPartition) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the broker did not serve %s's metadata within %v", topic, awaitLimit)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	for _, tc := range []struct {
 		user, password string
