@@ -223,6 +223,14 @@ func (r *simRdk848) assigned(offsets []OffsetRef) {
 
 func (r *simRdk848) unassigned(parts simParts) {
 	if r.state != rdkWaitUnassignCall {
+		// librdkafka applies an incremental unassign whenever the application makes it; only its
+		// own wait for one depends on its state. Two revocations in a row (a reconciliation's,
+		// then an unsubscribe's) had the first unassign run the second's leave, and the second
+		// was dropped: the consumer went on fetching partitions it had given back, and a later
+		// assignment of one kept that fetch rather than starting a few records before the end,
+		// so its successor's tenure never read the predecessor's releasing marker (a hand-over
+		// violation the long search found, seed 60061149, ht1s-session2s-848).
+		r.giveBack(parts)
 		return
 	}
 	r.giveBack(parts)

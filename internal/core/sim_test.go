@@ -151,6 +151,9 @@ var simRegressions = []struct {
 	{"ht500ms", 5279, "a callback stalled before the assign call while a rebalance began: two leaders with the judgement before the wait"},
 	{"ht500ms", 11859, "a yield during a slow LeaderRevoked: the successor led before the barrier returned when the yield did not wait for it"},
 	{"ht1s-session2s", 14603, "a yield during a slow LeaderRevoked: the successor led before the barrier returned when the yield did not wait for it"},
+	// The long search of base seed 60000000 (docs/simulation-results.md): a hand-over violation
+	// of the model, not of goneli (simRdk848.unassigned dropped an unassign made in the wrong state).
+	{"ht1s-session2s-848", 60061149, "a transfer's unsubscribe right after a reconciliation's revocation: the second unassign was dropped and the fetch went on"},
 }
 
 func TestSimReplay(t *testing.T) {
