@@ -3,6 +3,7 @@ module github.com/goneli/goneli/internal/realkafka
 go 1.26.0
 
 require (
+	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
 	github.com/goneli/goneli v0.0.0
 	github.com/goneli/goneli/internal/kafkatest v0.0.0
 	github.com/twmb/franz-go v1.22.2
@@ -14,7 +15,6 @@ require (
 )
 
 require (
-	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/obsidiandynamics/libstdgo v0.4.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
