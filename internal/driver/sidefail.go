@@ -41,8 +41,8 @@ import (
 // while the connection's rounds pause (sidechan.Beats.Fail).
 
 // sideWatch tells when goneli's own connection has failed for long enough, while librdkafka worked,
-// to give way. The group check and the heartbeats have one each, so that one's successes do not
-// hide the other's failures. It does no I/O; the driver calls it with its lock held.
+// to give way; the driver keeps one, for its group checks. It does no I/O; the driver calls it with
+// its lock held.
 //
 // librdkafka counts as working beside the failures only when one of them began after a commit of
 // librdkafka's was accepted, and that commit came after the first failure began: the connection
@@ -101,13 +101,13 @@ func (d *Driver) sideUsable() bool {
 	return d.check.wire != nil && d.check.wire.Fallback() == nil && !d.check.sideOff.Load()
 }
 
-// sideFailed records that an operation over goneli's own connection that began at began failed
-// with err (w is the group check's watch or the heartbeats'), and makes the connection give way if
-// it has failed for long enough (sideWatch).
-func (d *Driver) sideFailed(w *sideWatch, began time.Duration, err error) {
+// sideFailed records that a group check over goneli's own connection that began at began failed
+// with err, and makes the connection give way if it has failed for long enough (sideWatch).
+func (d *Driver) sideFailed(began time.Duration, err error) {
 	if !d.sideUsable() || sidechan.IsFallback(err) || !d.Live() {
 		return
 	}
+	w := &d.check.side
 	w.failed(began, err)
 	why := w.givesWay(d.now(), *d.config.HeartbeatTimeout)
 	if why == nil {
@@ -153,7 +153,7 @@ func (d *Driver) sideChecked(res describedGroup) {
 		err = res.timing.unanswered
 	}
 	if err != nil {
-		d.sideFailed(&d.check.side, d.check.began, err)
+		d.sideFailed(d.check.began, err)
 		return
 	}
 	d.check.side.worked()
