@@ -221,7 +221,10 @@
 // by default, twice that for a tenure that has yet to lead; Stats.NotLeadingSince) hands over,
 // provided its own heartbeats do not come back within a quarter lease of their sending (one whose
 // heartbeats come back but whose commits wait is held up by a rebalance, which ends by itself and
-// would hold a successor up as much): it leaves the group as Yield does, and a member that can
+// would hold a successor up as much, and the time in which they came back promptly does not count
+// toward HandOverAfter, so that a stall of the instance's own after such a hold, up to half a lease
+// in the rebalance callback while it reads the ends of the partitions it is given, does not make
+// it hand over): it leaves the group as Yield does, and a member that can
 // renew is elected at the rebalance that its LeaveGroup starts (for the lease before that, it
 // stores no heartbeat offset for commit, so that no commit in flight holds its LeaveGroup back:
 // handover.go). Its lease ran out a lease after the

@@ -131,7 +131,8 @@ type Stats struct {
 	// round trips of its assignment and is renewed before its lease runs out, so a time more than
 	// moments ago means that this instance cannot renew, or that a rebalance holds its commits:
 	// once it is Config.HandOverAfter ago (twice that for a tenure that has yet to lead), the
-	// instance hands every role over (HandOvers) unless its heartbeats come back promptly.
+	// instance hands every role over (HandOvers) unless its heartbeats come back promptly, and
+	// the time in which they did does not count toward that bound.
 	NotLeadingSince time.Time
 	// Releasing is set while this instance owns the role's partition but waits for the previous
 	// holder's barrier to return from LeaderRevoked (at most the rebalance timeout).
@@ -156,9 +157,9 @@ type Stats struct {
 	LateHeartbeats            uint64 // own heartbeats confirmed too late to renew the lease
 	CommitRejections          uint64 // heartbeat commits the coordinator refused (member or generation gone)
 	// HandOvers counts the times this instance (all its roles together) left the group because a
-	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince) while its
-	// heartbeats did not come back within a quarter lease, so that a member that can renew would
-	// lead it. Each time it stays out of the group for a back-off
+	// role it held had gone without leading for Config.HandOverAfter (NotLeadingSince), counting
+	// only the time in which its heartbeats did not come back within a quarter lease, so that a
+	// member that can renew would lead it. Each time it stays out of the group for a back-off
 	// (YieldRemaining) that starts at twice HeartbeatTimeout and doubles with every hand-over that
 	// follows the last without a tenure that led for four leases in between, up to sixteen leases.
 	HandOvers uint64

@@ -16,7 +16,12 @@ import "time"
 // (under the classic protocol a rebalance holds every renewal until it completes, and one that
 // waits for a member that died can last a session, or librdkafka's wait of up to a second to
 // rejoin): handing over would move leadership for a stall that ends by itself, within the
-// rebalance timeout, and that would stall a successor just as much. So such a member waits.
+// rebalance timeout, and that would stall a successor just as much. So such a member waits, and
+// the wait does not count toward the bound: what counts is the time since a cycle last saw the
+// heartbeats come back promptly (tenure.heardAt). Otherwise a stall of the member's own at the end
+// of such a hold, the rebalance callback's wait of up to half a lease for the ends of the
+// partitions it is given, which reads nothing back, makes the whole hold count at once: the last
+// member of a group, assigned every role once the rebalance ends, hands over to nobody.
 //
 // Leaving the group waits for the consumer's commits in flight: librdkafka sends the LeaveGroup only
 // once every one of them is answered, and on the slow path that makes a member hand over each
@@ -83,7 +88,8 @@ type roleLease struct {
 	// fresh says that the tenure has yet to lead.
 	fresh bool
 	// since is, while leading, when the tenure last began to lead, and otherwise when it last
-	// began not to lead while assigned, not counting the time it was excused (lease.excused).
+	// began not to lead while assigned, not counting the time it was excused (lease.excused) or
+	// read back promptly (tenure.heardAt).
 	since time.Duration
 	// deferred says that something else deals with this role's trouble: the consumer is about
 	// to be replaced because it reads back nothing that the producer delivers (checkReadBack),

@@ -247,6 +247,45 @@ func TestLeaseNotLeadingSince(t *testing.T) {
 	})
 }
 
+// A tenure whose heartbeats come back promptly while it does not lead (a rebalance holds its
+// commits) counts toward a hand-over only from the last cycle that saw it so, and that leaves
+// NotLeadingSince (Idle) at its fence.
+func TestLeaseHeard(t *testing.T) {
+	r := newRig(t)
+	r.acquire()
+	r.wait(2 * rigLease)
+	r.expire()
+	fenced := r.l.Now()
+	var heard time.Duration
+	for range 15 {
+		h, off := r.heartbeat()
+		r.wait(10 * time.Millisecond)
+		r.back(h, off) // read back, its commit never answered
+		r.wait(rigInterval - 10*time.Millisecond)
+		r.due()
+		heard = r.l.Now()
+		if v := r.l.Load(); v.Leading || v.Idle != fenced || v.Heard != heard {
+			t.Fatalf("reading back: leading %v, idle %v, heard %v; want false, %v (the fence), %v", v.Leading, v.Idle, v.Heard, fenced, heard)
+		}
+	}
+	// A stall of its own: the next cycle comes more than half a lease later and reads back nothing.
+	r.wait(rigLease/2 + time.Millisecond)
+	r.due()
+	if v := r.l.Load(); v.Heard != heard || v.Idle != fenced {
+		t.Fatalf("after the stall: heard %v, idle %v; want %v, %v", v.Heard, v.Idle, heard, fenced)
+	}
+	if r.l.readsBack() {
+		t.Fatal("reads back after a stall of over half a lease")
+	}
+	// Leading again leaves heard where it was; the next fence is what counts then.
+	r.renewal(10*time.Millisecond, 10*time.Millisecond)
+	r.wait(rigInterval)
+	r.renewal(10*time.Millisecond, 10*time.Millisecond)
+	if v := r.l.Load(); !v.Leading || v.Heard != heard {
+		t.Fatalf("renewed: leading %v, heard %v; want true, %v", v.Leading, v.Heard, heard)
+	}
+}
+
 // foreignMarker reads a predecessor's marker of kind back from the partition.
 func (r *rig) foreignMarker(kind RecordKind) {
 	r.take(r.l.Foreign(Heartbeat{Tenure: 0x1, Seq: 9, Kind: kind}))

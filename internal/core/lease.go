@@ -112,6 +112,13 @@ type tenure struct {
 	// idleFrom is, while the tenure does not lead, since when it has not: its assignment or its
 	// fence, moved on while it is excused (handover.go). ledFrom is when it last began to lead.
 	idleFrom, ledFrom time.Duration
+	// heardAt is when a cycle last found the tenure, not leading, reading back promptly (readsBack):
+	// a tenure whose commits a rebalance holds up counts toward a hand-over only from there
+	// (handover.go), so that a stall of its own that outlasts half a lease, the rebalance
+	// callback's wait for the partitions' ends say, does not turn the rebalance's hold into a
+	// hand-over. Unlike idleFrom it leaves Stats.NotLeadingSince alone: the role is without a leader
+	// all the same.
+	heardAt time.Duration
 	// relapsed says that the tenure leads again after a fence, and extended that a renewal has
 	// extended its lease since it began to lead: a relapse that no renewal extended before it was
 	// fenced again does not count as leading (fence).
@@ -173,9 +180,9 @@ type LeaseView struct {
 	Conflict *GroupConflictError
 	Counts   leaseCounts
 	// idle is, while assigned and not leading, since when the tenure has not led (tenure.idleFrom);
-	// led is, while leading, since when it has. excused is lease.excused.
-	Idle, Led time.Duration
-	Excused   bool
+	// led is, while leading, since when it has; heard is tenure.heardAt. excused is lease.excused.
+	Idle, Led, Heard time.Duration
+	Excused          bool
 }
 
 // leaseOut is what the driver must do after a transition.
@@ -280,6 +287,9 @@ func (l *Lease) Due(beats bool) LeaseOut {
 	now := l.Now()
 	if l.excused() {
 		l.t.idleFrom = now
+		l.publish()
+	} else if !l.t.leading && l.readsBack() {
+		l.t.heardAt = now
 		l.publish()
 	}
 	// A tenure that waits for a predecessor sends one heartbeat, the one that shows when it has
@@ -1064,6 +1074,7 @@ func (l *Lease) publish() {
 		Counts:    l.c,
 		Idle:      l.t.idleFrom,
 		Led:       l.t.ledFrom,
+		Heard:     l.t.heardAt,
 		Excused:   l.excused(),
 	}
 	if !l.t.acquired {

@@ -124,7 +124,7 @@ func (m *Machine) CheckHandOver(delivering bool) (*ReleaseWait, func()) {
 	roles := make([]roleLease, len(m.roles))
 	for i, p := range m.roles {
 		v := p.Lease.Load()
-		r := roleLease{assigned: v.Assigned, leading: v.Leading, fresh: v.Token == 0, since: v.Idle}
+		r := roleLease{assigned: v.Assigned, leading: v.Leading, fresh: v.Token == 0, since: max(v.Idle, v.Heard)}
 		if v.Leading {
 			r.since = v.Led
 		}
