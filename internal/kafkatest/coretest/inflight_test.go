@@ -63,9 +63,13 @@ func TestOneCommitInFlightOnASlowCoordinator(t *testing.T) {
 			t.Logf("%d offset commits in %v, at most %d in flight; %d heartbeats confirmed, %d stores missed their tick, %d withdrawals late",
 				sent, window, most, s.HeartbeatsConfirmed, s.CommitStoresMissed, s.LateWithdrawals)
 			// A withdrawal that comes a whole tick late (the test process starved of CPU on a busy
-			// machine) may let librdkafka send an offset twice; nothing else may.
-			if most > 1 && s.LateWithdrawals == 0 || most > 4 {
-				t.Errorf("%d offset commits in flight at once with %d late withdrawals, want 1", most, s.LateWithdrawals)
+			// machine) may let librdkafka send an offset twice, and so may a commit presumed unsent
+			// whose answer then comes later than the longest seen lately, a quarter more and a tick
+			// (the gate stores again, and the presumed commit's answer is a stray: commitgate.go).
+			// Each of those allows one more commit in flight; nothing else does.
+			if allowed := 1 + s.LateWithdrawals + s.CommitStoresMissed; uint64(most) > allowed || most > 4 {
+				t.Errorf("%d offset commits in flight at once with %d late withdrawals and %d stores presumed unsent, want at most %d",
+					most, s.LateWithdrawals, s.CommitStoresMissed, min(allowed, 4))
 			}
 			if rate := float64(sent) / window.Seconds(); rate < 0.5 || rate > 1/max(delay.Seconds(), 0.4) {
 				t.Errorf("%.1f offset commits a second, want one per answer, at most %s a second",
