@@ -149,10 +149,18 @@ type settings struct {
 	// duration, if set (CHAOS_DURATION, as in `make soak`), replaces trials: trials start until it
 	// has passed.
 	duration time.Duration
+	// real runs the members against Apache Kafka itself (TestChaosReal, real_test.go) instead of
+	// the embedded cluster.
+	real bool
 }
 
-func readSettings(t *testing.T) settings {
-	s := settings{trials: 1, members: 4, brokers: 1, extra: shortExtra, seed: uint64(time.Now().UnixNano())}
+// readSettings reads the settings of TestChaos, or with real of TestChaosReal, which runs on 3
+// nodes by default and draws from realKinds.
+func readSettings(t *testing.T, real bool) settings {
+	s := settings{trials: 1, members: 4, brokers: 1, extra: shortExtra, seed: uint64(time.Now().UnixNano()), real: real}
+	if real {
+		s.brokers = 3
+	}
 	num := func(key string, into *int) {
 		if v := os.Getenv(key); v != "" {
 			n, err := strconv.Atoi(v)
@@ -170,7 +178,14 @@ func readSettings(t *testing.T) settings {
 	if s.brokers < 1 {
 		t.Fatalf("CHAOS_BROKERS=%d: need at least 1", s.brokers)
 	}
+	allowed := allKinds
 	s.kinds = defaultKinds(s.brokers)
+	if real {
+		if s.brokers < 2 {
+			t.Fatalf("CHAOS_BROKERS=%d: the broker faults on real Kafka need several nodes", s.brokers)
+		}
+		s.kinds, allowed = realKinds, realKinds
+	}
 	if v := os.Getenv("CHAOS_SEED"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
@@ -178,18 +193,7 @@ func readSettings(t *testing.T) settings {
 		}
 		s.seed = n
 	}
-	if v := os.Getenv("CHAOS_KINDS"); v != "" {
-		s.kinds = nil
-		for _, k := range strings.Split(v, ",") {
-			if !slices.Contains(allKinds, k) {
-				t.Fatalf("CHAOS_KINDS: unknown kind %q; kinds are %v", k, allKinds)
-			}
-			if s.brokers < 2 && slices.Contains(brokerKinds, k) {
-				t.Fatalf("CHAOS_KINDS: %s needs several brokers (CHAOS_BROKERS=3)", k)
-			}
-			s.kinds = append(s.kinds, k)
-		}
-	}
+	s.kinds = kindsFromEnv(t, s.kinds, allowed, s.brokers)
 	if v := os.Getenv("CHAOS_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -213,12 +217,32 @@ func readSettings(t *testing.T) settings {
 	return s
 }
 
+// kindsFromEnv returns the kinds CHAOS_KINDS names, each of which must be one of allowed, or def
+// if it is unset.
+func kindsFromEnv(t *testing.T, def, allowed []string, brokers int) []string {
+	v := os.Getenv("CHAOS_KINDS")
+	if v == "" {
+		return def
+	}
+	var kinds []string
+	for _, k := range strings.Split(v, ",") {
+		if !slices.Contains(allowed, k) {
+			t.Fatalf("CHAOS_KINDS: unknown kind %q; kinds are %v", k, allowed)
+		}
+		if brokers < 2 && slices.Contains(brokerKinds, k) {
+			t.Fatalf("CHAOS_KINDS: %s needs several brokers (CHAOS_BROKERS=3)", k)
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds
+}
+
 // TestChaos runs trials of random faults against a group of member processes and fails on any
 // instant at which two of them acted as leader. By default it runs one short trial: one fault of
 // each default kind and shortExtra more; CHAOS_FAULTS and CHAOS_TRIALS (or CHAOS_DURATION) make
 // it longer.
 func TestChaos(t *testing.T) {
-	s := readSettings(t)
+	s := readSettings(t, false)
 	trials := fmt.Sprintf("%d trial(s)", s.trials)
 	if s.duration > 0 {
 		trials = fmt.Sprintf("trials for %v", s.duration)
@@ -274,7 +298,7 @@ func runShort(t *testing.T, name, skipEnv string, kinds []string, set func(*sett
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	s := readSettings(t)
+	s := readSettings(t, false)
 	s.trials, s.faults, s.extra = 1, 0, 0
 	set(&s)
 	if os.Getenv("CHAOS_KINDS") == "" {
@@ -291,7 +315,7 @@ const rolesShortRoles = 8
 
 // runTrials runs s.trials trials and prints the summary.
 func runTrials(t *testing.T, s settings) {
-	sum := Summary{Brokers: s.brokers}
+	sum := Summary{Brokers: s.brokers, Kafka: s.kafka()}
 	start := time.Now()
 	for i := 0; s.duration == 0 && i < s.trials || s.duration > 0 && time.Since(start) < s.duration; i++ {
 		sum.Trials++
@@ -369,11 +393,17 @@ func (s settings) mode() string {
 type harness struct {
 	t      *testing.T
 	rng    *rand.Rand
-	dir    string // logs
-	data   string // cluster data directory, kept across restarts
-	nodes  int    // brokers in the cluster
-	ports  []int  // by node ID, kept across restarts and across a node leaving and coming back
-	broker *kafkatest.Broker
+	dir    string            // logs
+	data   string            // cluster data directory, kept across restarts
+	nodes  int               // brokers in the cluster
+	ports  []int             // by node ID, kept across restarts and across a node leaving and coming back
+	broker *kafkatest.Broker // the embedded cluster; nil on real Kafka
+	// real is the Apache Kafka cluster the members run against instead (TestChaosReal); nil on
+	// the embedded one.
+	real *realCluster
+	// limit bounds each wait for the group to recover after a fault: awaitLimit, or longer on
+	// real Kafka, where a broker's crash holds the group back by a broker session and more.
+	limit  time.Duration
 	stall  atomic.Pointer[chan struct{}] // non-nil while produce requests are held
 	noJoin atomic.Pointer[string]        // member ID prefix whose JoinGroup requests fail
 	// leaveCut, while set, cuts a broker off as the coordinator handles a member's LeaveGroup.
@@ -402,6 +432,7 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 		t:     t,
 		rng:   rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		nodes: s.brokers,
+		limit: awaitLimit,
 	}
 	if s.roles > 0 {
 		h.roles = goneli.Shards(s.roles)
@@ -449,12 +480,19 @@ func runTrial(t *testing.T, s settings, seed uint64) verdict.Report {
 			_ = os.RemoveAll(h.dir)
 		}
 	})
-	h.data = filepath.Join(h.dir, "broker-data")
-	h.startBroker()
-	t.Cleanup(func() {
-		h.releaseStall()
-		h.broker.Close()
-	})
+	if s.real {
+		// The cluster, its proxies and its admin client close when the trial ends, after the
+		// members (t.Cleanup runs last what it was given first).
+		h.startReal(s.members)
+		h.limit = realAwaitLimit
+	} else {
+		h.data = filepath.Join(h.dir, "broker-data")
+		h.startBroker()
+		t.Cleanup(func() {
+			h.releaseStall()
+			h.broker.Close()
+		})
+	}
 	h.procs = make([]*fleet.Proc, s.members)
 	h.gen = make([]int, s.members)
 	for slot := range s.members {
@@ -615,7 +653,7 @@ func (h *harness) start(slot int) {
 	h.gen[slot]++
 	name := fmt.Sprintf("m%d-%d", slot, h.gen[slot])
 	args := []string{
-		"-kafka", h.bootstrap(), "-group", group, "-topic", topic, "-name", name,
+		"-kafka", h.memberBootstrap(slot), "-group", group, "-topic", topic, "-name", name,
 		"-heartbeat-timeout", lease.String(), "-min-poll-interval", pollInterval.String(),
 		"-task", "1ms", "-log-level", "info",
 		// Reconnect quickly after cuts and broker restarts; the default backoff adds seconds.
@@ -663,6 +701,9 @@ func (h *harness) addr(id int32) string {
 
 // bootstrap lists every node, so that a member started while one is away still finds the cluster.
 func (h *harness) bootstrap() string {
+	if h.real != nil {
+		return h.real.c.Bootstrap()
+	}
 	addrs := make([]string, len(h.ports))
 	for i := range h.ports {
 		addrs[i] = h.addr(int32(i))
@@ -676,14 +717,14 @@ func (h *harness) awaitAct(since time.Time, what string) {
 	h.t.Helper()
 	acted := map[string]bool{}
 	want := max(len(h.roles), 1)
-	_, _, err := h.fleet.WaitFor(0, awaitLimit, what, func(l member.Line) bool {
+	_, _, err := h.fleet.WaitFor(0, h.limit, what, func(l member.Line) bool {
 		if l.Event == member.EventAct && l.To >= since.UnixNano() {
 			acted[l.Role] = true
 		}
 		return len(acted) == want
 	})
 	if err != nil {
-		h.t.Errorf("not every role was led within %v, waiting for %s: acted for %v of %d", awaitLimit, what, acted, want)
+		h.t.Errorf("not every role was led within %v, waiting for %s: acted for %v of %d", h.limit, what, acted, want)
 	}
 }
 
@@ -773,6 +814,10 @@ func (h *harness) victim() (int, bool) {
 func (h *harness) awaitSettled() {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*session)
 	defer cancel()
+	if h.real != nil {
+		h.real.awaitStable(ctx, len(h.procs))
+		return
+	}
 	_, _ = h.broker.WaitGroupStable(ctx, group, len(h.procs))
 }
 
@@ -780,7 +825,8 @@ func (h *harness) inject(kind string) verdict.Fault {
 	f := verdict.Fault{Kind: kind, Reset: kind == kindWipe}
 	var slot int
 	switch kind {
-	case kindStall, kindRestart, kindWipe, kindNoRejoin, kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling:
+	case kindStall, kindRestart, kindWipe, kindNoRejoin, kindCoordMove, kindPartMove, kindBrokerCut, kindNodeLeave, kindRolling,
+		kindBrokerKill, kindBrokerRestart, kindBrokerPause:
 		// Broker-side faults hit whoever leads.
 		slot = h.leader()
 		f.WasLeader = slot >= 0
@@ -795,7 +841,8 @@ func (h *harness) inject(kind string) verdict.Fault {
 	if len(h.roles) > 0 {
 		// Faults of the broker hit every leader; the others, the roles the victim leads.
 		switch {
-		case kind == kindStall || kind == kindRestart || kind == kindWipe || slices.Contains(brokerKinds, kind) && kind != kindPartMove:
+		case kind == kindStall || kind == kindRestart || kind == kindWipe || slices.Contains(brokerKinds, kind) && kind != kindPartMove ||
+			slices.Contains(realBrokerKinds, kind):
 			f.Roles = h.led()
 		case slot >= 0:
 			f.Roles = h.rolesOf(slot)
@@ -831,6 +878,13 @@ func (h *harness) inject(kind string) verdict.Fault {
 		f.Detail = fmt.Sprintf("stopped for %v", h.sleep(lo, hi).Round(time.Millisecond))
 		h.signal(p, syscall.SIGCONT)
 	case kindBlackhole, kindRefuse:
+		if h.real != nil {
+			// Only blackhole is drawn on real Kafka (realKinds): the members' proxies cut silently.
+			h.real.cutMember(slot)
+			f.Detail = fmt.Sprintf("cut for %v", h.sleep(300*time.Millisecond, 5*time.Second).Round(time.Millisecond))
+			h.real.healMember(slot)
+			break
+		}
 		h.broker.Net.Cut(clientID, map[string]kafkatest.Fault{kindBlackhole: kafkatest.Blackhole, kindRefuse: kafkatest.Refuse}[kind])
 		f.Detail = fmt.Sprintf("cut for %v", h.sleep(300*time.Millisecond, 5*time.Second).Round(time.Millisecond))
 		h.broker.Net.Heal(clientID)
@@ -884,10 +938,28 @@ func (h *harness) inject(kind string) verdict.Fault {
 		}
 		f.Detail = fmt.Sprintf("down for %v", down.Round(time.Millisecond))
 	case kindCoordMove:
+		if h.real != nil {
+			f.Detail = h.real.moveCoordinator()
+			break
+		}
 		f.Detail = h.moveCoordinator()
 	case kindPartMove:
+		if h.real != nil {
+			f.Detail = h.real.movePartitions(h.partsOf(f.Roles))
+			break
+		}
 		f.Detail = h.movePartitions(f.Roles)
+	case kindBrokerKill, kindBrokerRestart, kindBrokerPause:
+		f.Detail = h.nodeFault(kind, h.target())
 	case kindBrokerCut:
+		if h.real != nil {
+			id := h.target()
+			what := h.describe(id)
+			h.real.cutNode(id)
+			f.Detail = fmt.Sprintf("%s black-holed for %v", what, h.sleep(300*time.Millisecond, 5*time.Second).Round(time.Millisecond))
+			h.real.healNode(id)
+			break
+		}
 		id := h.target()
 		cut := []kafkatest.Fault{kafkatest.Blackhole, kafkatest.Refuse}[h.rng.IntN(2)]
 		what := h.describe(id)
@@ -960,7 +1032,24 @@ func (h *harness) leaveCutFault(slot int) string {
 }
 
 // coordinator is the node that coordinates the group now.
-func (h *harness) coordinator() int32 { return h.broker.CoordinatorFor(group) }
+func (h *harness) coordinator() int32 {
+	if h.real != nil {
+		return h.real.coordinator()
+	}
+	return h.broker.CoordinatorFor(group)
+}
+
+// leaders are the nodes that lead the leader topic's partitions now, by partition (-1: none known).
+func (h *harness) leaders() []int32 {
+	if h.real != nil {
+		return h.real.leaders(topic, h.partitions())
+	}
+	out := make([]int32, h.partitions())
+	for p := range out {
+		out[p] = h.broker.LeaderFor(topic, int32(p))
+	}
+	return out
+}
 
 // partitions are the leader topic's partitions: one per role, or partition 0.
 func (h *harness) partitions() int { return max(len(h.roles), 1) }
@@ -972,8 +1061,8 @@ func (h *harness) describe(id int32) string {
 		does = append(does, "coordinator")
 	}
 	var parts []string
-	for p := range h.partitions() {
-		if h.broker.LeaderFor(topic, int32(p)) == id {
+	for p, l := range h.leaders() {
+		if l == id {
 			parts = append(parts, strconv.Itoa(p))
 		}
 	}
@@ -993,7 +1082,9 @@ func (h *harness) target() int32 {
 	case 0:
 		return h.coordinator()
 	case 1:
-		return h.broker.LeaderFor(topic, 0)
+		if l := h.leaders()[0]; l >= 0 {
+			return l
+		}
 	}
 	return int32(h.rng.IntN(h.nodes))
 }
@@ -1021,16 +1112,8 @@ func (h *harness) moveCoordinator() string {
 // nobody leads) to another node. Produce and fetch requests on the old node are then answered
 // NOT_LEADER_OR_FOLLOWER.
 func (h *harness) movePartitions(roles map[string]string) string {
-	parts := []int32{0}
-	if len(roles) > 0 {
-		parts = nil
-		for role := range roles {
-			parts = append(parts, int32(slices.Index(h.roles, role)))
-		}
-		slices.Sort(parts)
-	}
 	var moves []string
-	for _, p := range parts {
+	for _, p := range h.partsOf(roles) {
 		from := h.broker.LeaderFor(topic, p)
 		to := h.other(from)
 		if err := h.broker.MoveTopicPartition(topic, p, to); err != nil {
@@ -1039,6 +1122,20 @@ func (h *harness) movePartitions(roles map[string]string) string {
 		moves = append(moves, fmt.Sprintf("partition %d node %d -> %d", p, from, to))
 	}
 	return strings.Join(moves, ", ")
+}
+
+// partsOf are the leader topic's partitions of roles, in order: partition 0 for the single leader,
+// or if nobody leads.
+func (h *harness) partsOf(roles map[string]string) []int32 {
+	if len(roles) == 0 {
+		return []int32{0}
+	}
+	var parts []int32
+	for role := range roles {
+		parts = append(parts, int32(slices.Index(h.roles, role)))
+	}
+	slices.Sort(parts)
+	return parts
 }
 
 // leaveAndReturn takes node id out of the cluster for a random time in [lo, hi], then brings it

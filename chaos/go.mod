@@ -7,6 +7,7 @@ require (
 	github.com/goneli/goneli v0.0.0
 	github.com/goneli/goneli/internal/kafkatest v0.0.0
 	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go/pkg/kadm v1.18.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0
 	go.uber.org/goleak v1.3.0
@@ -30,10 +31,12 @@ require (
 	go.opentelemetry.io/otel/sdk v1.35.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.35.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/crypto v0.51.0 // indirect
 )
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/goneli/goneli/internal/realkafka v0.0.0
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/obsidiandynamics/libstdgo v0.4.1 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect

@@ -26,6 +26,13 @@ const reportTitle = "# Chaos results\n\n" +
 	"<!-- Written by the chaos suite (CHAOS_REPORT=FILE); do not edit: run it again. Each run appends a section. -->\n\n" +
 	"[chaos.md](chaos.md) says what the suite does and what the columns mean.\n"
 
+// realReportTitle begins a page of runs on Apache Kafka (`make chaos-real`).
+const realReportTitle = "# Chaos results on Apache Kafka\n\n" +
+	"<!-- Written by the chaos suite (CHAOS_REPORT=FILE); do not edit: run it again. Each run appends a section. -->\n\n" +
+	"The chaos suite against a KRaft cluster of Apache Kafka's own brokers (`make chaos-real`); " +
+	"[chaos.md](chaos.md) says what the suite does and what the columns mean, and " +
+	"[chaos-results.md](chaos-results.md) has the runs on the embedded broker.\n"
+
 // Markdown writes the summary as a section of a Markdown page: the run, its figures, the faults by
 // kind as a table and, with roles, each role's figures. It holds the same figures as Print.
 func (s Summary) Markdown(w io.Writer, run RunInfo) {
@@ -39,7 +46,7 @@ func (s Summary) Markdown(w io.Writer, run RunInfo) {
 		leaderOf = "leader of one role"
 	}
 	p("")
-	p("## %s, %d broker(s), %d faults", title, s.Brokers, t.faults)
+	p("## %s, %s, %d faults", title, s.brokersText(), t.faults)
 	p("")
 	commit := ""
 	if run.Commit != "" {
@@ -116,7 +123,11 @@ func settingsText(settings []string) string {
 // none, so that runs of several modes (one broker and three, a single leader and roles) make one
 // page.
 func (s Summary) AppendMarkdown(path string, run RunInfo) error {
-	return AppendSection(path, reportTitle, func(w io.Writer) { s.Markdown(w, run) })
+	title := reportTitle
+	if s.Kafka != "" {
+		title = realReportTitle
+	}
+	return AppendSection(path, title, func(w io.Writer) { s.Markdown(w, run) })
 }
 
 // AppendSection appends what section writes to the Markdown page at path, beginning a new page

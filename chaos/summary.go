@@ -17,6 +17,10 @@
 // that stall elections are drawn only when CHAOS_KINDS names them (outOfBrokerMix says why). The
 // summary's first line gives the number of brokers.
 //
+// With CHAOS_REAL=1 (`make chaos-real`, TestChaosReal in real_test.go) the members run against a
+// KRaft cluster of Apache Kafka's own brokers (internal/realkafka) instead, with the fault kinds
+// that real Kafka can be given; the summary then names Kafka's version.
+//
 // The suite itself is in chaos_test.go; this file aggregates the checker's reports of several
 // trials into the summary the suite prints.
 package chaos
@@ -34,7 +38,10 @@ import (
 
 // Summary aggregates the reports of several trials.
 type Summary struct {
-	Brokers int // nodes of the embedded cluster
+	Brokers int // nodes of the cluster
+	// Kafka is the version of Apache Kafka the members ran against (TestChaosReal); "" for the
+	// embedded cluster (kfake).
+	Kafka   string
 	Trials  int
 	Reports []verdict.Report
 	// LibrdkafkaAborts counts members that librdkafka's admin use-after-free aborted (see
@@ -127,7 +134,7 @@ func (s Summary) totals() totals {
 // printHead writes what both forms of the summary begin with: the run, the faults by kind and the
 // overlaps of act spans, for one leader or for one role.
 func (s Summary) printHead(w io.Writer, t totals, title, what string) {
-	fmt.Fprintf(w, "%s: brokers=%d trials=%d faults=%d duration=%v act spans=%d\n", title, s.Brokers, s.Trials, t.faults, t.duration.Round(time.Second), t.spans)
+	fmt.Fprintf(w, "%s: brokers=%d%s trials=%d faults=%d duration=%v act spans=%d\n", title, s.Brokers, s.kafkaField(), s.Trials, t.faults, t.duration.Round(time.Second), t.spans)
 	var parts []string
 	for _, k := range t.kinds {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, len(t.byKind[k])))
@@ -135,6 +142,22 @@ func (s Summary) printHead(w io.Writer, t totals, title, what string) {
 	fmt.Fprintf(w, "faults by kind: %s\n", strings.Join(parts, " "))
 	fmt.Fprintf(w, "overlaps (two processes acting as %s at one instant): %d\n", what, s.Overlaps())
 	fmt.Fprintf(w, "members aborted by librdkafka's admin use-after-free (confluentinc/librdkafka#4605): %d\n", s.LibrdkafkaAborts)
+}
+
+// kafkaField is " kafka=<version>" for a run on Apache Kafka, else nothing.
+func (s Summary) kafkaField() string {
+	if s.Kafka == "" {
+		return ""
+	}
+	return " kafka=" + s.Kafka
+}
+
+// brokersText names the cluster for the report: "3 broker(s)", or "3 node(s) of Apache Kafka 4.4.0".
+func (s Summary) brokersText() string {
+	if s.Kafka == "" {
+		return fmt.Sprintf("%d broker(s)", s.Brokers)
+	}
+	return fmt.Sprintf("%d node(s) of Apache Kafka %s", s.Brokers, s.Kafka)
 }
 
 // printOverlaps writes every overlap of act spans.

@@ -175,6 +175,30 @@ func TestSummaryAppendMarkdown(t *testing.T) {
 	}
 }
 
+// A run on Apache Kafka (TestChaosReal) names the version in both forms of the summary, and its
+// page has a title of its own, so that its figures are never read as kfake's.
+func TestSummaryRealKafka(t *testing.T) {
+	s := singleLeaderSummary()
+	s.Kafka = "4.4.0"
+	var out bytes.Buffer
+	s.Print(&out)
+	if !strings.Contains(out.String(), "brokers=3 kafka=4.4.0 trials=1") {
+		t.Errorf("summary does not name the Kafka:\n%s", out.String())
+	}
+	path := filepath.Join(t.TempDir(), "chaos-real-results.md")
+	if err := s.AppendMarkdown(path, RunInfo{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	if !strings.HasPrefix(page, "# Chaos results on Apache Kafka\n") || !strings.Contains(page, "\n## single leader, 3 node(s) of Apache Kafka 4.4.0, 1 faults\n") {
+		t.Errorf("page:\n%s", page)
+	}
+}
+
 func TestSummaryWriteFigures(t *testing.T) {
 	t0 := time.Unix(1_700_000_000, 0)
 	ms := func(n int) int64 { return t0.Add(time.Duration(n) * time.Millisecond).UnixNano() }
