@@ -1,4 +1,4 @@
-.PHONY: test test-as-kafka demo vet tidy chaos chaos-real chaos-kernel chaos-kernel-heal soak release release-check sim
+.PHONY: test test-as-kafka test-kafka-matrix demo vet tidy chaos chaos-real chaos-kernel chaos-kernel-heal soak release release-check sim
 
 # Every package of every module (go.work), race detector on. Tests that need Docker skip themselves
 # where there is none.
@@ -12,6 +12,27 @@ test:
 KAFKA ?= 4.0
 test-as-kafka:
 	KAFKATEST_AS_KAFKA=$(KAFKA) go test -race -count=1 $(if $(RUN),-run '$(RUN)') ./internal/kafkatest/...
+
+# The tests on Apache Kafka itself (internal/realkafka, realkafka/realtest, realkafka/askafka) once per
+# version of KAFKA_VERSIONS (docs/testing.md#the-version-matrix): 3.9.x, the last 3.x line, where
+# they run the classic protocol only (Cluster.KIP848: librdkafka 2.11.1 speaks KIP-848 only to
+# 4.0 and later), 4.0.x and the newest 4.x, the version internal/realkafka/pom.xml pins. Each
+# version's jars are fetched with mvn the first time. About 15 minutes per version on two cores.
+# KAFKA_RUN=<regexp> runs some tests only (go test -run). A version's failure does not stop the
+# others; the summary at the end says which passed, and the target fails if any did not.
+KAFKA_NEWEST := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' internal/realkafka/pom.xml)
+KAFKA_VERSIONS ?= 3.9.2 4.0.2 $(KAFKA_NEWEST)
+KAFKA_TIMEOUT ?= 60m
+test-kafka-matrix:
+	@summary=""; failed=0; \
+	for v in $(KAFKA_VERSIONS); do \
+		echo "=== Kafka $$v"; began=$$(date +%s); \
+		if GONELI_KAFKA_VERSION=$$v GONELI_REAL_KAFKA=require go test -race -count=1 -timeout $(KAFKA_TIMEOUT) \
+			$(if $(KAFKA_RUN),-run '$(KAFKA_RUN)') ./internal/realkafka/...; then verdict=pass; else verdict=FAIL; failed=1; fi; \
+		summary="$$summary$$(printf '%-8s %s in %ss' "$$v" "$$verdict" "$$(( $$(date +%s) - began ))")\n"; \
+	done; \
+	printf '\n=== version matrix%s\n%b' "$(if $(KAFKA_RUN), (-run '$(KAFKA_RUN)'))" "$$summary"; \
+	exit $$failed
 
 demo:
 	go run ./cmd/neli demo

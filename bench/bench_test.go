@@ -64,6 +64,9 @@ func TestShortRun(t *testing.T) {
 			t.Errorf("cost of %d instances: %+v", c.Instances, c)
 		}
 	}
+	if c := got.IdleLeader; c == nil || c.Instances != o.groupSize || c.LeaderCPUSPerMin <= 0 {
+		t.Errorf("idle leader: %+v, want the cost of a group of %d", c, o.groupSize)
+	}
 	if len(got.Timelines) == 0 {
 		t.Error("no timelines")
 	}

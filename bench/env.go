@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goneli/goneli/internal/kafkatest"
+	"github.com/goneli/goneli/internal/realkafka"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -18,14 +19,24 @@ import (
 
 // env is what every scenario shares: the broker, the way to start members, and the counters.
 type env struct {
-	opts    options
-	addr    string
-	broker  *kafkatest.Broker // nil with --kafka
-	counter *requestCounter   // nil with --kafka: only the embedded broker can be observed
-	trace   *tracer           // nil with --kafka, like counter
-	client  *kgo.Client       // for group and offset queries to an external broker
-	exe     string
-	runID   string
+	opts   options
+	addr   string
+	broker *kafkatest.Broker // nil with --kafka
+	// counter counts the requests the broker receives: the embedded broker's, or those that pass the
+	// proxy in front of a cluster started with --kafka real (real.go); nil with --kafka host:port.
+	counter *requestCounter
+	trace   *tracer     // the embedded broker's only
+	client  *kgo.Client // for group and offset queries to an external broker
+	// real and proxy are the Apache Kafka cluster that --kafka real started and the counting proxy
+	// its members reach it through; brokerPids are its JVMs, whose CPU the cost figures add to the
+	// harness's as the embedded broker's is part of it.
+	real       *realkafka.Cluster
+	proxy      *realkafka.Proxy
+	brokerPids []int
+	// brokerName says which broker the figures are of, for the report.
+	brokerName string
+	exe        string
+	runID      string
 	// wire counts each member's requests and those in flight on the broker's sockets, and delay
 	// holds back the broker's answers (delayAnswers); both only for the load scenario (--load).
 	wire  *kafkatest.Wire
@@ -38,8 +49,15 @@ func newEnv(o options) (*env, error) {
 		return nil, err
 	}
 	e := &env{opts: o, exe: exe, runID: strconv.FormatInt(time.Now().Unix()%1_000_000, 36)}
+	if o.kafka == realKafka {
+		if err := e.startReal(o); err != nil {
+			e.close()
+			return nil, err
+		}
+		return e, nil
+	}
 	if o.kafka != "" {
-		e.addr = o.kafka
+		e.addr, e.brokerName = o.kafka, o.kafka
 		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(o.kafka, ",")...))
 		if err != nil {
 			return nil, err
@@ -60,7 +78,7 @@ func newEnv(o options) (*env, error) {
 	if o.load {
 		e.delayAnswers(b)
 	}
-	e.broker, e.addr = b, b.Addr
+	e.broker, e.addr, e.brokerName = b, b.Addr, "embedded (kfake)"
 	e.counter, e.trace = &requestCounter{}, &tracer{}
 	// An observer of every request: it never handles one, so the broker goes on as usual.
 	b.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -77,6 +95,12 @@ func (e *env) close() {
 	}
 	if e.broker != nil {
 		e.broker.Close()
+	}
+	if e.proxy != nil {
+		_ = e.proxy.Close()
+	}
+	if e.real != nil {
+		_ = e.real.Close()
 	}
 }
 
@@ -274,6 +298,20 @@ func sampleProc(pid int) (procSample, error) {
 		}
 	}
 	return s, nil
+}
+
+// brokerTicks is the CPU that the JVMs of a cluster started with --kafka real have used so far, in
+// USER_HZ ticks; 0 for any other broker, whose CPU is this process's or not measured.
+func (e *env) brokerTicks() (int64, error) {
+	var total int64
+	for _, pid := range e.brokerPids {
+		s, err := sampleProc(pid)
+		if err != nil {
+			return 0, fmt.Errorf("sampling the Kafka JVM: %w", err)
+		}
+		total += s.cpuTicks
+	}
+	return total, nil
 }
 
 // loadAverage reads the one-minute load average, to show how busy the machine was.

@@ -5,6 +5,10 @@
 //	go run ./bench                       # the full run, about 15 minutes, embedded broker
 //	go run ./bench --short               # a smoke run of well under a minute
 //	go run ./bench --kafka host:9092     # against a real cluster (no fencing trials)
+//	go run ./bench --kafka real          # against Apache Kafka that the benchmark starts itself
+//	                                     # (internal/realkafka: one node, java and, once, mvn)
+//	go run ./bench --real-kafka          # the embedded broker, then the headline scenarios again
+//	                                     # on Apache Kafka: both in one report, side by side
 //	go run ./bench --render bench.json --svg failover.svg
 //	go run ./bench --render bench/results.json --md docs/performance-results.md --readme README.md
 //	                                     # the docs' tables from the committed figures
@@ -48,6 +52,9 @@ import (
 
 type options struct {
 	kafka       string
+	alsoReal    bool   // --real-kafka: the headline scenarios again on Apache Kafka (realPass)
+	realVersion string // the Apache Kafka version of --kafka real and --real-kafka
+	idleTask    time.Duration
 	out         string
 	svg         string
 	render      string
@@ -92,7 +99,13 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var contenders, leases string
-	fs.StringVar(&o.kafka, "kafka", "", "bootstrap servers of a Kafka cluster (default: an embedded kfake broker)")
+	fs.StringVar(&o.kafka, "kafka", "", "bootstrap servers of a Kafka cluster, or \""+realKafka+"\" to start Apache Kafka itself "+
+		"(internal/realkafka: one node, the fast group profile; needs java, and mvn for the first fetch) (default: an embedded kfake broker)")
+	fs.BoolVar(&o.alsoReal, "real-kafka", false, "after the run, run the first elections, cost, graceful and crash failover "+
+		"(and with --roles-scenarios the roles cost) again on Apache Kafka started as --kafka real does, into the same report")
+	fs.StringVar(&o.realVersion, "kafka-version", "", "Apache Kafka version for --kafka real and --real-kafka (default: $GONELI_KAFKA_VERSION, else the version internal/realkafka pins)")
+	fs.DurationVar(&o.idleTask, "idle-task", 100*time.Millisecond, "the idle leader's task: a group of --group-size whose leader's task sleeps this long per run is measured for cost beside the others; "+
+		"keep it under the renewal interval (500ms at the default lease), as the lease renews only between runs (0 skips it)")
 	fs.StringVar(&o.out, "out", "bench.json", "write the figures as JSON here (\"\" for none)")
 	fs.StringVar(&o.svg, "svg", "", "also render the failover timelines as SVG here")
 	fs.StringVar(&o.render, "render", "", "only render --svg, --md and --readme from this JSON report, then exit")
@@ -184,6 +197,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		}
 		o.leases = append(o.leases, d)
 	}
+	if o.alsoReal && o.kafka != "" {
+		return o, errors.New("--real-kafka runs beside the embedded broker: it takes no --kafka")
+	}
 	if o.groupSize < 2 {
 		return o, errors.New("--group-size must be at least 2: a failover needs a successor")
 	}
@@ -250,14 +266,60 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
-	if rep.Overlap.Count > 0 {
+	if rep.Overlap.Count > 0 || rep.Real != nil && rep.Real.Overlap.Count > 0 {
 		os.Exit(3)
 	}
+}
+
+// realPass is what --real-kafka runs on Apache Kafka after the run on the embedded broker: the
+// headline figures, so that the two brokers' stand side by side from one run on one machine. Left
+// out: the fencing trials (they cut one member off inside the embedded broker; the tests of
+// internal/realkafka/realtest cut members off Kafka through a proxy each, set up before the cluster
+// starts), the load scenario (it delays the embedded broker's answers), the rolling upgrades and
+// the roles handoffs and group (to keep the run's length in bounds; they exercise the same group
+// protocol as the handoffs that do run).
+func realPass(o options) options {
+	o.kafka = realKafka
+	o.fenceTrials, o.rollingTrials, o.load = 0, 0, false
+	o.rolesTrials, o.rolesGroup = 0, 0
+	return o
 }
 
 // run measures everything o asks for, prints progress and the table to out, and writes the
 // report files. It returns an error if a scenario failed; overlap is reported in the Report.
 func run(o options, args []string, out io.Writer) (*Report, error) {
+	rep, errs := measure(o, args, out)
+	if rep == nil {
+		return nil, errors.Join(errs...)
+	}
+	if o.alsoReal {
+		r := realPass(o)
+		real, more := measure(r, args, out)
+		errs = append(errs, more...)
+		if real != nil {
+			real.Command = rep.Command
+			rep.Real = real
+		}
+	}
+	printTable(out, rep)
+	if o.out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(o.out, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("writing %s: %w", o.out, err))
+		}
+	}
+	if err := writeRendered(rep, o, o.out); err != nil {
+		errs = append(errs, err)
+	}
+	return rep, errors.Join(errs...)
+}
+
+// measure runs the scenarios of o on the broker o names and returns what they measured, and the
+// errors of those that failed; a nil report if the broker could not start.
+func measure(o options, args []string, out io.Writer) (*Report, []error) {
 	rep := &Report{
 		Started:    time.Now().UTC(),
 		Command:    strings.TrimSpace("go run ./bench " + strings.Join(args, " ")),
@@ -271,15 +333,19 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 		TaskMs:     ms(o.task),
 		CostTaskMs: ms(o.costTask),
 		SettleMs:   ms(o.settle),
-	}
-	if o.kafka != "" {
-		rep.Broker = o.kafka
+		IdleTaskMs: ms(o.idleTask),
 	}
 	e, err := newEnv(o)
 	if err != nil {
-		return nil, err
+		return nil, []error{err}
 	}
 	defer e.close()
+	rep.Broker = e.brokerName
+	if e.real != nil {
+		r := e.real
+		rep.KafkaVersion = r.Version()
+		fmt.Fprintf(out, "Apache Kafka %s %s\n", r.Version(), r.Timing())
+	}
 	r := &runner{e: e, out: out, rep: rep}
 	var errs []error
 	for _, n := range o.contenders {
@@ -308,6 +374,12 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 		fl.LaunchToAllStarted = summarise(fl.LaunchToAllStartedMs)
 		rep.FirstLeader = append(rep.FirstLeader, fl)
 	}
+	if o.idleTask > 0 && len(o.contenders) > 0 && o.costWindow > 0 {
+		if err := r.idleLeader(o.groupSize, o.idleTask, o.costWindow); err != nil {
+			errs = append(errs, err)
+			r.printf("error: %v", err)
+		}
+	}
 	for _, lease := range o.leases {
 		steps := []func() error{
 			func() error { return r.failover(false, lease, o.trials) },
@@ -333,20 +405,7 @@ func run(o options, args []string, out io.Writer) (*Report, error) {
 		rep.Phases[i].summarise()
 	}
 	rep.LoadEnd = loadAverage()
-	printTable(out, rep)
-	if o.out != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err == nil {
-			err = os.WriteFile(o.out, append(b, '\n'), 0o644)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("writing %s: %w", o.out, err))
-		}
-	}
-	if err := writeRendered(rep, o, o.out); err != nil {
-		errs = append(errs, err)
-	}
-	return rep, errors.Join(errs...)
+	return rep, errs
 }
 
 // writeRendered writes what o asks for besides the JSON: the SVG, the Markdown page and the
@@ -420,7 +479,11 @@ func printTable(w io.Writer, rep *Report) {
 		p("| Cost per instance (HeartbeatTimeout 5s) | instances | leader | idle follower | all members | broker + harness |")
 		p("|---|---|---|---|---|---|")
 		for _, c := range rep.Cost {
-			p("| CPU s per minute | %d | %.2f | %.2f | %.2f | %.2f |", c.Instances, c.LeaderCPUSPerMin,
+			p("| CPU s per minute (the leader runs the %v task loop) | %d | %.2f | %.2f | %.2f | %.2f |", costTask(rep), c.Instances, c.LeaderCPUSPerMin,
+				c.FollowerCPUSPerMin, c.AllCPUSPerMin, c.HarnessCPUSPerMin)
+		}
+		if c := rep.IdleLeader; c != nil {
+			p("| CPU s per minute, idle leader (its task sleeps %s per run) | %d | %.2f | %.2f | %.2f | %.2f |", idleTaskStr(rep), c.Instances, c.LeaderCPUSPerMin,
 				c.FollowerCPUSPerMin, c.AllCPUSPerMin, c.HarnessCPUSPerMin)
 		}
 		for _, c := range rep.Cost {
@@ -474,6 +537,12 @@ func printTable(w io.Writer, rep *Report) {
 		p("!!! LEADERSHIP OVERLAP: %d overlapping pairs of act spans, %.3f ms in total (%d spans checked) !!!",
 			rep.Overlap.Count, rep.Overlap.TotalMs, rep.Overlap.SpansChecked)
 	}
+	printBrokers(w, rep)
+}
+
+// costTask is the leader's task loop in the cost windows, as the report recorded it.
+func costTask(rep *Report) time.Duration {
+	return time.Duration(rep.CostTaskMs * float64(time.Millisecond))
 }
 
 func followerMem(c Cost) string {

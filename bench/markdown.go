@@ -64,27 +64,63 @@ func markdownPage(rep *Report, source string) []byte {
 	return b.Bytes()
 }
 
-// summaryTable is the README's table: the headline figures beside goneli v0.5.0's.
+// summaryTable is the README's table: the headline figures beside goneli v0.5.0's and, from a run
+// with --real-kafka, beside the same figures on Apache Kafka.
 func summaryTable(b *bytes.Buffer, rep *Report) {
 	p := func(format string, args ...any) { _, _ = fmt.Fprintf(b, format+"\n", args...) }
-	p("goneli: `go run ./bench`, %s, %s, broker %s, %d CPUs. goneli v0.5.0 cannot run in this benchmark; each of its figures names the run it comes from:",
-		rep.Started.Format("2006-01-02"), rep.GoVersion, rep.Broker, rep.CPUs)
+	real := rep.Real
+	beside := ""
+	if real != nil {
+		beside = fmt.Sprintf("; the last column is the same run's scenarios on %s (see below the tables)", real.Broker)
+	}
+	p("goneli: `go run ./bench`, %s, %s, broker %s, %d CPUs%s. goneli v0.5.0 cannot run in this benchmark; each of its figures names the run it comes from:",
+		rep.Started.Format("2006-01-02"), rep.GoVersion, rep.Broker, rep.CPUs, beside)
 	p("")
 	for _, r := range v050Runs {
 		p("- (%s) %s.", r.mark, r.run)
 	}
 	p("")
-	p("| figure (group of %d, medians) | goneli v0.5.0 | goneli |", rep.GroupSize)
-	p("|---|---|---|")
-	series := func(name string, lease time.Duration) (Series, bool) {
-		for _, s := range rep.Series {
-			if s.Name == name && s.HeartbeatTimeoutMs == lease.Milliseconds() && s.N > 0 {
-				return s, true
-			}
-		}
-		return Series{}, false
+	if real != nil {
+		p("| figure (group of %d, medians) | goneli v0.5.0 | goneli | goneli on %s |", rep.GroupSize, real.Broker)
+		p("|---|---|---|---|")
+	} else {
+		p("| figure (group of %d, medians) | goneli v0.5.0 | goneli |", rep.GroupSize)
+		p("|---|---|---|")
 	}
-	for _, row := range []struct {
+	// row prints one figure: f gives it for a report, false where the report has none. A row that
+	// neither run of goneli measured is left out.
+	row := func(title, v050 string, f func(*Report) (string, bool)) {
+		ours, ok := f(rep)
+		if real == nil {
+			if ok {
+				p("%s", mdRow(title, v050, ours))
+			}
+			return
+		}
+		theirs, rok := f(real)
+		if !ok && !rok {
+			return
+		}
+		if !rok {
+			theirs = "not measured"
+		}
+		p("%s", mdRow(title, v050, orDash(ours, ok), theirs))
+	}
+	series := func(name string, lease time.Duration) func(*Report) (string, bool) {
+		return func(r *Report) (string, bool) {
+			for _, s := range r.Series {
+				if s.Name == name && s.HeartbeatTimeoutMs == lease.Milliseconds() && s.N > 0 {
+					figure := msStr(s.Median)
+					if s.SessionTimeoutMs > 0 && name == seriesFailover {
+						figure += fmt.Sprintf(" (session %v)", time.Duration(s.SessionTimeoutMs)*time.Millisecond)
+					}
+					return figure, true
+				}
+			}
+			return "", false
+		}
+	}
+	for _, r := range []struct {
 		title, v050, name string
 		lease             time.Duration
 	}{
@@ -95,29 +131,59 @@ func summaryTable(b *bytes.Buffer, rep *Report) {
 		{"network cut -> leader fenced, 5 s lease", "not measured", seriesFenceFenced, 5 * time.Second},
 		{"network cut -> leader fenced, 1 s lease", "not measured", seriesFenceFenced, time.Second},
 	} {
-		if s, ok := series(row.name, row.lease); ok {
-			figure := msStr(s.Median)
-			if s.SessionTimeoutMs > 0 && (row.name == seriesFailover) {
-				figure += fmt.Sprintf(" (session %v)", time.Duration(s.SessionTimeoutMs)*time.Millisecond)
+		row(r.title, r.v050, series(r.name, r.lease))
+	}
+	cost := func(f func(Cost) string) func(*Report) (string, bool) {
+		return func(r *Report) (string, bool) {
+			for _, c := range r.Cost {
+				if c.Instances == 3 {
+					return f(c), true
+				}
 			}
-			p("| %s | %s | %s |", row.title, row.v050, figure)
+			return "", false
 		}
 	}
-	for _, c := range rep.Cost {
-		if c.Instances != 3 {
-			continue
+	row("idle follower CPU s/min", v050["follower-cpu"].String(), cost(func(c Cost) string { return fmt.Sprintf("%.2f", c.FollowerCPUSPerMin) }))
+	// goneli v0.5.0's leader was measured idle: beside it goes goneli's idle leader, and the leader
+	// running the benchmark's task loop on a row of its own (issue 47: one row held both).
+	idle := func(r *Report) (string, bool) {
+		if r.IdleLeader == nil || r.IdleLeader.Instances != 3 {
+			return "", false
 		}
-		p("| idle follower CPU s/min | %s | %.2f |", v050["follower-cpu"], c.FollowerCPUSPerMin)
-		p("| leader CPU s/min | %s | %.2f |", v050["leader-cpu"], c.LeaderCPUSPerMin)
-		p("| broker (+ harness) CPU s/min | %s | %.2f |", v050["broker-cpu"], c.HarnessCPUSPerMin)
-		p("| RSS MB, follower / leader | %s | %.0f / %.0f |", v050["rss"], c.FollowerRSSMB, c.LeaderRSSMB)
-		p("| broker requests/s | not measured | %.0f |", c.RequestsPerS)
+		return fmt.Sprintf("%.2f", r.IdleLeader.LeaderCPUSPerMin), true
 	}
-	if rep.Overlap.Count == 0 {
-		p("| two leaders at one instant | | never, in %d act spans |", rep.Overlap.SpansChecked)
+	if _, ok := idle(rep); ok || real != nil {
+		row(fmt.Sprintf("idle leader CPU s/min (goneli: its task sleeps %s per run)", idleTaskStr(rep)), v050["leader-cpu"].String(), idle)
 	} else {
-		p("| two leaders at one instant | | %d overlaps in %d act spans |", rep.Overlap.Count, rep.Overlap.SpansChecked)
+		p("%s", mdRow("idle leader CPU s/min", v050["leader-cpu"].String(), "not measured"))
 	}
+	row(fmt.Sprintf("leader CPU s/min, running the benchmark's %v task loop", costTask(rep)), "not measured",
+		cost(func(c Cost) string { return fmt.Sprintf("%.2f", c.LeaderCPUSPerMin) }))
+	row("broker (+ harness) CPU s/min", v050["broker-cpu"].String(), cost(func(c Cost) string { return fmt.Sprintf("%.2f", c.HarnessCPUSPerMin) }))
+	row("RSS MB, follower / leader", v050["rss"].String(), cost(func(c Cost) string { return fmt.Sprintf("%.0f / %.0f", c.FollowerRSSMB, c.LeaderRSSMB) }))
+	row("broker requests/s", "not measured", cost(func(c Cost) string { return fmt.Sprintf("%.0f", c.RequestsPerS) }))
+	overlap := func(r *Report) (string, bool) {
+		if r.Overlap.Count == 0 {
+			return fmt.Sprintf("never, in %d act spans", r.Overlap.SpansChecked), true
+		}
+		return fmt.Sprintf("%d overlaps in %d act spans", r.Overlap.Count, r.Overlap.SpansChecked), true
+	}
+	row("two leaders at one instant", "", overlap)
+}
+
+// mdRow is a Markdown table row of cells; an empty cell is one space wide.
+func mdRow(cells ...string) string {
+	var sb strings.Builder
+	sb.WriteString("|")
+	for _, c := range cells {
+		if c != "" {
+			c = " " + c + " "
+		} else {
+			c = " "
+		}
+		sb.WriteString(c + "|")
+	}
+	return sb.String()
 }
 
 // replaceSummary rewrites the summary table of the file at path, between its summaryBegin and

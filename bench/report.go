@@ -10,24 +10,30 @@ import (
 
 // Report is everything one run measured; it is written as JSON with --out.
 type Report struct {
-	Started     time.Time     `json:"started"`
-	Finished    time.Time     `json:"finished"`
-	Command     string        `json:"command"`
-	Short       bool          `json:"short"`
-	Broker      string        `json:"broker"` // "embedded (kfake)" or the --kafka address
-	CPUs        int           `json:"cpus"`
-	GoVersion   string        `json:"go_version"`
-	LoadStart   float64       `json:"load_avg_start"` // one-minute load average before the run
-	LoadEnd     float64       `json:"load_avg_end"`
-	TrialsPer   int           `json:"trials_per_series"`
-	GroupSize   int           `json:"group_size"` // members contending in the failover and fencing trials
-	TaskMs      float64       `json:"task_ms"`    // simulated leader work per run in those trials
-	CostTaskMs  float64       `json:"cost_task_ms"`
-	SettleMs    float64       `json:"settle_ms"` // a trial's group was steady at least this long before the fault
-	FirstLeader []FirstLeader `json:"first_leader"`
-	Series      []Series      `json:"series"`
-	Cost        []Cost        `json:"cost"`
-	Overlap     Overlap       `json:"overlap"`
+	Started    time.Time `json:"started"`
+	Finished   time.Time `json:"finished"`
+	Command    string    `json:"command"`
+	Short      bool      `json:"short"`
+	Broker     string    `json:"broker"` // "embedded (kfake)" or the --kafka address
+	CPUs       int       `json:"cpus"`
+	GoVersion  string    `json:"go_version"`
+	LoadStart  float64   `json:"load_avg_start"` // one-minute load average before the run
+	LoadEnd    float64   `json:"load_avg_end"`
+	TrialsPer  int       `json:"trials_per_series"`
+	GroupSize  int       `json:"group_size"` // members contending in the failover and fencing trials
+	TaskMs     float64   `json:"task_ms"`    // simulated leader work per run in those trials
+	CostTaskMs float64   `json:"cost_task_ms"`
+	SettleMs   float64   `json:"settle_ms"` // a trial's group was steady at least this long before the fault
+	// KafkaVersion is the Apache Kafka version of a run on --kafka real; empty on another broker.
+	KafkaVersion string        `json:"kafka_version,omitempty"`
+	FirstLeader  []FirstLeader `json:"first_leader"`
+	Series       []Series      `json:"series"`
+	Cost         []Cost        `json:"cost"`
+	// IdleLeader is the cost of a group of GroupSize whose leader's task sleeps IdleTaskMs per run
+	// (a leader with nothing to do), where Cost's leaders run the CostTaskMs loop.
+	IdleLeader *Cost   `json:"idle_leader,omitempty"`
+	IdleTaskMs float64 `json:"idle_task_ms,omitempty"`
+	Overlap    Overlap `json:"overlap"`
 	// Unprovoked lists leadership changes that happened while no fault was applied.
 	Unprovoked []Unprovoked `json:"unprovoked_leadership_changes"`
 	// UncutFences lists every time a leader fenced itself without being cut off by the harness.
@@ -42,6 +48,9 @@ type Report struct {
 	Rolling []RollingTrial `json:"rolling_upgrade,omitempty"`
 	// Load is what the load scenario measured (--load).
 	Load *LoadReport `json:"load,omitempty"`
+	// Real is what --real-kafka measured on Apache Kafka after this report's run on the embedded
+	// broker, in the same process on the same machine (realPass says which scenarios).
+	Real *Report `json:"real_kafka,omitempty"`
 }
 
 // FirstLeader is how long N freshly started contenders took to elect a leader.
@@ -113,9 +122,13 @@ type Cost struct {
 	LeaderCPUSPerMin   float64 `json:"leader_cpu_s_per_min"`
 	FollowerCPUSPerMin float64 `json:"follower_cpu_s_per_min"` // median over followers
 	AllCPUSPerMin      float64 `json:"all_members_cpu_s_per_min"`
-	HarnessCPUSPerMin  float64 `json:"harness_cpu_s_per_min"` // this process: embedded broker and output readers
-	LeaderRSSMB        float64 `json:"leader_rss_mb"`
-	FollowerRSSMB      float64 `json:"follower_rss_mb"` // median
+	// HarnessCPUSPerMin is the broker's and the harness's: this process (the embedded broker, or
+	// the counting proxy, and the output readers) and, with --kafka real, the Kafka JVM too, whose
+	// part BrokerJVMCPUSPerMin gives.
+	HarnessCPUSPerMin   float64 `json:"harness_cpu_s_per_min"`
+	BrokerJVMCPUSPerMin float64 `json:"broker_jvm_cpu_s_per_min,omitempty"`
+	LeaderRSSMB         float64 `json:"leader_rss_mb"`
+	FollowerRSSMB       float64 `json:"follower_rss_mb"` // median
 	// Private (anonymous) memory. Most of VmRSS is the binary's text, shared by every process
 	// that runs it, and how much of it counts varies with how the page cache holds the file.
 	LeaderAnonMB        float64 `json:"leader_anon_mb"`
@@ -126,7 +139,7 @@ type Cost struct {
 	ProduceBytesPerS    float64 `json:"produce_record_bytes_per_s,omitempty"`
 	ProduceRequestsPerS float64 `json:"produce_requests_per_s,omitempty"`
 	RequestsPerS        float64 `json:"broker_requests_per_s,omitempty"` // all requests, all members
-	// RequestsPerSByKey breaks RequestsPerS down by request name (embedded broker only).
+	// RequestsPerSByKey breaks RequestsPerS down by request name (embedded broker, or --kafka real).
 	RequestsPerSByKey   map[string]float64 `json:"broker_requests_per_s_by_key,omitempty"`
 	LeaderChanges       int                `json:"leader_changes_in_window"`
 	LoadAvgDuringWindow float64            `json:"load_avg_end_of_window"`

@@ -54,7 +54,8 @@ type RolesCost struct {
 	// CPU of every member process together, and per role led.
 	CPUSPerMin        float64 `json:"cpu_s_per_min"`
 	CPUSPerMinPerRole float64 `json:"cpu_s_per_min_per_role"`
-	// The embedded broker and the harness reading the members' output.
+	// The broker (the embedded one, or the JVMs of --kafka real) and the harness reading the
+	// members' output.
 	HarnessCPUSPerMin        float64 `json:"harness_cpu_s_per_min"`
 	HarnessCPUSPerMinPerRole float64 `json:"harness_cpu_s_per_min_per_role"`
 	// Memory at the end of the window: per process (the median with several) and in all.
@@ -65,7 +66,8 @@ type RolesCost struct {
 	// Heartbeats appended to the leader topics' partitions.
 	HeartbeatsPerS        float64 `json:"heartbeats_per_s"`
 	HeartbeatsPerSPerRole float64 `json:"heartbeats_per_s_per_role"`
-	// Requests the embedded broker received (none with --kafka).
+	// Requests the broker received: the embedded broker's count, or the counting proxy's with
+	// --kafka real (none with --kafka host:port).
 	RequestsPerS        float64            `json:"broker_requests_per_s,omitempty"`
 	RequestsPerSPerRole float64            `json:"broker_requests_per_s_per_role,omitempty"`
 	RequestsPerSByKey   map[string]float64 `json:"broker_requests_per_s_by_key,omitempty"`
@@ -284,7 +286,7 @@ func (r *runner) rolesCost(setup string, n int) error {
 		roles := float64(c.Roles)
 		c.CPUSPerMin = w.perMin(ticks)
 		c.CPUSPerMinPerRole = c.CPUSPerMin / roles
-		c.HarnessCPUSPerMin = w.perMin(w.harnessTicks)
+		c.HarnessCPUSPerMin = w.perMin(w.harnessTicks + w.brokerTicks)
 		c.HarnessCPUSPerMinPerRole = c.HarnessCPUSPerMin / roles
 		c.RSSMB = summarise(rss).Median
 		c.Threads = int64(summarise(threads).Median)

@@ -184,6 +184,30 @@ func (r *runner) firstLeader(n, rep int, costWindow time.Duration, fl *FirstLead
 	return cost, err
 }
 
+// idleLeader measures what a group of n costs when its leader has nothing to do: its task sleeps
+// task per run (--idle-task, 100 ms), where the cost windows of firstLeader run the --cost-task
+// loop (10 ms: a hundred runs a second, each reporting its act). A task that returns at once would
+// be run every goneli.MinTaskInterval (1 ms), which is no idle leader either; one that sleeps past
+// the renewal interval would delay renewals, which happen only between runs, and so cost less than
+// an idle leader does. goneli v0.5.0's leader CPU was measured idle, so the README's table sets
+// this figure beside it (issue 47), and the task loop's beside nothing.
+func (r *runner) idleLeader(n int, task, window time.Duration) error {
+	scenario := fmt.Sprintf("idle%d", n)
+	return r.withFleet(scenario, goneli.DefaultHeartbeatTimeout, task, func(f *memberFleet) error {
+		for range n {
+			if _, err := f.spawn(); err != nil {
+				return err
+			}
+		}
+		c, err := r.measureCost(f, n, window)
+		if err != nil {
+			return err
+		}
+		r.rep.IdleLeader = c
+		return nil
+	})
+}
+
 // firstPhases returns the phase trace of first elections among n contenders, adding it to the
 // report on first use.
 func (r *runner) firstPhases(n int) *PhaseTrace {
@@ -225,7 +249,8 @@ func (r *runner) measureCost(f *memberFleet, n int, window time.Duration) (*Cost
 		}
 	}
 	c.AllCPUSPerMin = w.perMin(all)
-	c.HarnessCPUSPerMin = w.perMin(w.harnessTicks)
+	c.HarnessCPUSPerMin = w.perMin(w.harnessTicks + w.brokerTicks)
+	c.BrokerJVMCPUSPerMin = w.perMin(w.brokerTicks)
 	if len(followerCPU) > 0 {
 		c.FollowerCPUSPerMin = summarise(followerCPU).Median
 		c.FollowerRSSMB = summarise(followerRSS).Median
@@ -254,7 +279,8 @@ type topicPartition struct {
 type window struct {
 	elapsed      time.Duration
 	procs        []procCost // the members live at the start, in start order
-	harnessTicks int64      // this process: the embedded broker and the output readers
+	harnessTicks int64      // this process: the embedded broker (or the counting proxy) and the output readers
+	brokerTicks  int64      // the JVMs of a cluster that --kafka real started; 0 otherwise
 	heartbeats   int64      // records appended to the given partitions
 	counts       counts     // requests the embedded broker received; empty with --kafka
 	changes      int        // leadership events (acquired, fenced, revoked) in the window
@@ -309,6 +335,10 @@ func (r *runner) measureWindow(f *memberFleet, d time.Duration, parts []topicPar
 	if err != nil {
 		return w, err
 	}
+	broker0, err := r.e.brokerTicks()
+	if err != nil {
+		return w, err
+	}
 	hwm0, err := r.e.heartbeats(parts)
 	if err != nil {
 		return w, err
@@ -335,6 +365,11 @@ func (r *runner) measureWindow(f *memberFleet, d time.Duration, parts []topicPar
 		return w, err
 	}
 	w.harnessTicks = self1.cpuTicks - self0.cpuTicks
+	broker1, err := r.e.brokerTicks()
+	if err != nil {
+		return w, err
+	}
+	w.brokerTicks = broker1 - broker0
 	for _, p := range procs {
 		s, err := sampleProc(p.Pid)
 		if err != nil {

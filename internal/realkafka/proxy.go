@@ -1,6 +1,7 @@
 package realkafka
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
@@ -23,9 +24,11 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	target string
-	healed chan struct{} // closed: traffic passes; open: cut until Heal closes it
-	conns  map[net.Conn]struct{}
-	closed bool
+	// observe, if set, sees every request that clients send through the proxy (ObserveRequests).
+	observe func(request []byte)
+	healed  chan struct{} // closed: traffic passes; open: cut until Heal closes it
+	conns   map[net.Conn]struct{}
+	closed  bool
 }
 
 // NewProxy listens on a free loopback port. It relays nothing until SetTarget.
@@ -50,6 +53,18 @@ func (p *Proxy) SetTarget(addr string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.target = addr
+}
+
+// ObserveRequests has f called with every Kafka request that a client sends through the proxy
+// from now on, before it is relayed: the request as it goes on the wire after its 4-byte size (its
+// header, then its body). A broker counts requests only in its JMX metrics, which a test cannot
+// read without an agent in the JVM; the proxy sees them all, since a client that bootstraps there
+// sends everything there (see Proxy). f runs on the connection's relaying goroutine, one request at
+// a time per connection, and must return quickly; it must not keep the slice.
+func (p *Proxy) ObserveRequests(f func(request []byte)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observe = f
 }
 
 // Cut stops all traffic through the proxy, on the connections it relays and on those made until
@@ -154,7 +169,7 @@ func (p *Proxy) relay(c net.Conn) {
 		return
 	}
 	p.mu.Lock()
-	target := p.target
+	target, observe := p.target, p.observe
 	p.mu.Unlock()
 	if target == "" {
 		return
@@ -169,14 +184,41 @@ func (p *Proxy) relay(c net.Conn) {
 	defer p.untrack(up)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); p.pump(up, c) }()
-	go func() { defer wg.Done(); p.pump(c, up) }()
+	var requests func([]byte)
+	if observe != nil {
+		requests = (&frames{each: observe}).add
+	}
+	go func() { defer wg.Done(); p.pump(up, c, requests) }()
+	go func() { defer wg.Done(); p.pump(c, up, nil) }()
 	wg.Wait()
 }
 
-// pump copies src to dst, holding each read while the proxy is cut. When either side ends it
-// closes both, which ends the pump of the other direction too.
-func (p *Proxy) pump(dst, src net.Conn) {
+// frames cuts a client's byte stream into Kafka requests, each a 4-byte big-endian size and then
+// that many bytes, and hands each whole one to each.
+type frames struct {
+	each func([]byte)
+	buf  []byte
+}
+
+func (f *frames) add(b []byte) {
+	f.buf = append(f.buf, b...)
+	for len(f.buf) >= 4 {
+		size := int(binary.BigEndian.Uint32(f.buf))
+		if len(f.buf) < 4+size {
+			return
+		}
+		f.each(f.buf[4 : 4+size])
+		f.buf = f.buf[4+size:]
+	}
+	if len(f.buf) == 0 {
+		f.buf = nil // the next request starts a fresh buffer rather than growing an old one
+	}
+}
+
+// pump copies src to dst, holding each read while the proxy is cut, and hands what it read to
+// seen, if set, before relaying it. When either side ends it closes both, which ends the pump of
+// the other direction too.
+func (p *Proxy) pump(dst, src net.Conn, seen func([]byte)) {
 	defer func() {
 		_ = dst.Close()
 		_ = src.Close()
@@ -187,6 +229,9 @@ func (p *Proxy) pump(dst, src net.Conn) {
 		if n > 0 {
 			if !p.pass() {
 				return
+			}
+			if seen != nil {
+				seen(buf[:n])
 			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return

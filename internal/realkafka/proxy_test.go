@@ -162,3 +162,21 @@ func TestCheckListeners(t *testing.T) {
 		t.Error("two listeners named A were not refused")
 	}
 }
+
+// The request observer sees each request whole, however the stream was cut into reads.
+func TestFrames(t *testing.T) {
+	frame := func(body string) []byte {
+		return append([]byte{0, 0, 0, byte(len(body))}, body...)
+	}
+	stream := append(append(append(frame("one"), frame("")...), frame("three")...), frame("fourth")...)
+	for _, step := range []int{1, 2, 3, 7, len(stream)} {
+		var got []string
+		f := &frames{each: func(b []byte) { got = append(got, string(b)) }}
+		for i := 0; i < len(stream); i += step {
+			f.add(stream[i:min(i+step, len(stream))])
+		}
+		if want := []string{"one", "", "three", "fourth"}; strings.Join(got, "|") != strings.Join(want, "|") || len(got) != len(want) {
+			t.Errorf("reads of %d bytes: got %q, want %q", step, got, want)
+		}
+	}
+}

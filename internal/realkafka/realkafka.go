@@ -24,6 +24,9 @@
 // own authority, Cluster.CAFile), or a listener per client advertised at a Proxy's address,
 // through which a test cuts that client off from the cluster.
 //
+// A program that is not a test (the benchmark's --kafka real) starts a cluster with Open, which
+// returns an error where Start would skip or fail a test.
+//
 // See docs/testing.md for what is fetched, how big it is and how long it takes.
 package realkafka
 
@@ -267,6 +270,15 @@ func Start(tb testing.TB, o Options) *Cluster {
 	return c
 }
 
+// Open starts a cluster for a program that is not a test (the benchmark, go run ./bench --kafka
+// real): where Start would skip or fail a test it returns the error, whose text says what to
+// install, and the caller closes the cluster. It always starts a cluster of its own: KAFKA_BOOTSTRAP
+// and GONELI_REAL_KAFKA are switches of the tests, and a program that wants an existing cluster
+// dials it itself. The JVMs die with the program, as with a test binary (process.go).
+func Open(o Options) (*Cluster, error) {
+	return startLocal(o.withDefaults())
+}
+
 var shared struct {
 	sync.Mutex
 	mainUsed bool
@@ -387,6 +399,11 @@ func start(o Options) (*Cluster, error) {
 	if bs := strings.TrimSpace(os.Getenv("KAFKA_BOOTSTRAP")); bs != "" {
 		return external(bs, o)
 	}
+	return startLocal(o)
+}
+
+// startLocal starts a cluster of o's nodes on this machine.
+func startLocal(o Options) (*Cluster, error) {
 	if o.Nodes < 1 {
 		return nil, fmt.Errorf("Options.Nodes %d: want 1 or more", o.Nodes)
 	}
@@ -757,6 +774,36 @@ func (c *Cluster) Listener(tb testing.TB, name string) string {
 		addrs = append(addrs, n.ListenerAddr(tb, name))
 	}
 	return strings.Join(addrs, ",")
+}
+
+// ListenerAddrs is Listener for a program that is not a test: every node's address for the
+// listener called name, comma-separated, or an error for an external cluster or a name the cluster
+// was not given.
+func (c *Cluster) ListenerAddrs(name string) (string, error) {
+	if c.external {
+		return "", fmt.Errorf("KAFKA_BOOTSTRAP=%s: an external cluster has none of the harness's listeners", c.bootstrap)
+	}
+	var addrs []string
+	for _, n := range c.nodes {
+		addr, ok := n.listeners[name]
+		if !ok {
+			return "", fmt.Errorf("node %d has no listener %q", n.ID, name)
+		}
+		addrs = append(addrs, addr)
+	}
+	return strings.Join(addrs, ","), nil
+}
+
+// Pids are the pids of the nodes' JVMs that run, for a program that samples what the broker costs
+// (/proc/<pid>/stat); none for an external cluster.
+func (c *Cluster) Pids() []int {
+	var pids []int
+	for _, n := range c.nodes {
+		if pid := n.Pid(); pid != 0 {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // CAFile is the file, in PEM, of the authority that signed the certificate of the cluster's TLS
