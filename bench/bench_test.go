@@ -295,8 +295,8 @@ func TestRenderMarkdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	page, _ := os.ReadFile(md)
-	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | 2749 ms (a) | 309 ms |",
-		"| crash failover (SIGKILL -> successor acts), 5 s lease | 16.0-17.3 s (a) | 10.2 s |", "- (b) the run beside goneli when the handoff work of issue 11 began",
+	for _, want := range []string{"## Summary", "| graceful handoff (Close -> successor acts), 5 s lease | 1572 ms (c) | 309 ms |",
+		"| crash failover (SIGKILL -> successor acts), 5 s lease | 15.2-16.6 s (c) | 10.2 s |", "- (b) the run beside goneli when the handoff work of issue 11 began",
 		"| Failover and fencing (3 contenders)", "session timeout + rebalance"} {
 		if !bytes.Contains(page, []byte(want)) {
 			t.Errorf("page lacks %q", want)

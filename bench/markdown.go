@@ -18,16 +18,17 @@ const (
 )
 
 // goneli v0.5.0 cannot be run by this benchmark (its module is not served by the module proxy
-// here, and it predates the member process), so its figures come from runs made beside goneli, each
-// figure naming its run (v050Runs). They are fixed: v0.5.0 does not change.
+// here, and it predates the member process), so its figures come from runs made beside goneli by
+// hand, from its tagged source, each figure naming its run (v050Runs). None of that code is in
+// this repository.
 var v050 = map[string]v050Figure{
-	"handoff-5s":   {"2749 ms", "a"},
+	"handoff-5s":   {"1572 ms", "c"},
 	"handoff-1s":   {"~1120 ms", "b"},
-	"crash-5s":     {"16.0-17.3 s", "a"},
-	"follower-cpu": {"0.29", "a"},
-	"leader-cpu":   {"0.57", "a"},
-	"broker-cpu":   {"0.25", "a"},
-	"rss":          {"15", "a"},
+	"crash-5s":     {"15.2-16.6 s", "c"},
+	"follower-cpu": {"0.35", "c"},
+	"leader-cpu":   {"0.68", "c"},
+	"broker-cpu":   {"0.19", "c"},
+	"rss":          {"11 / 12", "c"},
 }
 
 // v050Figure is one figure of goneli v0.5.0 and the run (v050Runs) it comes from.
@@ -37,11 +38,14 @@ func (f v050Figure) String() string { return f.value + " (" + f.run + ")" }
 
 // v050Runs are the runs the v0.5.0 figures come from, by mark.
 var v050Runs = []struct{ mark, run string }{
-	{"a", "the side-by-side run of issue 39: 3 members of each release on the embedded broker, " +
-		"default settings (a 5 s lease in both), the leader closed or killed at a random phase of " +
-		"the group heartbeats, 5 rounds: the handoffs' median, the crash failovers' range, the CPU of a follower, " +
-		"the leader and the broker, and one RSS figure for a member"},
 	{"b", "the run beside goneli when the handoff work of issue 11 began: embedded broker, a 1 s lease"},
+	{"c", "2026-11-28, right after the run of bench/reports/real-kafka-e152791.json on the same 2-CPU machine: " +
+		"3 members of v0.5.0 built from its tagged source (confluent-kafka-go v1.5.2, librdkafka 1.5.2) on the " +
+		"embedded broker (`neli broker`), default settings (a 5 s lease, librdkafka's 3 s group heartbeat), the " +
+		"leader's task sleeping 100 ms per run as goneli's idle leader's does; CPU and RSS over 60 s, then 5 " +
+		"rounds of SIGTERM and of SIGKILL of the leader at a random phase: the handoffs' median (0.5-3.1 s), " +
+		"the crash failovers' range (median 15.9 s). It cannot run on Kafka 4, which dropped request versions " +
+		"that librdkafka 1.5.2 needs (KIP-896)"},
 }
 
 // markdownPage is the page --md writes: a summary, then every table printTable prints.
