@@ -509,8 +509,8 @@ func SessionTimeout(heartbeatTimeout time.Duration) time.Duration {
 
 // CloseBound is how long Close may take with this configuration, its unset fields taking their
 // defaults: the rebalance timeout (max.poll.interval.ms: twice HeartbeatTimeout, or the session
-// timeout if that is longer, unless KafkaConfig sets it) plus one HeartbeatTimeout; 15 s at the
-// default lease. Run returns within it too once its context ends, if the leader function returns
+// timeout if that is longer, and under the classic protocol at least 1.5 s, unless KafkaConfig
+// sets it) plus one HeartbeatTimeout; 15 s at the default lease, 2 s at the shortest. Run returns within it too once its context ends, if the leader function returns
 // promptly when its context is cancelled.
 //
 // A supervisor that kills a process it asked to stop should wait longer than this, and longer

@@ -298,9 +298,9 @@ func TestDerivedGroupTiming(t *testing.T) {
 			t.Fatalf("lease %v: %v", tc.lease, err)
 		}
 		timing, _ := c.groupTiming()
-		if timing.Session != tc.session || timing.Interval != tc.interval || timing.MaxPoll != max(2*tc.lease, tc.session) {
+		if want := max(2*tc.lease, tc.session, 1500*time.Millisecond); timing.Session != tc.session || timing.Interval != tc.interval || timing.MaxPoll != want {
 			t.Errorf("lease %v: session %v interval %v maxPoll %v; want %v %v %v",
-				tc.lease, timing.Session, timing.Interval, timing.MaxPoll, tc.session, tc.interval, max(2*tc.lease, tc.session))
+				tc.lease, timing.Session, timing.Interval, timing.MaxPoll, tc.session, tc.interval, want)
 		}
 		if got := SessionTimeout(tc.lease); got != tc.session {
 			t.Errorf("SessionTimeout(%v) = %v, want %v", tc.lease, got, tc.session)
@@ -316,7 +316,8 @@ func TestDerivedGroupTiming(t *testing.T) {
 
 func TestCloseBound(t *testing.T) {
 	// The rebalance timeout plus a lease: the rebalance timeout is twice the lease, or the session
-	// if that is longer, or what max.poll.interval.ms says.
+	// if that is longer, and at least ClassicRebalanceFloor under the classic protocol, or what
+	// max.poll.interval.ms says.
 	for _, tc := range []struct {
 		name  string
 		lease time.Duration
@@ -325,7 +326,9 @@ func TestCloseBound(t *testing.T) {
 	}{
 		{"defaults", 0, nil, 15 * time.Second},
 		{"1s lease", time.Second, nil, 3 * time.Second},
-		{"shortest lease, whose 1 s session is its rebalance timeout", 500 * time.Millisecond, nil, 1500 * time.Millisecond},
+		{"shortest lease: the classic rebalance timeout's floor, 1.5 s", 500 * time.Millisecond, nil, 2 * time.Second},
+		{"shortest lease, KIP-848: twice the lease", 500 * time.Millisecond, KafkaConfigMap{"group.protocol": "consumer"}, 1500 * time.Millisecond},
+		{"shortest lease, max.poll.interval.ms at the session", 500 * time.Millisecond, KafkaConfigMap{"max.poll.interval.ms": 1000}, 1500 * time.Millisecond},
 		{"long session", 0, KafkaConfigMap{"session.timeout.ms": 20000}, 25 * time.Second},
 		{"max.poll.interval.ms", 0, KafkaConfigMap{"max.poll.interval.ms": "30000"}, 35 * time.Second},
 		{"KIP-848", time.Second, KafkaConfigMap{"group.protocol": "consumer"}, 3 * time.Second},

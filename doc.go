@@ -72,7 +72,9 @@
 //     is answered, or once it is presumed never sent, a store after such presumptions anchoring
 //     where the first of them would have; nothing if the
 //     settings leave no room; under KIP-848 the shorter of the session and rebalance timeouts stands
-//     for the rebalance timeout, since there commits renew no session). The offset was stored
+//     for the rebalance timeout, since there commits renew no session; at leases under 750 ms,
+//     whose classic rebalance timeout is raised to 1.5 s for librdkafka's join pace (Liveness),
+//     twice the lease does, which only narrows the window). The offset was stored
 //     before the commit went out, so the anchor is never later than the commit's acceptance,
 //     however late a paused poll loop sees its result. librdkafka shows goneli neither its group
 //     heartbeats nor their answers, but the broker answers a connection's requests in order, and
@@ -209,7 +211,10 @@
 // second, so under the classic protocol a Close within a second of the last rebalance waits for the
 // others' next one; and under KIP-848 a coordinator of Kafka 4.3 or later computes assignments in
 // batches, group.consumer.assignment.interval.ms apart (1 s by default; 0 computes each at once).
-// After a crash or a network cut it takes about one session timeout. An instance that stops pulsing
+// After a crash or a network cut it takes about one session timeout. The same once-a-second pace
+// is why the classic rebalance timeout (max.poll.interval.ms) is at least 1.5 s whatever the lease:
+// at a rebalance timeout of a second a member whose rejoin the pace held back could be expelled
+// for it, and then waits two seconds more to join again. An instance that stops pulsing
 // loses its lease after HeartbeatTimeout (IsLeader turns false and the barrier receives
 // LeaderFenced from a watchdog goroutine) and leaves the group after max.poll.interval.ms.
 //

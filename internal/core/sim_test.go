@@ -161,6 +161,10 @@ var simRegressions = []struct {
 	// nobody (tenure.heardAt).
 	{"ht1s-session2s", 70010482, "a rebalance's hold counted toward a hand-over after the callback's wait: the last member handed over to nobody"},
 	{"ht1s-brokermin6s", 70010482, "a rebalance's hold counted toward a hand-over after the callback's wait: the last member handed over to nobody"},
+	// The search of base seed 81000000: a member that had just joined was held back by
+	// librdkafka's one JoinGroup a second past a rebalance timeout of a second (its clock 2.5% slow),
+	// expelled, and backed off two seconds more (ClassicRebalanceFloor).
+	{"ht500ms", 81032329, "a rejoin held back by librdkafka's join pace past a 1 s rebalance timeout: expelled, then backed off"},
 }
 
 func TestSimReplay(t *testing.T) {

@@ -24,7 +24,24 @@ type GroupTiming struct {
 	// brokerSession and brokerInterval are the broker's KIP-848 session timeout and group
 	// heartbeat interval for the group, as New read them (internal/driver, session848.go); zero if not read.
 	BrokerSession, BrokerInterval time.Duration
+
+	// windowRebalance, if not zero, is the rebalance timeout that the window for explicit commits
+	// rests on (expelBound) when MaxPoll was raised to ClassicRebalanceFloor: the raise is for
+	// librdkafka's join interval, not for renewals, and a window narrower than the rebalance timeout
+	// allows is safe (lease.go, commitWindow), so the lease renews at short leases as before.
+	windowRebalance time.Duration
 }
+
+// ClassicRebalanceFloor is the shortest rebalance timeout (max.poll.interval.ms) goneli derives
+// under the classic protocol. librdkafka sends a member's JoinGroups at least a second apart
+// (rd_kafka_cgrp_join_state_serve, rkcg_join_intvl), so a member that joined just before another
+// rebalance began rejoins it up to a second later, by its own clock: with a rebalance timeout of a
+// second (twice a 500 ms lease) the coordinator can end the join phase first and expel it, and
+// librdkafka then backs its next JoinGroup off by another second (rd_kafka_cgrp_handle_JoinGroup,
+// rd_interval_backoff), which left a role without a leader for 2.7 s after the leader's crash in
+// the simulation (seed 81032329, ht500ms, clocks 2.5% apart). Half a second more covers the
+// clocks' rates (the package doc allows 5%) and the JoinGroup's round trip.
+const ClassicRebalanceFloor = 1500 * time.Millisecond
 
 // timingOverrides are the settings of the group timing that a configuration may make (under the
 // classic protocol): session.timeout.ms, heartbeat.interval.ms and max.poll.interval.ms, zero where
@@ -78,13 +95,17 @@ func DeriveTiming(ht, minPoll time.Duration, o TimingOverrides) (GroupTiming, *t
 	}
 	// The rebalance timeout bounds how long a revoked leader's barrier may hold its successor back
 	// and how long Close waits; it is kept at twice the lease, whatever the session, so that a
-	// barrier gets as long as it did when the session was derived as twice the lease. It must be at
-	// least the session timeout (the package doc's fourth assumption).
+	// barrier gets as long as it did when the session was derived as twice the lease, and under the
+	// classic protocol at least ClassicRebalanceFloor. It must be at least the session timeout (the
+	// package doc's fourth assumption).
 	floor := t.Session
 	if !t.Classic {
 		floor = 2 * ht
 	}
 	t.MaxPoll = max(floor, 2*ht)
+	if t.Classic && o.MaxPoll == 0 && t.MaxPoll < ClassicRebalanceFloor {
+		t.windowRebalance, t.MaxPoll = t.MaxPoll, ClassicRebalanceFloor
+	}
 	if o.MaxPoll > 0 {
 		if o.MaxPoll < floor {
 			return t, &timingError{Key: "max.poll.interval.ms", Value: o.MaxPoll,
@@ -185,6 +206,8 @@ func (t GroupTiming) CloseBound(ht time.Duration) time.Duration {
 // session counts as well, the broker's once New has read it.
 func (t GroupTiming) expelBound() time.Duration {
 	switch {
+	case t.Classic && t.windowRebalance > 0:
+		return min(t.windowRebalance, t.MaxPoll)
 	case t.Classic:
 		return t.MaxPoll
 	case t.BrokerSession > 0:

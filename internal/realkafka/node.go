@@ -176,8 +176,14 @@ func (n *Node) Pause() error {
 	if err != nil {
 		return err
 	}
-	return p.signal(syscall.SIGSTOP)
+	if err := p.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return p.awaitStopped(pauseLimit)
 }
+
+// pauseLimit bounds Pause's wait for every thread of the JVM to stop.
+const pauseLimit = 10 * time.Second
 
 // Resume continues a paused node with SIGCONT.
 func (n *Node) Resume() error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,6 +141,58 @@ func (p *process) signal(sig syscall.Signal) error {
 		return nil
 	}
 	return err
+}
+
+// awaitStopped waits until every thread of the process has stopped (state T in
+// /proc/<pid>/task/*/stat), for up to limit. kill(SIGSTOP) returns before that: the kernel wakes one
+// thread to take the signal, and only when that thread runs does it ask the others to stop
+// (do_signal_stop), so on a loaded machine a thread that something else woke, the JVM's network
+// thread answering a request, say, can run for milliseconds after the signal was sent (a paused
+// node answered a Metadata request in a .ci/stress run). Polled: the kernel gives no event for it.
+func (p *process) awaitStopped(limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		running, err := p.runningThreads()
+		if err != nil || running == 0 {
+			return err
+		}
+		if done, _ := p.exited(); done {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: %d threads still run %v after SIGSTOP", p.pid, running, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// runningThreads counts the threads of the process that are not stopped. A process or thread that
+// has gone counts as stopped: there is nothing left of it to run.
+func (p *process) runningThreads() (int, error) {
+	dir := fmt.Sprintf("/proc/%d/task", p.pid)
+	tasks, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	running := 0
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The state follows the command name, which is in parentheses and may hold spaces.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			continue
+		}
+		if state := stat[i+2]; state != 'T' && state != 't' && state != 'Z' && state != 'X' {
+			running++
+		}
+	}
+	return running, nil
 }
 
 func (p *process) isPaused() bool {
