@@ -170,7 +170,8 @@ func (n *Node) Kill() error {
 }
 
 // Pause stops the node's JVM with SIGSTOP: it holds its connections and answers nothing, as a
-// node in a long GC pause or a frozen VM would, until Resume.
+// node in a long GC pause or a frozen VM would, until Resume. It returns once every thread of the
+// JVM has stopped (process.awaitStopped), or with an error after pauseLimit.
 func (n *Node) Pause() error {
 	p, err := n.running("pause")
 	if err != nil {

@@ -179,16 +179,11 @@ func (p *process) runningThreads() (int, error) {
 	}
 	running := 0
 	for _, task := range tasks {
-		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		state, _, err := readStat(filepath.Join(dir, task.Name(), "stat"))
 		if err != nil {
-			continue
+			continue // the thread has gone
 		}
-		// The state follows the command name, which is in parentheses and may hold spaces.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 || i+2 >= len(stat) {
-			continue
-		}
-		if state := stat[i+2]; state != 'T' && state != 't' && state != 'Z' && state != 'X' {
+		if state != 'T' && state != 't' && state != 'Z' && state != 'X' {
 			running++
 		}
 	}
@@ -254,19 +249,25 @@ func startTime(pid int) (uint64, error) {
 
 // procStat reads a process's state letter and start time from /proc.
 func procStat(pid int) (state byte, start uint64, err error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	return readStat(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+}
+
+// readStat reads the state letter and start time from a stat file of /proc: a process's, or one
+// of its threads' (/proc/<pid>/task/<tid>/stat, of the same form).
+func readStat(path string) (state byte, start uint64, err error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, err
 	}
 	// The command name, field 2, is in parentheses and may hold spaces and parentheses itself.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, 0, fmt.Errorf("%s: no command name", path)
 	}
 	fields := strings.Fields(string(b[i+1:]))
 	// fields[0] is field 3 (state); the start time is field 22.
 	if len(fields) < 20 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+		return 0, 0, fmt.Errorf("%s: %d fields", path, len(fields)+2)
 	}
 	start, err = strconv.ParseUint(fields[19], 10, 64)
 	return fields[0][0], start, err
